@@ -1,0 +1,624 @@
+//! Frame classification: bytes in, one [`Inbound`] out (the F-rules).
+//!
+//! [`Classifier`] owns the per-session tool-call state that F4 needs (a call that is terminal stays
+//! terminal), so it lives as long as the connection's sessions do. It never panics on input and never
+//! fails: what it cannot understand becomes [`DaemonEvent::Malformed`], what it does not act on
+//! becomes [`DaemonEvent::Other`].
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+
+use crate::event::{
+    DaemonEvent, Outcome, PermissionRequest, PlanEntry, StopReason, ToolInfo, ToolResult,
+};
+use crate::ids::{RequestId, SessionId, ToolCallId};
+use crate::wire::{
+    ContentBlock, Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawError,
+    RawInput, RawMeta, RawOutput, RpcErrorObject, ToolCallContent, Update, UpdateParams,
+    VendorData, VendorNotify,
+};
+
+/// How many settled tool calls a session remembers for F4 before forgetting the oldest.
+const SETTLED_MEMORY: usize = 4096;
+
+/// The classified form of one inbound frame.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A notification: exactly one event.
+    Event(DaemonEvent),
+    /// A request from the daemon that needs an answer carrying `id`.
+    Request {
+        /// The id the answer must carry.
+        id: RequestId,
+        /// The method, to answer "method not found" for the ones we do not serve.
+        method: String,
+        /// The classified request (`PermissionRequested`, or `Other`).
+        event: DaemonEvent,
+    },
+    /// A response to one of our requests.
+    Response {
+        /// The id of our request.
+        id: RequestId,
+        /// The `result`, or the `error` object.
+        result: Result<Box<RawValue>, RpcErrorObject>,
+    },
+    /// A vendor "turn complete" notification (qwen's `_qwen/notify` `turn_complete`, shell-agent's
+    /// `_shell_agent/turn_complete`). The bridge sees it as `Other`; the client uses it to close a turn
+    /// whose `session/prompt` response was lost with a dropped connection.
+    VendorTurnComplete {
+        /// The event the bridge sees (`Other`).
+        event: DaemonEvent,
+        /// The session whose turn ended.
+        session: SessionId,
+        /// Its stop reason.
+        stop_reason: StopReason,
+    },
+}
+
+/// Counters the classifier keeps; the bridge exports them as metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassifierStats {
+    /// Frames classified.
+    pub frames: u64,
+    /// Heartbeats (F1).
+    pub heartbeats: u64,
+    /// Malformed frames (F2).
+    pub malformed: u64,
+    /// Late updates ignored (F4).
+    pub late: u64,
+}
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Open calls are remembered up to this many per session; past it the oldest are forgotten (a daemon
+/// that never settles its calls must not grow our memory).
+const OPEN_MEMORY: usize = 4096;
+
+/// One session's tool calls: ids interned (so the hot path allocates nothing for known ids) and the
+/// settled ones remembered for F4.
+#[derive(Debug, Default)]
+struct SessionCalls {
+    open: Map<ToolCallId, ()>,
+    settled: Map<ToolCallId, ()>,
+    order: VecDeque<ToolCallId>,
+}
+
+impl SessionCalls {
+    fn is_settled(&self, call: &str) -> bool {
+        self.settled.contains_key(call)
+    }
+
+    /// The interned id for `call` and whether it is already terminal; `None` for an invalid id.
+    fn intern(&mut self, call: &str) -> Option<(ToolCallId, bool)> {
+        if let Some((id, ())) = self.open.get_key_value(call) {
+            return Some((id.clone(), false));
+        }
+        if let Some((id, ())) = self.settled.get_key_value(call) {
+            return Some((id.clone(), true));
+        }
+        let id = ToolCallId::parse(call).ok()?;
+        if self.open.len() >= OPEN_MEMORY {
+            self.open.clear();
+        }
+        self.open.insert(id.clone(), ());
+        Some((id, false))
+    }
+
+    fn settle(&mut self, call: &ToolCallId) {
+        self.open.remove(call.as_str());
+        if self.settled.insert(call.clone(), ()).is_none() {
+            self.order.push_back(call.clone());
+            if self.order.len() > SETTLED_MEMORY
+                && let Some(old) = self.order.pop_front()
+            {
+                self.settled.remove(&old);
+            }
+        }
+    }
+}
+
+/// Turns frames into events, keeping the F4 state per session.
+#[derive(Debug, Default)]
+pub struct Classifier {
+    sessions: Map<SessionId, SessionCalls>,
+    stats: ClassifierStats,
+}
+
+/// A frame that failed to decode: the reason carries no frame content (R4).
+fn json_error(e: &serde_json::Error) -> String {
+    format!(
+        "{:?} error at line {} column {}",
+        e.classify(),
+        e.line(),
+        e.column()
+    )
+}
+
+impl Classifier {
+    /// A classifier with no sessions.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> ClassifierStats {
+        self.stats
+    }
+
+    /// Forgets a session's tool-call state (after `/new`, or when its conversation is closed).
+    pub fn forget_session(&mut self, session: &str) {
+        self.sessions.remove(session);
+    }
+
+    /// Whether `call` of `session` is already terminal.
+    #[must_use]
+    pub fn is_settled(&self, session: &str, call: &str) -> bool {
+        self.sessions
+            .get(session)
+            .is_some_and(|s| s.is_settled(call))
+    }
+
+    /// Classifies one text frame. Never panics, never fails.
+    pub fn classify(&mut self, bytes: &[u8]) -> Inbound {
+        self.stats.frames += 1;
+        let inbound = match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
+            // The hot path (heartbeats, output): one pass, `_meta` typed in place.
+            Ok(FastUpdate {
+                id: None,
+                method: Some("session/update"),
+                params: Some(p),
+            }) => Inbound::Event(self.fast_update(p)),
+            _ => self.classify_lenient(bytes),
+        };
+        match &inbound {
+            Inbound::Event(DaemonEvent::Malformed { .. }) => self.stats.malformed += 1,
+            Inbound::Event(DaemonEvent::ToolProgress { .. }) => self.stats.heartbeats += 1,
+            Inbound::Event(DaemonEvent::LateUpdate { .. }) => self.stats.late += 1,
+            _ => {}
+        }
+        inbound
+    }
+
+    /// Every other frame, and hot-path frames whose shape surprised the fast decode.
+    fn classify_lenient(&mut self, bytes: &[u8]) -> Inbound {
+        match serde_json::from_slice::<Envelope<'_>>(bytes) {
+            Ok(env) => self.classify_envelope(env),
+            Err(e) => Inbound::Event(malformed(
+                None,
+                format!("frame is not a JSON-RPC object: {}", json_error(&e)),
+            )),
+        }
+    }
+
+    fn classify_envelope(&mut self, env: Envelope<'_>) -> Inbound {
+        let Envelope {
+            id,
+            method,
+            params,
+            result,
+            error,
+        } = env;
+        match (id, method) {
+            (Some(id), None) => Inbound::Response {
+                id,
+                result: match error {
+                    Some(e) => Err(e),
+                    None => Ok(result.map_or_else(null_raw, ToOwned::to_owned)),
+                },
+            },
+            (None, Some(method)) => self.notification(&method, params),
+            (Some(id), Some(method)) => {
+                let event = if method == "session/request_permission" {
+                    permission(id.clone(), params)
+                } else {
+                    DaemonEvent::Other {
+                        session: None,
+                        method: method.clone().into_owned(),
+                        kind: None,
+                    }
+                };
+                if let DaemonEvent::Malformed { .. } = event {
+                    self.stats.malformed += 1;
+                }
+                Inbound::Request {
+                    id,
+                    method: method.into_owned(),
+                    event,
+                }
+            }
+            (None, None) => Inbound::Event(malformed(
+                None,
+                "frame has neither a method nor an id".into(),
+            )),
+        }
+    }
+
+    fn notification(&mut self, method: &str, params: Option<&RawValue>) -> Inbound {
+        match method {
+            "session/update" => Inbound::Event(self.session_update(params)),
+            "_qwen/notify" | "_shell_agent/turn_complete" => vendor_notify(method, params),
+            other => Inbound::Event(DaemonEvent::Other {
+                session: None,
+                method: other.to_owned(),
+                kind: None,
+            }),
+        }
+    }
+
+    fn session_update(&mut self, params: Option<&RawValue>) -> DaemonEvent {
+        let Some(params) = params else {
+            return malformed(None, "session/update without params".into());
+        };
+        match serde_json::from_str::<UpdateParams<'_, RawMeta<'_>>>(params.get()) {
+            Ok(p) => self.update_params(p),
+            Err(e) => malformed(None, format!("session/update params: {}", json_error(&e))),
+        }
+    }
+
+    fn update_params<'a, M: MetaSource<'a>>(&mut self, p: UpdateParams<'a, M>) -> DaemonEvent {
+        let Some(session) = p.session_id.as_deref().and_then(|s| self.intern_session(s)) else {
+            return malformed(None, "session/update without a valid sessionId".into());
+        };
+        let Some(update) = p.update else {
+            return malformed(Some(session), "session/update without an update".into());
+        };
+        let Some(kind) = update.session_update.as_deref() else {
+            return malformed(Some(session), "update without sessionUpdate".into());
+        };
+        match kind {
+            "agent_message_chunk" => chunk(session, &update, false),
+            "agent_thought_chunk" => chunk(session, &update, true),
+            "tool_call" | "tool_call_update" => {
+                self.tool_update(session, kind == "tool_call", &update)
+            }
+            "plan" => plan(session, &update),
+            other => DaemonEvent::Other {
+                session: Some(session),
+                method: "session/update".into(),
+                kind: Some(other.to_owned()),
+            },
+        }
+    }
+
+    /// The single-pass path: heartbeats are classified straight from the borrowed fields (the most
+    /// frequent frame); every other update goes through the common update logic.
+    fn fast_update(&mut self, p: FastParams<'_>) -> DaemonEvent {
+        if let (Some(sid), Some(u)) = (p.session_id, &p.update)
+            && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id)
+            && let Some(session) = self.intern_session(sid)
+        {
+            let calls = self.sessions.entry(session.clone()).or_default();
+            return match calls.intern(call) {
+                Some((call, true)) => DaemonEvent::LateUpdate { session, call },
+                Some((call, false)) => DaemonEvent::ToolProgress {
+                    session,
+                    call,
+                    progress,
+                },
+                None => malformed(
+                    Some(session),
+                    "tool_call_update without a valid toolCallId".into(),
+                ),
+            };
+        }
+        self.update_params(p.into())
+    }
+
+    /// The interned id of a session (allocated once per session, not per frame).
+    fn intern_session(&mut self, id: &str) -> Option<SessionId> {
+        if let Some((known, _)) = self.sessions.get_key_value(id) {
+            return Some(known.clone());
+        }
+        let session = SessionId::parse(id).ok()?;
+        self.sessions
+            .insert(session.clone(), SessionCalls::default());
+        Some(session)
+    }
+
+    fn tool_update<'a, M: MetaSource<'a>>(
+        &mut self,
+        session: SessionId,
+        start: bool,
+        u: &Update<'a, M>,
+    ) -> DaemonEvent {
+        let calls = self.sessions.entry(session.clone()).or_default();
+        let Some((call, settled)) = u.tool_call_id.as_deref().and_then(|c| calls.intern(c)) else {
+            let what = if start {
+                "tool_call"
+            } else {
+                "tool_call_update"
+            };
+            return malformed(Some(session), format!("{what} without a valid toolCallId"));
+        };
+        if settled {
+            return DaemonEvent::LateUpdate { session, call };
+        }
+        if is_terminal(u.status.as_deref()) {
+            calls.settle(&call);
+            return finish(session, call, u);
+        }
+        if start {
+            let mut info = info(u, &meta(u));
+            info.title = Some(info.title.take().unwrap_or_else(|| "tool".to_owned()));
+            return DaemonEvent::ToolStarted {
+                session,
+                call,
+                info,
+            };
+        }
+        if u.kind.is_none() && u.title.is_none() {
+            let text = u.content.map(content_text).unwrap_or_default();
+            if !text.is_empty() {
+                return DaemonEvent::ToolOutput {
+                    session,
+                    call,
+                    text,
+                };
+            }
+            if u.status.as_deref() == Some("in_progress") {
+                let progress = meta(u).shell_progress.unwrap_or_default();
+                return DaemonEvent::ToolProgress {
+                    session,
+                    call,
+                    progress,
+                };
+            }
+        }
+        DaemonEvent::ToolUpdated {
+            session,
+            call,
+            info: info(u, &meta(u)),
+        }
+    }
+}
+
+fn finish<M>(session: SessionId, call: ToolCallId, u: &Update<'_, M>) -> DaemonEvent {
+    let raw: RawOutput<'_> = u
+        .raw_output
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default();
+    let texts = u.content.map(content_texts).unwrap_or_default();
+    let outcome = if u.status.as_deref() == Some("completed") {
+        Outcome::Completed
+    } else {
+        let error_type = raw
+            .error
+            .and_then(|e| serde_json::from_str::<RawError<'_>>(e.get()).ok())
+            .and_then(|e| e.kind.map(Cow::into_owned));
+        match raw.outcome.as_deref() {
+            Some("timed_out") => Outcome::TimedOut,
+            Some("cancelled") => Outcome::Cancelled,
+            _ if error_type.as_deref() == Some("execution_timeout") => Outcome::TimedOut,
+            _ => Outcome::Failed,
+        }
+    };
+    let summary = texts.iter().find(|t| !t.is_empty()).map(|t| t.to_string());
+    let output = match raw.output {
+        Some(o) => o.into_owned(),
+        None => texts.join("\n"),
+    };
+    let result = ToolResult {
+        outcome,
+        summary,
+        output,
+        exit_code: raw.exit_code,
+        signal: raw.signal,
+    };
+    DaemonEvent::ToolFinished {
+        session,
+        call,
+        result,
+    }
+}
+
+fn null_raw() -> Box<RawValue> {
+    Box::<RawValue>::default()
+}
+
+fn malformed(session: Option<SessionId>, reason: String) -> DaemonEvent {
+    DaemonEvent::Malformed { session, reason }
+}
+
+fn is_terminal(status: Option<&str>) -> bool {
+    matches!(status, Some("completed" | "failed"))
+}
+
+fn call_id<M>(u: &Update<'_, M>) -> Option<ToolCallId> {
+    u.tool_call_id
+        .as_deref()
+        .and_then(|c| ToolCallId::parse(c).ok())
+}
+
+fn meta<'a, M: MetaSource<'a>>(u: &Update<'a, M>) -> Meta<'a> {
+    u.meta.meta()
+}
+
+fn info<M>(u: &Update<'_, M>, meta: &Meta<'_>) -> ToolInfo {
+    let tool_name = meta.tool_name.as_deref().map(str::to_owned);
+    let title = u
+        .title
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .or_else(|| tool_name.clone());
+    let timeout = u
+        .raw_input
+        .and_then(|r| serde_json::from_str::<RawInput>(r.get()).ok())
+        .and_then(|r| r.timeout)
+        .and_then(|n| n.as_u64())
+        .map(Duration::from_millis);
+    ToolInfo {
+        title,
+        kind: u.kind.as_deref().map(str::to_owned),
+        tool_name,
+        timeout,
+    }
+}
+
+/// The texts of a tool call's `content` array (or of a single block), in order.
+fn content_texts<'a>(raw: &'a RawValue) -> Vec<Cow<'a, str>> {
+    if let Ok(items) = serde_json::from_str::<Vec<ToolCallContent<'a>>>(raw.get()) {
+        return items
+            .into_iter()
+            .filter_map(|c| c.content.and_then(|b| b.text))
+            .collect();
+    }
+    serde_json::from_str::<ContentBlock<'a>>(raw.get())
+        .ok()
+        .and_then(|b| b.text)
+        .into_iter()
+        .collect()
+}
+
+fn content_text(raw: &RawValue) -> String {
+    content_texts(raw).join("")
+}
+
+fn chunk<'a, M: MetaSource<'a>>(
+    session: SessionId,
+    u: &Update<'a, M>,
+    thought: bool,
+) -> DaemonEvent {
+    let block = u
+        .content
+        .and_then(|c| serde_json::from_str::<ContentBlock<'_>>(c.get()).ok());
+    let text = block.as_ref().and_then(|b| b.text.as_deref()).unwrap_or("");
+    if text.is_empty()
+        && let Some(usage) = meta(u).usage
+    {
+        return DaemonEvent::Usage { session, usage };
+    }
+    let is_text = block
+        .as_ref()
+        .is_some_and(|b| b.kind.as_deref().is_none_or(|k| k == "text"));
+    if !is_text || text.is_empty() {
+        return DaemonEvent::Other {
+            session: Some(session),
+            method: "session/update".into(),
+            kind: u.session_update.as_deref().map(str::to_owned),
+        };
+    }
+    let text = text.to_owned();
+    if thought {
+        DaemonEvent::Thought { session, text }
+    } else {
+        DaemonEvent::AgentText { session, text }
+    }
+}
+
+fn plan<M>(session: SessionId, u: &Update<'_, M>) -> DaemonEvent {
+    match u
+        .entries
+        .map(|e| serde_json::from_str::<Vec<PlanEntry>>(e.get()))
+    {
+        Some(Ok(entries)) => DaemonEvent::Plan { session, entries },
+        Some(Err(e)) => malformed(Some(session), format!("plan entries: {}", json_error(&e))),
+        None => DaemonEvent::Plan {
+            session,
+            entries: Vec::new(),
+        },
+    }
+}
+
+fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
+    let Some(params) = params else {
+        return malformed(None, "session/request_permission without params".into());
+    };
+    let p: PermissionParams<'_> = match serde_json::from_str(params.get()) {
+        Ok(p) => p,
+        Err(e) => {
+            return malformed(
+                None,
+                format!("session/request_permission params: {}", json_error(&e)),
+            );
+        }
+    };
+    let Some(session) = p
+        .session_id
+        .as_deref()
+        .and_then(|s| SessionId::parse(s).ok())
+    else {
+        return malformed(
+            None,
+            "session/request_permission without a valid sessionId".into(),
+        );
+    };
+    let (call, info) = match &p.tool_call {
+        Some(tc) => (call_id(tc), info(tc, &meta(tc))),
+        None => (None, ToolInfo::default()),
+    };
+    DaemonEvent::PermissionRequested(PermissionRequest {
+        request_id: id,
+        session,
+        call,
+        info,
+        options: p.options,
+    })
+}
+
+fn vendor_parts<'a>(method: &str, raw: &'a RawValue) -> Option<(Option<String>, VendorData<'a>)> {
+    if method == "_shell_agent/turn_complete" {
+        serde_json::from_str::<VendorData<'a>>(raw.get())
+            .ok()
+            .map(|d| (Some("turn_complete".to_owned()), d))
+    } else {
+        let n = serde_json::from_str::<VendorNotify<'a>>(raw.get()).ok()?;
+        Some((n.kind.map(Cow::into_owned), n.data?))
+    }
+}
+
+fn vendor_notify(method: &str, params: Option<&RawValue>) -> Inbound {
+    let parsed = params.and_then(|raw| vendor_parts(method, raw));
+    let kind = parsed.as_ref().and_then(|(k, _)| k.clone());
+    let session = parsed
+        .as_ref()
+        .and_then(|(_, d)| d.session_id.as_deref())
+        .and_then(|s| SessionId::parse(s).ok());
+    let event = DaemonEvent::Other {
+        session: session.clone(),
+        method: method.to_owned(),
+        kind: kind.clone(),
+    };
+    let stop = parsed
+        .as_ref()
+        .and_then(|(_, d)| d.stop_reason.as_deref())
+        .map(StopReason::from_wire);
+    match (kind.as_deref(), session, stop) {
+        (Some("turn_complete"), Some(session), Some(stop_reason)) => Inbound::VendorTurnComplete {
+            event,
+            session,
+            stop_reason,
+        },
+        _ => Inbound::Event(event),
+    }
+}
+
+/// Parses a `session/prompt` result into its stop reason.
+///
+/// # Errors
+/// A description of what was wrong (no frame content) when the result has no `stopReason`.
+pub fn parse_stop_reason(result: &RawValue) -> Result<StopReason, String> {
+    serde_json::from_str::<crate::wire::PromptResult<'_>>(result.get())
+        .map(|r| StopReason::from_wire(&r.stop_reason))
+        .map_err(|e| format!("session/prompt result: {}", json_error(&e)))
+}
+
+/// Convenience for tests and tools: the event of a notification frame, or `None` for responses
+/// and requests.
+#[must_use]
+pub fn event_of(inbound: Inbound) -> Option<DaemonEvent> {
+    match inbound {
+        Inbound::Event(e)
+        | Inbound::VendorTurnComplete { event: e, .. }
+        | Inbound::Request { event: e, .. } => Some(e),
+        Inbound::Response { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

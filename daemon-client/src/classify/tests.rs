@@ -1,0 +1,407 @@
+//! F-rule tests on literal frames, and every frame of the real qwen captures.
+
+use super::*;
+use crate::event::{ShellProgress, StopReason};
+
+fn classify_all(frames: &[&str]) -> Vec<DaemonEvent> {
+    let mut c = Classifier::new();
+    frames
+        .iter()
+        .filter_map(|f| event_of(c.classify(f.as_bytes())))
+        .collect()
+}
+
+fn update(update: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{update}}}}}"#
+    )
+}
+
+const HEARTBEAT: &str = r#"{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "111f4f4e-c5c0-4d46-b04c-f5c858718827", "update": {"_meta": {"toolName": "run_shell_command", "shellProgress": {"type": "shell_progress", "elapsedMs": 20001, "lastOutputAgeMs": 19232, "totalLines": 1, "totalBytes": 7, "timeoutMs": 25000}}, "status": "in_progress", "toolCallId": "call_1795983579263", "sessionUpdate": "tool_call_update"}}}"#;
+
+#[test]
+fn f1_kindless_in_progress_update_is_a_heartbeat_with_its_progress() {
+    let events = classify_all(&[HEARTBEAT]);
+    let [DaemonEvent::ToolProgress { call, progress, .. }] = events.as_slice() else {
+        panic!("expected one ToolProgress, got {events:?}");
+    };
+    assert_eq!(call.as_str(), "call_1795983579263");
+    assert_eq!(
+        *progress,
+        ShellProgress {
+            elapsed_ms: Some(20001),
+            last_output_age_ms: Some(19232),
+            total_lines: Some(1),
+            total_bytes: Some(7),
+            timeout_ms: Some(25000)
+        }
+    );
+}
+
+#[test]
+fn f1_heartbeat_without_shell_progress_or_with_unknown_fields_is_still_a_heartbeat() {
+    let bare =
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}"#);
+    let odd = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":5,"future":true}}}"#,
+    );
+    let events = classify_all(&[&bare, &odd]);
+    assert!(
+        matches!(&events[0], DaemonEvent::ToolProgress { progress, .. } if *progress == ShellProgress::default())
+    );
+    assert!(
+        matches!(&events[1], DaemonEvent::ToolProgress { progress, .. } if progress.elapsed_ms == Some(5))
+    );
+    let mut c = Classifier::new();
+    c.classify(bare.as_bytes());
+    assert_eq!(c.stats().heartbeats, 1);
+    assert_eq!(c.stats().malformed, 0);
+}
+
+#[test]
+fn f1_kindless_in_progress_update_with_content_is_live_output() {
+    let frame = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","content":[{"type":"content","content":{"type":"text","text":"line 1\n"}}]}"#,
+    );
+    assert_eq!(
+        classify_all(&[&frame]),
+        vec![DaemonEvent::ToolOutput {
+            session: SessionId::parse("s1").unwrap(),
+            call: ToolCallId::parse("c1").unwrap(),
+            text: "line 1\n".into()
+        }]
+    );
+}
+
+#[test]
+fn f2_tool_call_title_falls_back_to_tool_name_then_tool() {
+    let named = update(
+        r#"{"sessionUpdate":"tool_call","toolCallId":"a","_meta":{"toolName":"run_shell_command"}}"#,
+    );
+    let bare = update(r#"{"sessionUpdate":"tool_call","toolCallId":"b"}"#);
+    let titles: Vec<_> = classify_all(&[&named, &bare])
+        .into_iter()
+        .map(|e| match e {
+            DaemonEvent::ToolStarted { info, .. } => info.title,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        titles,
+        vec![
+            Some("run_shell_command".to_owned()),
+            Some("tool".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn f2_frame_without_tool_call_id_is_malformed_and_the_next_frame_still_classifies() {
+    let missing = update(r#"{"sessionUpdate":"tool_call_update","status":"in_progress"}"#);
+    let mut c = Classifier::new();
+    let first = event_of(c.classify(missing.as_bytes()));
+    assert!(
+        matches!(&first, Some(DaemonEvent::Malformed { session: Some(s), .. }) if s.as_str() == "s1"),
+        "{first:?}"
+    );
+    assert!(matches!(
+        event_of(c.classify(b"{not json")),
+        Some(DaemonEvent::Malformed { session: None, .. })
+    ));
+    assert!(matches!(
+        event_of(c.classify(HEARTBEAT.as_bytes())),
+        Some(DaemonEvent::ToolProgress { .. })
+    ));
+    assert_eq!(c.stats().malformed, 2);
+}
+
+#[test]
+fn f2_malformed_reasons_never_echo_frame_content() {
+    let secret = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c","rawOutput":{"exitCode":"SECRET-OUTPUT"},"status":"completed"}"#,
+    );
+    let bad_type = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"SECRET-OUTPUT","title":5}}}"#;
+    for frame in [secret.as_str(), bad_type] {
+        let ev = event_of(Classifier::new().classify(frame.as_bytes()));
+        assert!(
+            !format!("{ev:?}").contains("SECRET-OUTPUT")
+                || matches!(ev, Some(DaemonEvent::ToolFinished { .. })),
+            "{ev:?}"
+        );
+    }
+}
+
+#[test]
+fn f3_outcomes_follow_status_raw_output_and_error_type() {
+    let cases = [
+        (
+            r#""status":"completed","rawOutput":{"output":"42","exitCode":0}"#,
+            Outcome::Completed,
+        ),
+        (
+            r#""status":"failed","rawOutput":{"outcome":"timed_out","output":"partial","signal":15}"#,
+            Outcome::TimedOut,
+        ),
+        (
+            r#""status":"failed","rawOutput":{"error":{"type":"execution_timeout"}}"#,
+            Outcome::TimedOut,
+        ),
+        (
+            r#""status":"failed","rawOutput":{"outcome":"cancelled"}"#,
+            Outcome::Cancelled,
+        ),
+        (
+            r#""status":"failed","rawOutput":{"exitCode":2,"output":"boom"}"#,
+            Outcome::Failed,
+        ),
+        (r#""status":"failed""#, Outcome::Failed),
+    ];
+    for (i, (fields, want)) in cases.iter().enumerate() {
+        let frame = update(&format!(
+            r#"{{"sessionUpdate":"tool_call_update","toolCallId":"c{i}",{fields},"content":[{{"type":"content","content":{{"type":"text","text":"summary {i}"}}}}]}}"#
+        ));
+        match classify_all(&[&frame]).as_slice() {
+            [DaemonEvent::ToolFinished { result, .. }] => {
+                assert_eq!(result.outcome, *want, "case {i}");
+                assert_eq!(
+                    result.summary.as_deref(),
+                    Some(format!("summary {i}").as_str())
+                );
+            }
+            other => panic!("case {i}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn f3_output_prefers_raw_output_and_falls_back_to_content_text() {
+    let with_raw = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"a","status":"failed","rawOutput":{"outcome":"timed_out","output":"partial","exitCode":0,"signal":15},"content":[{"type":"content","content":{"type":"text","text":"Command timed out"}}]}"#,
+    );
+    let without = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"b","status":"completed","content":[{"type":"content","content":{"type":"text","text":"done"}}]}"#,
+    );
+    let events = classify_all(&[&with_raw, &without]);
+    let DaemonEvent::ToolFinished { result: a, .. } = &events[0] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (a.output.as_str(), a.exit_code, a.signal),
+        ("partial", Some(0), Some(15))
+    );
+    let DaemonEvent::ToolFinished { result: b, .. } = &events[1] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(b.output, "done");
+}
+
+#[test]
+fn f4_updates_after_a_terminal_update_are_late_and_ignored() {
+    let done =
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}"#);
+    let late =
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}"#);
+    let pending = update(r#"{"sessionUpdate":"tool_call","toolCallId":"c1","status":"pending"}"#);
+    let mut c = Classifier::new();
+    let kinds: Vec<_> = [&done, &late, &pending, &done]
+        .iter()
+        .filter_map(|f| event_of(c.classify(f.as_bytes())).map(|e| e.name()))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["tool_finished", "late_update", "late_update", "late_update"]
+    );
+    assert_eq!(c.stats().late, 3);
+    assert!(c.is_settled("s1", "c1"));
+    // Another session's call with the same id is not affected.
+    let other = late.replace("\"s1\"", "\"s2\"");
+    assert!(matches!(
+        event_of(c.classify(other.as_bytes())),
+        Some(DaemonEvent::ToolProgress { .. })
+    ));
+}
+
+#[test]
+fn f5_unknown_update_kinds_and_methods_are_other() {
+    let kind = update(r#"{"sessionUpdate":"brand_new_thing","x":1}"#);
+    let method = r#"{"jsonrpc":"2.0","method":"_vendor/whatever","params":[1,2,3]}"#;
+    let events = classify_all(&[&kind, method]);
+    assert!(
+        matches!(&events[0], DaemonEvent::Other { kind: Some(k), .. } if k == "brand_new_thing")
+    );
+    assert!(
+        matches!(&events[1], DaemonEvent::Other { method, .. } if method == "_vendor/whatever")
+    );
+}
+
+#[test]
+fn f5_unknown_requests_are_other_requests_to_answer() {
+    let mut c = Classifier::new();
+    match c.classify(br#"{"jsonrpc":"2.0","id":"x-1","method":"fs/read_text_file","params":{}}"#) {
+        Inbound::Request { id, method, event } => {
+            assert_eq!(id, RequestId::from("x-1"));
+            assert_eq!(method, "fs/read_text_file");
+            assert_eq!(event.name(), "other");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn f6_empty_text_chunk_with_usage_is_usage_not_text() {
+    let usage = update(
+        r#"{"_meta":{"usage":{"inputTokens":10,"outputTokens":5,"totalTokens":15},"durationMs":555},"content":{"text":"","type":"text"},"sessionUpdate":"agent_message_chunk"}"#,
+    );
+    let text = update(
+        r#"{"content":{"text":"Command finished.","type":"text"},"sessionUpdate":"agent_message_chunk"}"#,
+    );
+    let events = classify_all(&[&usage, &text]);
+    assert!(
+        matches!(&events[0], DaemonEvent::Usage { usage, .. } if usage.total_tokens == Some(15))
+    );
+    assert!(
+        matches!(&events[1], DaemonEvent::AgentText { text, .. } if text == "Command finished.")
+    );
+}
+
+#[test]
+fn responses_keep_result_or_error_and_stop_reason_parses() {
+    let mut c = Classifier::new();
+    let Inbound::Response {
+        id,
+        result: Ok(raw),
+    } = c.classify(br#"{"jsonrpc":"2.0","id":3,"result":{"stopReason":"cancelled"}}"#)
+    else {
+        panic!("expected a response")
+    };
+    assert_eq!(id, RequestId::Number(3));
+    assert_eq!(parse_stop_reason(&raw), Ok(StopReason::Cancelled));
+    let Inbound::Response { result: Err(e), .. } = c.classify(
+        br#"{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"unknown session"}}"#,
+    ) else {
+        panic!("expected an error response")
+    };
+    assert_eq!(e.code, -32602);
+}
+
+#[test]
+fn permission_requests_carry_id_options_and_tool_call() {
+    let frame = r#"{"jsonrpc":"2.0","id":"_qwen_perm_x_1","method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"c1","title":"rm -rf build","kind":"execute","rawInput":{"timeout":25000}},"options":[{"kind":"allow_once","name":"Allow","optionId":"proceed_once"},{"kind":"reject_once","name":"Reject","optionId":"cancel"}]}}"#;
+    let Inbound::Request {
+        event: DaemonEvent::PermissionRequested(req),
+        ..
+    } = Classifier::new().classify(frame.as_bytes())
+    else {
+        panic!("expected a permission request")
+    };
+    assert_eq!(req.request_id, RequestId::from("_qwen_perm_x_1"));
+    assert_eq!(req.call.as_ref().map(ToolCallId::as_str), Some("c1"));
+    assert_eq!(req.info.timeout, Some(Duration::from_millis(25000)));
+    let ids: Vec<_> = req.options.iter().map(|o| o.option_id.as_str()).collect();
+    assert_eq!(ids, ["proceed_once", "cancel"]);
+}
+
+/// Reads every capture in `../shared/fixtures/acp-qwen-0.24.4/`.
+pub(crate) fn capture_frames() -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/acp-qwen-0.24.4");
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("captures at {}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for path in files {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for line in std::fs::read_to_string(&path).expect("capture").lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("capture line");
+            if v["dir"] == "in" {
+                out.push((name.clone(), serde_json::to_vec(&v["msg"]).expect("msg")));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_captured_qwen_frame_decodes_without_malformed() {
+    let frames = capture_frames();
+    assert!(
+        frames.len() >= 60,
+        "expected all captures, found {} inbound frames",
+        frames.len()
+    );
+    let mut c = Classifier::new();
+    let mut names = std::collections::BTreeMap::<&str, usize>::new();
+    for (file, bytes) in &frames {
+        match c.classify(bytes) {
+            Inbound::Event(DaemonEvent::Malformed { reason, .. }) => {
+                panic!("{file}: malformed: {reason}")
+            }
+            Inbound::Event(e)
+            | Inbound::Request { event: e, .. }
+            | Inbound::VendorTurnComplete { event: e, .. } => {
+                *names.entry(e.name()).or_default() += 1;
+            }
+            Inbound::Response { .. } => *names.entry("response").or_default() += 1,
+        }
+    }
+    assert_eq!(c.stats().malformed, 0);
+    assert_eq!(names.get("tool_progress"), Some(&5), "{names:?}");
+    assert_eq!(names.get("tool_finished"), Some(&5), "{names:?}");
+    assert_eq!(names.get("permission_requested"), Some(&4), "{names:?}");
+    assert_eq!(names.get("tool_started"), Some(&5), "{names:?}");
+}
+
+#[test]
+fn f1_heartbeat_with_an_unreadable_meta_is_still_a_heartbeat_not_malformed() {
+    // A wrong type inside `_meta` fails the single-pass decode; the lenient path must still see a
+    // heartbeat (with no progress figures), never a malformed frame.
+    let odd = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":"ten"},"toolName":7}}"#,
+    );
+    let events = classify_all(&[&odd]);
+    assert!(
+        matches!(&events[0], DaemonEvent::ToolProgress { progress, .. } if *progress == ShellProgress::default()),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn fast_and_lenient_paths_agree_on_every_captured_frame() {
+    // The lenient path is what the fast path falls back to; for well-formed frames both must give
+    // the same event.
+    let mut fast = Classifier::new();
+    let mut lenient = Classifier::new();
+    for (file, bytes) in capture_frames() {
+        let a = event_of(fast.classify(&bytes));
+        let b = event_of(lenient.classify_lenient(&bytes));
+        assert_eq!(a, b, "{file}");
+    }
+}
+
+#[test]
+fn heartbeats_and_output_take_the_single_pass_decode() {
+    let output = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","content":[{"type":"content","content":{"type":"text","text":"x"}}]}"#,
+    );
+    for frame in [HEARTBEAT, output.as_str()] {
+        let fast = serde_json::from_slice::<FastUpdate<'_>>(frame.as_bytes());
+        assert!(
+            matches!(
+                &fast,
+                Ok(FastUpdate {
+                    id: None,
+                    method: Some(_),
+                    params: Some(_)
+                })
+            ),
+            "{fast:?}"
+        );
+    }
+}

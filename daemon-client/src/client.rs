@@ -1,0 +1,727 @@
+//! The daemon client: JSON-RPC correlation, typed ACP calls, and the reconnecting connection.
+//!
+//! One [`DaemonClient`] holds one WebSocket to the daemon and multiplexes any number of sessions over
+//! it. Inbound frames are classified in arrival order and delivered on one [`EventStream`]; responses
+//! to our requests resolve the awaiting call. A `session/prompt` in flight when the connection drops
+//! is kept: after reconnecting, the client re-initialises, `session/load`s every session with an open
+//! turn and reports [`DaemonEvent::Reconnected`]; the turn then ends with the daemon's vendor
+//! "turn complete" notification, or fails with [`Error::SessionLost`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rand::Rng;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::classify::{Classifier, ClassifierStats, Inbound, parse_stop_reason};
+use crate::error::Error;
+use crate::event::{DaemonEvent, PermissionOutcome, PermissionRequest, StopReason};
+use crate::ids::{RequestId, SessionId};
+use crate::transport::{self, Token, Ws};
+
+/// ACP protocol version this client speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// Answers permission requests without a person, when the caller wants that (yolo, tests).
+/// `None` leaves the request to whoever reads the event stream.
+pub type PermissionPolicy =
+    Arc<dyn Fn(&PermissionRequest) -> Option<PermissionOutcome> + Send + Sync>;
+
+/// How to reach the daemon and how patient to be.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `ws://host:port/acp` or `wss://…`.
+    pub url: String,
+    /// Bearer token, if the daemon requires one.
+    pub token: Option<Token>,
+    /// Largest frame accepted (qwen sends a ~570 kB skills list); default 16 MiB.
+    pub max_frame_size: usize,
+    /// Limit for the handshake; default 10 s.
+    pub connect_timeout: Duration,
+    /// Limit for requests other than `session/prompt`; default 60 s (qwen's `session/new` takes
+    /// seconds).
+    pub request_timeout: Duration,
+    /// WebSocket ping period (L4); default 20 s.
+    pub ping_interval: Duration,
+    /// Reconnect when no pong arrives within this (L4); default 10 s.
+    pub pong_timeout: Duration,
+    /// First reconnect delay; doubled per attempt, with jitter; default 250 ms.
+    pub backoff_base: Duration,
+    /// Longest reconnect delay; default 30 s.
+    pub backoff_cap: Duration,
+    /// Events buffered before the reader waits for the consumer; default 1024.
+    pub event_buffer: usize,
+    /// Optional automatic answer to permission requests.
+    pub permission_policy: Option<PermissionPolicy>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("token", &self.token)
+            .field("max_frame_size", &self.max_frame_size)
+            .field("request_timeout", &self.request_timeout)
+            .field("ping_interval", &self.ping_interval)
+            .field("pong_timeout", &self.pong_timeout)
+            .field("permission_policy", &self.permission_policy.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientConfig {
+    /// Defaults for `url`.
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            token: None,
+            max_frame_size: 16 << 20,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            ping_interval: Duration::from_secs(20),
+            pong_timeout: Duration::from_secs(10),
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(30),
+            event_buffer: 1024,
+            permission_policy: None,
+        }
+    }
+
+    /// Sets the bearer token.
+    #[must_use]
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(Token::new(token));
+        self
+    }
+}
+
+/// The reconnect delay before attempt `attempt` (0-based): exponential, capped, with equal jitter.
+#[must_use]
+pub fn backoff_delay(base: Duration, cap: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.min(20)).min(cap);
+    let half = exp / 2;
+    let jitter = rand::rng().random_range(0..=half.as_millis().max(1) as u64);
+    (half + Duration::from_millis(jitter)).min(cap)
+}
+
+/// What `initialize` told us about the daemon.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInfo {
+    /// Protocol version the daemon chose.
+    pub protocol_version: u64,
+    /// Whether the daemon supports `session/load`.
+    pub load_session: bool,
+}
+
+/// What `session/new` returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession {
+    /// The new session.
+    pub session: SessionId,
+    /// Mode ids the daemon offers (`default`, `yolo`, …), when it said.
+    pub modes: Vec<String>,
+    /// The mode the session starts in, when it said.
+    pub current_mode: Option<String>,
+}
+
+/// Connection counters for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Frame classification counters.
+    pub classifier: ClassifierStats,
+    /// Successful reconnects.
+    pub reconnects: u64,
+}
+
+/// Inbound events in arrival order.
+#[derive(Debug)]
+pub struct EventStream(mpsc::Receiver<DaemonEvent>);
+
+impl EventStream {
+    /// The next event; `None` once the client is closed and every event was read.
+    pub async fn recv(&mut self) -> Option<DaemonEvent> {
+        self.0.recv().await
+    }
+}
+
+struct Pending {
+    method: &'static str,
+    session: Option<SessionId>,
+    tx: oneshot::Sender<Result<Box<RawValue>, Error>>,
+}
+
+/// A prompt whose response was lost with a dropped connection, waiting for the turn to end.
+struct Orphan {
+    tx: oneshot::Sender<Result<Box<RawValue>, Error>>,
+}
+
+struct Shared {
+    cfg: ClientConfig,
+    next_id: AtomicI64,
+    classifier: Mutex<Classifier>,
+    pending: Mutex<HashMap<RequestId, Pending>>,
+    orphans: Mutex<HashMap<SessionId, Orphan>>,
+    cwds: Mutex<HashMap<SessionId, PathBuf>>,
+    out: Mutex<Option<mpsc::Sender<Message>>>,
+    events: mpsc::Sender<DaemonEvent>,
+    reconnects: AtomicU64,
+    shutdown: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A handle to the daemon connection; cheap to clone.
+#[derive(Clone)]
+pub struct DaemonClient {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for DaemonClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonClient")
+            .field("url", &self.shared.cfg.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DaemonClient {
+    /// Connects, runs `initialize`, and starts the reconnecting supervisor.
+    ///
+    /// # Errors
+    /// [`Error::Unauthorized`] or [`Error::BadUrl`] (fatal), [`Error::Unreachable`] (retry later),
+    /// or the `initialize` call's error.
+    pub async fn connect(cfg: ClientConfig) -> Result<(Self, AgentInfo, EventStream), Error> {
+        let (events, rx) = mpsc::channel(cfg.event_buffer.max(1));
+        let shared = Arc::new(Shared {
+            cfg,
+            next_id: AtomicI64::new(1),
+            classifier: Mutex::new(Classifier::new()),
+            pending: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(HashMap::new()),
+            cwds: Mutex::new(HashMap::new()),
+            out: Mutex::new(None),
+            events,
+            reconnects: AtomicU64::new(0),
+            shutdown: CancellationToken::new(),
+        });
+        let ws = shared.open().await?;
+        let io = Shared::spawn_connection(&shared, ws);
+        let client = Self {
+            shared: shared.clone(),
+        };
+        let info = match client.initialize().await {
+            Ok(info) => info,
+            Err(e) => {
+                shared.shutdown.cancel();
+                return Err(e);
+            }
+        };
+        tokio::spawn(Shared::supervise(shared, io));
+        Ok((client, info, EventStream(rx)))
+    }
+
+    /// Closes the connection; the event stream ends with [`DaemonEvent::Closed`].
+    pub fn close(&self) {
+        self.shared.shutdown.cancel();
+    }
+
+    /// Counters for metrics.
+    #[must_use]
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            classifier: lock(&self.shared.classifier).stats(),
+            reconnects: self.shared.reconnects.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `initialize` with protocol version 1 and no client-side fs/terminal capabilities.
+    ///
+    /// # Errors
+    /// Transport or daemon errors, as [`Error`].
+    pub async fn initialize(&self) -> Result<AgentInfo, Error> {
+        self.shared.initialize().await
+    }
+
+    /// `session/new` in `cwd`.
+    ///
+    /// # Errors
+    /// Transport or daemon errors; [`Error::BadResponse`] without a valid `sessionId`.
+    pub async fn new_session(&self, cwd: impl Into<PathBuf>) -> Result<NewSession, Error> {
+        let cwd = cwd.into();
+        let v = self
+            .shared
+            .call("session/new", None, json!({"cwd": cwd, "mcpServers": []}))
+            .await?;
+        let v: Value = serde_json::from_str(v.get()).map_err(|e| Error::BadResponse {
+            method: "session/new",
+            reason: e.to_string(),
+        })?;
+        let session = v
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .and_then(|s| SessionId::parse(s).ok())
+            .ok_or_else(|| Error::BadResponse {
+                method: "session/new",
+                reason: "no sessionId".into(),
+            })?;
+        let modes = v
+            .pointer("/modes/availableModes")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let current_mode = v
+            .pointer("/modes/currentModeId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        lock(&self.shared.cwds).insert(session.clone(), cwd);
+        Ok(NewSession {
+            session,
+            modes,
+            current_mode,
+        })
+    }
+
+    /// `session/load`: the daemon replays the session's updates on the event stream, then answers.
+    ///
+    /// # Errors
+    /// [`Error::Rpc`] when the daemon does not know the session; transport errors.
+    pub async fn load_session(
+        &self,
+        session: &SessionId,
+        cwd: impl Into<PathBuf>,
+    ) -> Result<(), Error> {
+        let cwd = cwd.into();
+        self.shared.load(session, &cwd).await?;
+        lock(&self.shared.cwds).insert(session.clone(), cwd);
+        Ok(())
+    }
+
+    /// `session/set_mode`.
+    ///
+    /// # Errors
+    /// Transport or daemon errors.
+    pub async fn set_mode(&self, session: &SessionId, mode: &str) -> Result<(), Error> {
+        self.shared
+            .call(
+                "session/set_mode",
+                Some(session.clone()),
+                json!({"sessionId": session, "modeId": mode}),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// `session/prompt` with one text block; resolves when the turn ends (no request timeout: the
+    /// bridge's liveness limits govern turns). [`DaemonEvent::TurnEnded`] is also emitted on the
+    /// event stream, after every event of the turn.
+    ///
+    /// # Errors
+    /// Daemon errors; [`Error::SessionLost`] if a reconnect found the session gone; [`Error::Closed`].
+    pub async fn prompt(&self, session: &SessionId, text: &str) -> Result<StopReason, Error> {
+        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        let raw = self
+            .shared
+            .call("session/prompt", Some(session.clone()), params)
+            .await?;
+        parse_stop_reason(&raw).map_err(|reason| Error::BadResponse {
+            method: "session/prompt",
+            reason,
+        })
+    }
+
+    /// `session/cancel` (a notification: the prompt then ends with `cancelled`).
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when no connection is up.
+    pub async fn cancel(&self, session: &SessionId) -> Result<(), Error> {
+        self.shared.send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})).await
+    }
+
+    /// Answers a `session/request_permission` request.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`] when no connection is up.
+    pub async fn answer_permission(
+        &self,
+        id: &RequestId,
+        outcome: &PermissionOutcome,
+    ) -> Result<(), Error> {
+        self.shared.send(permission_answer(id, outcome)).await
+    }
+}
+
+fn permission_answer(id: &RequestId, outcome: &PermissionOutcome) -> Value {
+    let outcome = match outcome {
+        PermissionOutcome::Selected(option) => json!({"outcome": "selected", "optionId": option}),
+        PermissionOutcome::Cancelled => json!({"outcome": "cancelled"}),
+    };
+    json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome}})
+}
+
+impl Shared {
+    async fn open(&self) -> Result<Ws, Error> {
+        let c = &self.cfg;
+        transport::connect(
+            &c.url,
+            c.token.as_ref(),
+            c.max_frame_size,
+            c.connect_timeout,
+        )
+        .await
+    }
+
+    async fn send(&self, msg: Value) -> Result<(), Error> {
+        let tx = lock(&self.out).clone().ok_or(Error::ConnectionLost)?;
+        tx.send(Message::text(msg.to_string()))
+            .await
+            .map_err(|_| Error::ConnectionLost)
+    }
+
+    async fn call(
+        &self,
+        method: &'static str,
+        session: Option<SessionId>,
+        params: Value,
+    ) -> Result<Box<RawValue>, Error> {
+        let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(
+            id.clone(),
+            Pending {
+                method,
+                session,
+                tx,
+            },
+        );
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if let Err(e) = self.send(frame).await {
+            lock(&self.pending).remove(&id);
+            return Err(e);
+        }
+        let answer = if method == "session/prompt" {
+            rx.await.map_err(|_| Error::Closed)
+        } else {
+            match tokio::time::timeout(self.cfg.request_timeout, rx).await {
+                Ok(r) => r.map_err(|_| Error::Closed),
+                Err(_) => {
+                    lock(&self.pending).remove(&id);
+                    return Err(Error::Timeout {
+                        method,
+                        timeout: self.cfg.request_timeout,
+                    });
+                }
+            }
+        };
+        answer?
+    }
+
+    async fn initialize(&self) -> Result<AgentInfo, Error> {
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false},
+            "clientInfo": {"name": "chat-bridge", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let raw = self.call("initialize", None, params).await?;
+        let v: Value = serde_json::from_str(raw.get()).map_err(|e| Error::BadResponse {
+            method: "initialize",
+            reason: e.to_string(),
+        })?;
+        let protocol_version = v
+            .get("protocolVersion")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::BadResponse {
+                method: "initialize",
+                reason: "no protocolVersion".into(),
+            })?;
+        let load_session = v
+            .pointer("/agentCapabilities/loadSession")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        Ok(AgentInfo {
+            protocol_version,
+            load_session,
+        })
+    }
+
+    async fn load(&self, session: &SessionId, cwd: &std::path::Path) -> Result<(), Error> {
+        self.call(
+            "session/load",
+            Some(session.clone()),
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn emit(&self, event: DaemonEvent) {
+        // A closed receiver means nobody listens any more; there is nobody left to tell.
+        let _ = self.events.send(event).await;
+    }
+
+    fn spawn_connection(this: &Arc<Self>, ws: Ws) -> JoinHandle<String> {
+        let (tx, rx) = mpsc::channel(256);
+        *lock(&this.out) = Some(tx);
+        tokio::spawn(Self::run_connection(this.clone(), ws, rx))
+    }
+
+    /// Reads and writes one connection until it ends; returns why it ended.
+    async fn run_connection(
+        self: Arc<Self>,
+        mut ws: Ws,
+        mut out: mpsc::Receiver<Message>,
+    ) -> String {
+        let mut ping = tokio::time::interval_at(
+            Instant::now() + self.cfg.ping_interval,
+            self.cfg.ping_interval,
+        );
+        let mut pong_deadline: Option<Instant> = None;
+        loop {
+            let pong_wait = async {
+                match pong_deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.shutdown.cancelled() => {
+                    let _ = ws.close(None).await;
+                    return "client closed".into();
+                }
+                msg = out.recv() => {
+                    let Some(msg) = msg else { return "client closed".into() };
+                    if let Err(e) = ws.send(msg).await {
+                        return format!("send failed: {e}");
+                    }
+                }
+                frame = ws.next() => match frame {
+                    Some(Ok(Message::Text(text))) => self.handle_frame(text.as_bytes()).await,
+                    Some(Ok(Message::Binary(bytes))) => self.handle_frame(&bytes).await,
+                    Some(Ok(Message::Pong(_))) => pong_deadline = None,
+                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Close(frame))) => {
+                        return match frame {
+                            Some(f) => format!("the daemon closed the connection ({}: {})", f.code, f.reason),
+                            None => "the daemon closed the connection".into(),
+                        };
+                    }
+                    Some(Err(e)) => return format!("connection error: {e}"),
+                    None => return "the connection ended".into(),
+                },
+                _ = ping.tick() => {
+                    if let Err(e) = ws.send(Message::Ping(Vec::new().into())).await {
+                        return format!("ping failed: {e}");
+                    }
+                    pong_deadline.get_or_insert(Instant::now() + self.cfg.pong_timeout);
+                }
+                () = pong_wait => {
+                    return format!("no pong within {:?}", self.cfg.pong_timeout);
+                }
+            }
+        }
+    }
+
+    async fn handle_frame(&self, bytes: &[u8]) {
+        let inbound = lock(&self.classifier).classify(bytes);
+        match inbound {
+            Inbound::Event(event) => {
+                if let DaemonEvent::Malformed { session, reason } = &event {
+                    tracing::warn!(session = session.as_ref().map(SessionId::as_str), %reason, "malformed frame from the daemon skipped");
+                }
+                self.emit(event).await;
+            }
+            Inbound::VendorTurnComplete {
+                event,
+                session,
+                stop_reason,
+            } => {
+                self.emit(event).await;
+                let orphan = lock(&self.orphans).remove(&session);
+                if let Some(orphan) = orphan {
+                    self.emit(DaemonEvent::TurnEnded {
+                        session,
+                        stop_reason: stop_reason.clone(),
+                    })
+                    .await;
+                    let raw = serde_json::value::to_raw_value(
+                        &json!({"stopReason": stop_reason.as_str()}),
+                    )
+                    .map_err(|e| Error::BadResponse {
+                        method: "session/prompt",
+                        reason: e.to_string(),
+                    });
+                    let _ = orphan.tx.send(raw);
+                }
+            }
+            Inbound::Request { id, method, event } => self.handle_request(id, &method, event).await,
+            Inbound::Response { id, result } => {
+                let Some(pending) = lock(&self.pending).remove(&id) else {
+                    tracing::debug!(%id, "response to an unknown or timed-out request ignored");
+                    return;
+                };
+                let result = result.map_err(|e| Error::Rpc {
+                    method: pending.method,
+                    code: e.code,
+                    message: e.message,
+                });
+                if pending.method == "session/prompt"
+                    && let (Ok(raw), Some(session)) = (&result, &pending.session)
+                    && let Ok(stop_reason) = parse_stop_reason(raw)
+                {
+                    let session = session.clone();
+                    self.emit(DaemonEvent::TurnEnded {
+                        session,
+                        stop_reason,
+                    })
+                    .await;
+                }
+                let _ = pending.tx.send(result);
+            }
+        }
+    }
+
+    async fn handle_request(&self, id: RequestId, method: &str, event: DaemonEvent) {
+        let answer = match &event {
+            DaemonEvent::PermissionRequested(req) => {
+                let auto = self.cfg.permission_policy.as_ref().and_then(|p| p(req));
+                auto.map(|outcome| permission_answer(&id, &outcome))
+            }
+            DaemonEvent::Malformed { reason, .. } => {
+                tracing::warn!(%method, %reason, "malformed request from the daemon answered with invalid params");
+                Some(
+                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": reason}}),
+                )
+            }
+            _ => Some(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("method not found: {method}")}}),
+            ),
+        };
+        self.emit(event).await;
+        if let Some(answer) = answer
+            && let Err(e) = self.send(answer).await
+        {
+            tracing::warn!(%method, error = %e, "could not answer a daemon request");
+        }
+    }
+
+    /// Fails in-flight calls when a connection ends; prompts become orphans that wait for the turn.
+    fn on_disconnect(&self) {
+        *lock(&self.out) = None;
+        let pending: Vec<_> = lock(&self.pending).drain().collect();
+        let mut orphans = lock(&self.orphans);
+        for (_, p) in pending {
+            match (p.method, p.session) {
+                ("session/prompt", Some(session)) => {
+                    orphans.insert(session, Orphan { tx: p.tx });
+                }
+                _ => {
+                    let _ = p.tx.send(Err(Error::ConnectionLost));
+                }
+            }
+        }
+    }
+
+    fn fail_orphans(&self, error: impl Fn() -> Error) {
+        for (_, o) in lock(&self.orphans).drain() {
+            let _ = o.tx.send(Err(error()));
+        }
+    }
+
+    /// After a reconnect: `initialize`, then `session/load` each session with an open turn.
+    async fn resume(&self) -> Result<(), Error> {
+        self.initialize().await?;
+        let open: Vec<SessionId> = lock(&self.orphans).keys().cloned().collect();
+        let mut resumed = Vec::new();
+        let mut lost = Vec::new();
+        for session in open {
+            let cwd = lock(&self.cwds)
+                .get(&session)
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("."));
+            match self.load(&session, &cwd).await {
+                Ok(()) => resumed.push(session),
+                Err(Error::Rpc { message, .. }) => {
+                    if let Some(o) = lock(&self.orphans).remove(&session) {
+                        let _ = o.tx.send(Err(Error::SessionLost {
+                            session: session.to_string(),
+                            message: message.clone(),
+                        }));
+                    }
+                    lost.push((session, message));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        self.emit(DaemonEvent::Reconnected { resumed, lost }).await;
+        Ok(())
+    }
+
+    async fn supervise(self: Arc<Self>, mut io: JoinHandle<String>) {
+        loop {
+            let reason = (&mut io)
+                .await
+                .unwrap_or_else(|e| format!("connection task failed: {e}"));
+            self.on_disconnect();
+            if self.shutdown.is_cancelled() {
+                self.fail_orphans(|| Error::Closed);
+                self.emit(DaemonEvent::Closed { reason }).await;
+                return;
+            }
+            tracing::warn!(%reason, url = %self.cfg.url, "daemon connection lost; reconnecting");
+            self.emit(DaemonEvent::Disconnected { reason }).await;
+            let mut attempt = 0u32;
+            io = loop {
+                let delay = backoff_delay(self.cfg.backoff_base, self.cfg.backoff_cap, attempt);
+                attempt = attempt.saturating_add(1);
+                tokio::select! {
+                    () = self.shutdown.cancelled() => {
+                        self.fail_orphans(|| Error::Closed);
+                        self.emit(DaemonEvent::Closed { reason: "client closed".into() }).await;
+                        return;
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+                match self.open().await {
+                    Ok(ws) => {
+                        let io = Self::spawn_connection(&self, ws);
+                        match self.resume().await {
+                            Ok(()) => break io,
+                            Err(e) => {
+                                tracing::warn!(error = %e, attempt, "re-initialising the daemon connection failed");
+                                io.abort();
+                                self.on_disconnect();
+                            }
+                        }
+                    }
+                    Err(e @ (Error::Unauthorized { .. } | Error::BadUrl { .. })) => {
+                        tracing::error!(error = %e, "giving up on the daemon connection");
+                        self.fail_orphans(|| Error::Closed);
+                        self.emit(DaemonEvent::Closed {
+                            reason: e.to_string(),
+                        })
+                        .await;
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, attempt, "reconnect attempt failed"),
+                }
+            };
+        }
+    }
+}

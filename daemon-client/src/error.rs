@@ -1,0 +1,83 @@
+//! Errors at the daemon-client boundary, named for what the caller does next.
+
+use std::time::Duration;
+
+/// What went wrong talking to the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Fatal until the configuration changes: the daemon refused the bearer token.
+    #[error("the daemon at {url} refused our credentials (HTTP {status}); check daemon.token")]
+    Unauthorized {
+        /// The URL (never carries the token).
+        url: String,
+        /// 401 or 403.
+        status: u16,
+    },
+    /// Fatal until the configuration changes: the URL cannot be used.
+    #[error("the daemon URL {url:?} is not usable: {reason}")]
+    BadUrl {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Retry later: the daemon could not be reached.
+    #[error("cannot reach the daemon at {url}: {reason}")]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// The transport's words.
+        reason: String,
+    },
+    /// Retry: the connection dropped while the call was in flight. The client is reconnecting.
+    #[error("the connection to the daemon was lost")]
+    ConnectionLost,
+    /// Retry or give up: the daemon did not answer in time.
+    #[error("the daemon did not answer {method} within {timeout:?}")]
+    Timeout {
+        /// The JSON-RPC method.
+        method: &'static str,
+        /// The limit that passed.
+        timeout: Duration,
+    },
+    /// The daemon answered with a JSON-RPC error; usually bad input (unknown session, bad params).
+    #[error("the daemon answered {method} with error {code}: {message}")]
+    Rpc {
+        /// The JSON-RPC method.
+        method: &'static str,
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The daemon's answer did not have the documented shape.
+    #[error("the daemon's answer to {method} was not understood: {reason}")]
+    BadResponse {
+        /// The JSON-RPC method.
+        method: &'static str,
+        /// What was wrong (no frame content).
+        reason: String,
+    },
+    /// After a reconnect the daemon no longer knew the session of an open turn.
+    #[error("the daemon lost session {session} while the connection was down: {message}")]
+    SessionLost {
+        /// The session.
+        session: String,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The client was closed (shutdown, or a fatal connection error).
+    #[error("the daemon client is closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether trying again later can succeed without a configuration change.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable { .. } | Self::ConnectionLost | Self::Timeout { .. }
+        )
+    }
+}

@@ -1,0 +1,302 @@
+//! The ACP / JSON-RPC wire, modelled exactly and leniently, borrowed from the frame's bytes.
+//!
+//! Decoding is the hot path (a heartbeat every few seconds per running tool), so the envelope is read
+//! in one pass into borrowed fields; only the parts a frame's method needs are looked at, and large
+//! unknown parts (`_meta.availableSkills`, `configOptions`) are skipped without being built. Unknown
+//! fields are ignored everywhere; a field of the wrong type makes the frame malformed, never a panic.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::ids::RequestId;
+
+/// The JSON-RPC 2.0 envelope of any inbound message.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Envelope<'a> {
+    #[serde(default)]
+    pub id: Option<RequestId>,
+    #[serde(borrow, default)]
+    pub method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub result: Option<&'a RawValue>,
+    #[serde(default)]
+    pub error: Option<RpcErrorObject>,
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct RpcErrorObject {
+    /// The error code (-32601 method not found, …).
+    pub code: i64,
+    /// The daemon's message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The single-pass form of a `session/update` notification: plain borrowed strings, params and
+/// `_meta` typed in place. Any surprise — an escaped string, a field of another type — fails this
+/// decode and the frame takes the lenient path instead, which reaches the same event.
+#[derive(Debug, Deserialize)]
+pub(crate) struct FastUpdate<'a> {
+    #[serde(default)]
+    pub id: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default)]
+    pub method: Option<&'a str>,
+    #[serde(borrow, default)]
+    pub params: Option<FastParams<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FastParams<'a> {
+    #[serde(borrow, default)]
+    pub session_id: Option<&'a str>,
+    #[serde(borrow, default)]
+    pub update: Option<FastFields<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FastFields<'a> {
+    #[serde(borrow, default)]
+    session_update: Option<&'a str>,
+    #[serde(borrow, default)]
+    pub tool_call_id: Option<&'a str>,
+    #[serde(borrow, default)]
+    status: Option<&'a str>,
+    #[serde(borrow, default)]
+    kind: Option<&'a str>,
+    #[serde(borrow, default)]
+    title: Option<&'a str>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    raw_output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    raw_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    entries: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<FastMeta<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FastMeta<'a> {
+    #[serde(borrow, default)]
+    tool_name: Option<&'a str>,
+    #[serde(default)]
+    shell_progress: Option<crate::event::ShellProgress>,
+    #[serde(default)]
+    usage: Option<crate::event::Usage>,
+}
+
+impl FastFields<'_> {
+    /// The heartbeat's progress when this update is one (F1: a kind-less, title-less `in_progress`
+    /// `tool_call_update` without content); `None` for every other update.
+    pub(crate) fn heartbeat(&self) -> Option<crate::event::ShellProgress> {
+        let bare = self.kind.is_none() && self.title.is_none() && self.content.is_none();
+        let is_heartbeat = bare
+            && self.session_update == Some("tool_call_update")
+            && self.status == Some("in_progress")
+            && self.raw_output.is_none();
+        is_heartbeat.then(|| {
+            self.meta
+                .as_ref()
+                .and_then(|m| m.shell_progress)
+                .unwrap_or_default()
+        })
+    }
+}
+
+impl<'a> From<FastParams<'a>> for UpdateParams<'a, Option<Meta<'a>>> {
+    fn from(p: FastParams<'a>) -> Self {
+        let update = p.update.map(|u| Update {
+            session_update: u.session_update.map(Cow::Borrowed),
+            tool_call_id: u.tool_call_id.map(Cow::Borrowed),
+            status: u.status.map(Cow::Borrowed),
+            kind: u.kind.map(Cow::Borrowed),
+            title: u.title.map(Cow::Borrowed),
+            content: u.content,
+            raw_output: u.raw_output,
+            raw_input: u.raw_input,
+            entries: u.entries,
+            meta: u.meta.map(|m| Meta {
+                tool_name: m.tool_name.map(Cow::Borrowed),
+                shell_progress: m.shell_progress,
+                usage: m.usage,
+            }),
+        });
+        Self {
+            session_id: p.session_id.map(Cow::Borrowed),
+            update,
+        }
+    }
+}
+
+/// `session/update` params; `M` is how `_meta` is held (typed, or raw for the lenient path).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UpdateParams<'a, M> {
+    #[serde(borrow, default)]
+    pub session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default = "none")]
+    #[serde(bound(deserialize = "M: Deserialize<'de> + Default"))]
+    pub update: Option<Update<'a, M>>,
+}
+
+fn none<T>() -> Option<T> {
+    None
+}
+
+/// `_meta` held raw: parsed on demand, and a bad `_meta` is treated as absent.
+pub(crate) type RawMeta<'a> = Option<&'a RawValue>;
+
+/// One `SessionUpdate`, flattened: every variant's fields are optional here and the classifier
+/// decides what the combination means.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[serde(bound(deserialize = "M: Deserialize<'de> + Default"))]
+pub(crate) struct Update<'a, M = RawMeta<'a>> {
+    #[serde(borrow, default)]
+    pub session_update: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub tool_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub title: Option<Cow<'a, str>>,
+    /// An object (`ContentBlock`) on chunks, an array (`ToolCallContent[]`) on tool calls.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub raw_output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub raw_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub entries: Option<&'a RawValue>,
+    #[serde(default, rename = "_meta")]
+    pub meta: M,
+}
+
+/// How a decoded update hands out its `_meta`.
+pub(crate) trait MetaSource<'a> {
+    /// The parts of `_meta` the bridge reads; empty when absent or unreadable.
+    fn meta(&self) -> Meta<'a>;
+}
+
+impl<'a> MetaSource<'a> for RawMeta<'a> {
+    fn meta(&self) -> Meta<'a> {
+        self.and_then(|m| serde_json::from_str(m.get()).ok())
+            .unwrap_or_default()
+    }
+}
+
+impl<'a> MetaSource<'a> for Option<Meta<'a>> {
+    fn meta(&self) -> Meta<'a> {
+        self.clone().unwrap_or_default()
+    }
+}
+
+/// The parts of `_meta` the bridge reads; everything else in it is skipped.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Meta<'a> {
+    #[serde(borrow, default)]
+    pub tool_name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub shell_progress: Option<crate::event::ShellProgress>,
+    #[serde(default)]
+    pub usage: Option<crate::event::Usage>,
+}
+
+/// A content block (`{type:"text", text}`), lenient about its type.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ContentBlock<'a> {
+    #[serde(borrow, default, rename = "type")]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+}
+
+/// One entry of a tool call's `content` array (`{type:"content", content:{…}}`, diffs, terminals).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ToolCallContent<'a> {
+    #[serde(borrow, default)]
+    pub content: Option<ContentBlock<'a>>,
+}
+
+/// `rawOutput` of a shell tool (qwen's `shell_result` shape, which shell-agent shares).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawOutput<'a> {
+    #[serde(borrow, default)]
+    pub output: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub outcome: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    #[serde(default)]
+    pub signal: Option<i64>,
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+}
+
+/// `rawOutput.error` when it is an object (`{type:"execution_timeout", message}`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawError<'a> {
+    #[serde(borrow, default, rename = "type")]
+    pub kind: Option<Cow<'a, str>>,
+}
+
+/// `rawInput` of a tool call: the one field that matters to liveness.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawInput {
+    #[serde(default)]
+    pub timeout: Option<serde_json::Number>,
+}
+
+/// `session/request_permission` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PermissionParams<'a> {
+    #[serde(borrow, default)]
+    pub session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub tool_call: Option<Update<'a>>,
+    #[serde(default)]
+    pub options: Vec<crate::event::PermissionOption>,
+}
+
+/// Vendor notifications such as `_qwen/notify` (`{kind, data:{sessionId, stopReason}}`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct VendorNotify<'a> {
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub data: Option<VendorData<'a>>,
+}
+
+/// The `data` of a vendor notification, and the params of `_shell_agent/turn_complete`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VendorData<'a> {
+    #[serde(borrow, default)]
+    pub session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub stop_reason: Option<Cow<'a, str>>,
+}
+
+/// `{stopReason}`, the `session/prompt` result.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PromptResult<'a> {
+    #[serde(borrow)]
+    pub stop_reason: Cow<'a, str>,
+}

@@ -1,0 +1,33 @@
+//! Support for chat-bridge's end-to-end tests.
+//!
+//! # Layout
+//! - [`scripted`]: a WebSocket daemon driven by a script, for replaying real captures and for frame
+//!   sequences the real daemons cannot be made to produce (drops, silences, garbage).
+//! - [`capture`]: reads `../shared/fixtures/acp-qwen-0.24.4/`.
+//! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
+//! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
+
+pub mod capture;
+pub mod qwen;
+pub mod scripted;
+pub mod summary;
+
+use std::path::PathBuf;
+
+/// The `shared/` folder beside the repository (`CHAT_BRIDGE_SHARED_DIR` overrides).
+#[must_use]
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("CHAT_BRIDGE_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+}
+
+/// Installs a test log subscriber once (respects `RUST_LOG`).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,516 @@
+//! daemon-client against a real WebSocket: the qwen captures replayed by a scripted daemon, and the
+//! frame sequences real daemons cannot be made to produce (garbage, drops, silence, bad tokens).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_bridge_tests::scripted::{Peer, ScriptedDaemon, replay};
+use chat_bridge_tests::summary::ToolRun;
+use chat_bridge_tests::{capture, init_tracing};
+use daemon_client::{
+    ClientConfig, DaemonClient, DaemonEvent, Error, EventStream, PermissionOutcome,
+    PermissionPolicy, SessionId, StopReason,
+};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn allow_once() -> PermissionPolicy {
+    Arc::new(|req| {
+        req.options
+            .iter()
+            .find(|o| o.kind == "allow_once")
+            .map(|o| PermissionOutcome::Selected(o.option_id.clone()))
+    })
+}
+
+fn config(d: &ScriptedDaemon) -> ClientConfig {
+    let mut cfg = ClientConfig::new(&d.url).with_token(&d.token);
+    cfg.permission_policy = Some(allow_once());
+    cfg.backoff_base = Duration::from_millis(20);
+    cfg.backoff_cap = Duration::from_millis(200);
+    cfg
+}
+
+async fn next(events: &mut EventStream) -> DaemonEvent {
+    tokio::time::timeout(LIMIT, events.recv())
+        .await
+        .expect("an event within 30 s")
+        .expect("stream open")
+}
+
+/// Collects events up to and including the first that matches `stop`.
+async fn until(events: &mut EventStream, stop: impl Fn(&DaemonEvent) -> bool) -> Vec<DaemonEvent> {
+    let mut out = Vec::new();
+    loop {
+        let e = next(events).await;
+        let done = stop(&e);
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Replays capture `name` (connection 1) and runs one prompt through the client; `on_event` may act
+/// (e.g. cancel) as events arrive. Returns every event up to the trailing `turn_complete` notice.
+async fn replay_prompt(name: &str, cancel_after_heartbeat: bool) -> Vec<DaemonEvent> {
+    init_tracing();
+    let lines = Arc::new(capture::load(name));
+    let script_lines = lines.clone();
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let lines = script_lines.clone();
+        async move { replay(&mut peer, &lines, 1).await }
+    })
+    .await;
+    let (client, info, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    assert!(info.load_session);
+    let new = client
+        .new_session("/tmp/qwen/ws")
+        .await
+        .expect("session/new");
+    assert!(new.modes.contains(&"yolo".to_owned()), "{:?}", new.modes);
+    let prompt_text = lines
+        .iter()
+        .find(|l| l.msg["method"] == "session/prompt")
+        .and_then(|l| l.msg["params"]["prompt"][0]["text"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let prompter = client.clone();
+    let session = new.session.clone();
+    let prompt = tokio::spawn(async move { prompter.prompt(&session, &prompt_text).await });
+    let mut seen = Vec::new();
+    loop {
+        let e = next(&mut events).await;
+        if cancel_after_heartbeat && matches!(e, DaemonEvent::ToolProgress { .. }) {
+            client.cancel(&new.session).await.expect("cancel");
+        }
+        let last = matches!(&e, DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete");
+        seen.push(e);
+        if last {
+            break;
+        }
+    }
+    let stop = prompt.await.expect("join").expect("prompt");
+    let run = ToolRun::of(&seen);
+    assert_eq!(
+        run.stop_reason.as_ref(),
+        Some(&stop),
+        "TurnEnded carries the prompt's stop reason"
+    );
+    assert!(
+        seen.iter()
+            .all(|e| e.session().is_none_or(|s| *s == new.session)),
+        "events name the prompt's session"
+    );
+    assert!(
+        seen.iter()
+            .filter(|e| e.name().starts_with("tool_"))
+            .all(|e| e.session() == Some(&new.session)),
+        "every tool event names the session"
+    );
+    client.close();
+    seen
+}
+
+fn names(events: &[DaemonEvent]) -> Vec<&'static str> {
+    events.iter().map(DaemonEvent::name).collect()
+}
+
+#[tokio::test]
+async fn f1_replayed_heartbeat_capture_gives_progress_never_malformed_then_completed() {
+    let events = replay_prompt("shell-heartbeat-completed.jsonl", false).await;
+    assert_eq!(
+        names(&events),
+        [
+            "other",                // user_message_chunk echo
+            "other",                // available_commands_update (570 kB)
+            "tool_started",         // tool_call pending
+            "usage",                // empty chunk with _meta.usage (F6)
+            "permission_requested", // answered allow by the policy
+            "other",                // _qwen/notify permission_resolved
+            "tool_progress",        // heartbeat at 10 s
+            "tool_progress",        // heartbeat at 20 s
+            "tool_finished",
+            "agent_text",
+            "usage",
+            "turn_ended",
+            "other", // _qwen/notify turn_complete
+        ]
+    );
+    let run = ToolRun::of(&events);
+    run.assert_silent_completed(2, "42");
+    assert_eq!(run.progress_elapsed, [Some(10000), Some(20000)]);
+}
+
+#[tokio::test]
+async fn f3_replayed_silent_timeout_is_timed_out_with_no_output() {
+    let events = replay_prompt("shell-timeout-silent.jsonl", false).await;
+    let run = ToolRun::of(&events);
+    run.assert_timed_out(None);
+    assert_eq!(run.progress_elapsed.len(), 1);
+    assert_eq!(run.result().signal, Some(15));
+}
+
+#[tokio::test]
+async fn f3_replayed_partial_timeout_is_timed_out_with_output_partial() {
+    let events = replay_prompt("shell-timeout-partial.jsonl", false).await;
+    let run = ToolRun::of(&events);
+    run.assert_timed_out(Some("partial"));
+    assert_eq!(run.stop_reason, Some(StopReason::EndTurn));
+}
+
+#[tokio::test]
+async fn f3_replayed_cancel_is_cancelled_and_the_prompt_stops_cancelled() {
+    let events = replay_prompt("shell-cancel.jsonl", true).await;
+    ToolRun::of(&events).assert_cancelled();
+}
+
+#[tokio::test]
+async fn replayed_second_connection_loads_the_session_of_the_first() {
+    init_tracing();
+    let lines = Arc::new(capture::load("permission-denied-then-load.jsonl"));
+    let l = lines.clone();
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let lines = l.clone();
+        async move {
+            let conn = peer.number as u64;
+            replay(&mut peer, &lines, conn).await;
+        }
+    })
+    .await;
+    let (first, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let s = first
+        .new_session("/tmp/qwen/ws")
+        .await
+        .expect("new")
+        .session;
+    assert_eq!(
+        first.prompt(&s, "hello").await.expect("text turn"),
+        StopReason::EndTurn
+    );
+    assert_eq!(
+        first
+            .prompt(&s, "RUN 60000 echo hi")
+            .await
+            .expect("tool turn"),
+        StopReason::EndTurn
+    );
+    let seen = until(&mut events, |e| {
+        matches!(e, DaemonEvent::ToolFinished { .. })
+    })
+    .await;
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, DaemonEvent::AgentText { text, .. } if text.starts_with("echo:")))
+    );
+    let (second, _, _events2) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("second connection");
+    let captured = SessionId::parse("833dcdab-664c-4ebf-accc-4a97f037b857").expect("id");
+    second
+        .load_session(&captured, "/tmp/qwen/ws")
+        .await
+        .expect("session/load");
+    assert_eq!(daemon.connections(), 2);
+}
+
+#[tokio::test]
+async fn f2_garbage_and_a_frame_without_tool_call_id_are_skipped_and_the_session_lives_on() {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        let new = peer.expect("session/new").await;
+        peer.reply(&new, json!({"sessionId": "s1"})).await;
+        let prompt = peer.expect("session/prompt").await;
+        let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+        peer.send_raw("{this is not json").await;
+        peer.send(update(json!({"sessionUpdate":"tool_call_update","status":"in_progress"}))).await;
+        peer.send_raw("\u{0}\u{1}binary-ish").await;
+        peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"still here"}}))).await;
+        peer.reply(&prompt, json!({"stopReason":"end_turn"})).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let s = client.new_session("/").await.expect("new").session;
+    assert_eq!(
+        client.prompt(&s, "x").await.expect("prompt"),
+        StopReason::EndTurn
+    );
+    let seen = until(&mut events, |e| matches!(e, DaemonEvent::TurnEnded { .. })).await;
+    assert_eq!(
+        names(&seen),
+        [
+            "malformed",
+            "malformed",
+            "malformed",
+            "agent_text",
+            "turn_ended"
+        ]
+    );
+    assert!(
+        matches!(&seen[1], DaemonEvent::Malformed { session: Some(id), .. } if id.as_str() == "s1")
+    );
+    assert_eq!(client.stats().classifier.malformed, 3);
+    assert_eq!(
+        daemon.connections(),
+        1,
+        "the connection survived the garbage"
+    );
+}
+
+#[tokio::test]
+async fn daemon_requests_we_do_not_serve_get_method_not_found_so_the_daemon_never_waits() {
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        peer.send(json!({"jsonrpc":"2.0","id":"fs-1","method":"fs/read_text_file","params":{"path":"/etc/passwd"}})).await;
+        let answer = peer.recv().await.expect("answer");
+        assert_eq!(answer["id"], "fs-1");
+        assert_eq!(answer["error"]["code"], -32601);
+        peer.send(json!({"jsonrpc":"2.0","method":"confirmed","params":{}})).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let (_client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let seen = until(
+        &mut events,
+        |e| matches!(e, DaemonEvent::Other { method, .. } if method == "confirmed"),
+    )
+    .await;
+    assert_eq!(names(&seen), ["other", "other"]);
+}
+
+#[tokio::test]
+async fn permission_requests_without_a_policy_wait_for_answer_permission() {
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        peer.send(json!({"jsonrpc":"2.0","id":"_qwen_perm_x_1","method":"session/request_permission","params":{
+            "sessionId":"s1","toolCall":{"toolCallId":"c1","title":"rm -rf /tmp/x","kind":"execute"},
+            "options":[{"optionId":"proceed_once","kind":"allow_once","name":"Allow"},{"optionId":"cancel","kind":"reject_once","name":"Reject"}]}})).await;
+        let answer = peer.recv().await.expect("answer");
+        assert_eq!(answer, json!({"jsonrpc":"2.0","id":"_qwen_perm_x_1","result":{"outcome":{"outcome":"selected","optionId":"cancel"}}}));
+        peer.send(json!({"jsonrpc":"2.0","method":"confirmed","params":{}})).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let mut cfg = config(&daemon);
+    cfg.permission_policy = None;
+    let (client, _, mut events) = DaemonClient::connect(cfg).await.expect("connect");
+    let DaemonEvent::PermissionRequested(req) = next(&mut events).await else {
+        panic!("expected a permission request")
+    };
+    assert_eq!(req.options.len(), 2);
+    client
+        .answer_permission(
+            &req.request_id,
+            &PermissionOutcome::Selected("cancel".into()),
+        )
+        .await
+        .expect("answer");
+    let seen = until(
+        &mut events,
+        |e| matches!(e, DaemonEvent::Other { method, .. } if method == "confirmed"),
+    )
+    .await;
+    assert_eq!(names(&seen), ["other"]);
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_a_clear_fatal_unauthorized_error() {
+    let daemon = ScriptedDaemon::start(|_peer: Peer| async {}).await;
+    let cfg = ClientConfig::new(&daemon.url).with_token("wrong");
+    let err = DaemonClient::connect(cfg)
+        .await
+        .expect_err("must be refused");
+    assert!(
+        matches!(err, Error::Unauthorized { status: 401, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("daemon.token"), "{err}");
+    assert!(
+        !format!("{err:?}").contains("wrong"),
+        "the token never shows in errors"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_daemon_and_a_bad_url_are_told_apart() {
+    let err = DaemonClient::connect(ClientConfig::new("ws://127.0.0.1:1/acp"))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, Error::Unreachable { .. }) && err.is_retryable(),
+        "{err:?}"
+    );
+    let err = DaemonClient::connect(ClientConfig::new("http://127.0.0.1/acp"))
+        .await
+        .expect_err("bad url");
+    assert!(
+        matches!(err, Error::BadUrl { .. }) && !err.is_retryable(),
+        "{err:?}"
+    );
+}
+
+/// A daemon whose first connection drops mid-command; the second loads the session and finishes it.
+async fn drop_then(session_known: bool) -> (Result<StopReason, Error>, Vec<DaemonEvent>, usize) {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| async move {
+        let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+        peer.handshake().await;
+        if peer.number == 1 {
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "s1"})).await;
+            peer.expect("session/prompt").await;
+            peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"sleep 5","kind":"execute","status":"in_progress"}))).await;
+            peer.drop_connection();
+            return;
+        }
+        let load = peer.expect("session/load").await;
+        assert_eq!(load["params"]["sessionId"], "s1");
+        assert_eq!(load["params"]["cwd"], "/work");
+        if !session_known {
+            peer.send(json!({"jsonrpc":"2.0","id":load["id"],"error":{"code":-32602,"message":"unknown session s1"}})).await;
+            let _ = peer.recv().await;
+            return;
+        }
+        peer.reply(&load, json!({})).await;
+        // Replayed on load, then the live result: the replay is harmless (F4) and the result arrives once.
+        peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"sleep 5","kind":"execute","status":"in_progress"}))).await;
+        peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"output":"done","exitCode":0}}))).await;
+        peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"output":"done","exitCode":0}}))).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_shell_agent/turn_complete","params":{"sessionId":"s1","stopReason":"end_turn"}})).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let s = client.new_session("/work").await.expect("new").session;
+    let result = tokio::time::timeout(LIMIT, client.prompt(&s, "sleep 5"))
+        .await
+        .expect("prompt resolves");
+    let seen = until(&mut events, |e| {
+        matches!(e, DaemonEvent::TurnEnded { .. })
+            || matches!(e, DaemonEvent::Reconnected { lost, .. } if !lost.is_empty())
+    })
+    .await;
+    (result, seen, daemon.connections())
+}
+
+#[tokio::test]
+async fn reconnect_reloads_open_turns_and_delivers_the_result_once() {
+    let (result, seen, connections) = drop_then(true).await;
+    assert_eq!(
+        result.expect("the orphaned prompt completes"),
+        StopReason::EndTurn
+    );
+    assert_eq!(connections, 2);
+    let n = names(&seen);
+    let pos = |name: &str| {
+        n.iter()
+            .position(|x| *x == name)
+            .unwrap_or_else(|| panic!("{name} missing: {n:?}"))
+    };
+    assert_eq!(n[0], "tool_started");
+    assert!(pos("disconnected") < pos("reconnected"), "{n:?}");
+    assert!(pos("disconnected") < pos("tool_finished"), "{n:?}");
+    assert_eq!(n.last(), Some(&"turn_ended"), "{n:?}");
+    assert_eq!(
+        n.iter().filter(|x| **x == "late_update").count(),
+        1,
+        "the duplicate result is late (F4): {n:?}"
+    );
+    let run = ToolRun::of(&seen);
+    assert_eq!(
+        run.finished.len(),
+        1,
+        "result delivered once: {:?}",
+        run.names
+    );
+    assert!(seen.iter().any(|e| matches!(e, DaemonEvent::Reconnected { resumed, lost } if resumed.len() == 1 && lost.is_empty())));
+}
+
+#[tokio::test]
+async fn reconnect_reports_a_session_the_daemon_lost_and_fails_its_prompt_clearly() {
+    let (result, seen, _) = drop_then(false).await;
+    assert!(
+        matches!(result, Err(Error::SessionLost { .. })),
+        "{result:?}"
+    );
+    assert!(
+        matches!(seen.last(), Some(DaemonEvent::Reconnected { resumed, lost }) if resumed.is_empty() && lost.len() == 1)
+    );
+}
+
+#[tokio::test]
+async fn l4_no_pong_within_the_limit_means_reconnect() {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        if peer.number == 1 {
+            // Stop reading: pings pile up unanswered.
+            let _peer = peer.go_silent(Duration::from_secs(5)).await;
+        } else {
+            let _ = peer.recv().await;
+        }
+    })
+    .await;
+    let mut cfg = config(&daemon);
+    cfg.ping_interval = Duration::from_millis(100);
+    cfg.pong_timeout = Duration::from_millis(300);
+    let (_client, _, mut events) = DaemonClient::connect(cfg).await.expect("connect");
+    let seen = until(&mut events, |e| {
+        matches!(e, DaemonEvent::Reconnected { .. })
+    })
+    .await;
+    assert!(
+        matches!(&seen[0], DaemonEvent::Disconnected { reason } if reason.contains("no pong")),
+        "{seen:?}"
+    );
+    assert_eq!(daemon.connections(), 2);
+}
+
+#[tokio::test]
+async fn closing_the_client_ends_the_stream_with_closed_and_fails_new_calls() {
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    client.close();
+    let seen = until(&mut events, |e| matches!(e, DaemonEvent::Closed { .. })).await;
+    assert_eq!(names(&seen), ["closed"]);
+    assert!(client.new_session("/").await.is_err());
+}
+
+#[tokio::test]
+async fn wss_urls_set_up_tls_with_ring_and_fail_cleanly_against_a_non_tls_server() {
+    // The TLS trap of DESIGN.md §8: building a rustls client config must not panic. A plain TCP
+    // server that hangs up makes the TLS handshake fail, which must be a retryable error.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            drop(tcp);
+        }
+    });
+    let err = DaemonClient::connect(ClientConfig::new(format!("wss://{addr}/acp")))
+        .await
+        .expect_err("no TLS there");
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+}
