@@ -9,6 +9,7 @@
 
 pub mod capture;
 pub mod qwen;
+pub mod raw;
 pub mod scripted;
 pub mod summary;
 

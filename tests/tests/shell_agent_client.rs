@@ -1,0 +1,170 @@
+//! daemon-client connected to shell-agent: the same DaemonEvent kinds, checked by the same
+//! `ToolRun` assertions that the qwen capture replays pass (one helper for every daemon).
+
+use std::time::Duration;
+
+use chat_bridge_tests::init_tracing;
+use chat_bridge_tests::summary::ToolRun;
+use daemon_client::{ClientConfig, DaemonClient, DaemonEvent, EventStream, SessionId};
+use shell_agent::{AgentConfig, ShellAgent};
+
+struct Rig {
+    agent: ShellAgent,
+    client: DaemonClient,
+    events: EventStream,
+    session: SessionId,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(heartbeat_ms: u64) -> Rig {
+    rig_with(AgentConfig {
+        heartbeat_interval: Duration::from_millis(heartbeat_ms),
+        ..AgentConfig::default()
+    })
+    .await
+}
+
+async fn rig_with(cfg: AgentConfig) -> Rig {
+    init_tracing();
+    let cfg = AgentConfig {
+        kill_grace: Duration::from_millis(500),
+        ..cfg
+    };
+    let agent = ShellAgent::start("127.0.0.1:0".parse().expect("addr"), None, cfg)
+        .await
+        .expect("agent");
+    let (client, info, events) =
+        DaemonClient::connect(ClientConfig::new(agent.url()).with_token(agent.token()))
+            .await
+            .expect("connect");
+    assert!(info.load_session);
+    let dir = tempfile::tempdir().expect("tmp");
+    let session = client
+        .new_session(dir.path())
+        .await
+        .expect("session")
+        .session;
+    Rig {
+        agent,
+        client,
+        events,
+        session,
+        _dir: dir,
+    }
+}
+
+/// Runs `command` and collects its events up to `TurnEnded`; cancels after the first heartbeat if asked.
+async fn turn(rig: &mut Rig, command: &str, cancel_after_heartbeat: bool) -> Vec<DaemonEvent> {
+    let client = rig.client.clone();
+    let (session, command) = (rig.session.clone(), command.to_owned());
+    let prompt = tokio::spawn(async move { client.prompt(&session, &command).await });
+    let mut seen = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), rig.events.recv())
+            .await
+            .expect("events within 30 s")
+            .expect("open");
+        if cancel_after_heartbeat && matches!(e, DaemonEvent::ToolProgress { .. }) {
+            rig.client.cancel(&rig.session).await.expect("cancel");
+        }
+        let done = matches!(e, DaemonEvent::TurnEnded { .. });
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    let stop = prompt.await.expect("join").expect("prompt");
+    assert_eq!(ToolRun::of(&seen).stop_reason, Some(stop));
+    seen
+}
+
+#[tokio::test]
+async fn shell_agent_silent_command_is_progress_then_completed_like_qwen() {
+    let mut rig = rig(200).await;
+    let events = turn(&mut rig, "sleep 1; echo 42", false).await;
+    ToolRun::of(&events).assert_silent_completed(3, "42");
+    assert_eq!(rig.client.stats().classifier.malformed, 0);
+    rig.agent.shutdown().await;
+}
+
+#[tokio::test]
+async fn shell_agent_partial_timeout_is_timed_out_with_output_like_qwen() {
+    let mut rig = rig(300).await;
+    let events = turn(&mut rig, "timeout=1s echo partial; sleep 30", false).await;
+    let run = ToolRun::of(&events);
+    run.assert_timed_out(Some("partial"));
+    assert_eq!(run.result().signal, Some(15));
+    rig.agent.shutdown().await;
+}
+
+#[tokio::test]
+async fn shell_agent_silent_timeout_is_timed_out_with_no_output_like_qwen() {
+    let mut rig = rig(300).await;
+    let events = turn(&mut rig, "timeout=1s sleep 30", false).await;
+    let run = ToolRun::of(&events);
+    run.assert_timed_out(None);
+    assert!(!run.progress_elapsed.is_empty(), "heartbeats while silent");
+    rig.agent.shutdown().await;
+}
+
+#[tokio::test]
+async fn shell_agent_cancel_is_cancelled_and_the_turn_stops_cancelled_like_qwen() {
+    let mut rig = rig(200).await;
+    let events = turn(&mut rig, "sleep 30", true).await;
+    ToolRun::of(&events).assert_cancelled();
+    rig.agent.shutdown().await;
+}
+
+/// Runs a silent 1.5 s command with no command timeout under a 500 ms idle limit; returns the
+/// stalls the liveness clock reported.
+async fn stalls_for_silent_command(heartbeat_ms: u64) -> usize {
+    let cfg = AgentConfig {
+        heartbeat_interval: Duration::from_millis(heartbeat_ms),
+        default_timeout: Duration::ZERO,
+        ..AgentConfig::default()
+    };
+    let mut rig = rig_with(cfg).await;
+    let cfg = daemon_client::LivenessConfig {
+        idle: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let mut liveness = daemon_client::Liveness::new(cfg, tokio::time::Instant::now());
+    let client = rig.client.clone();
+    let session = rig.session.clone();
+    let prompt = tokio::spawn(async move { client.prompt(&session, "sleep 1.5").await });
+    let mut stalls = 0;
+    loop {
+        let deadline = liveness.deadline().expect("a deadline");
+        tokio::select! {
+            e = rig.events.recv() => {
+                let e = e.expect("open");
+                liveness.observe(&e, tokio::time::Instant::now());
+                if matches!(e, DaemonEvent::TurnEnded { .. }) { break; }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if liveness.poll(tokio::time::Instant::now()).is_some() { stalls += 1; }
+            }
+        }
+    }
+    prompt.await.expect("join").expect("prompt");
+    rig.agent.shutdown().await;
+    stalls
+}
+
+#[tokio::test]
+async fn l1_shell_agent_heartbeats_keep_a_silent_turn_alive_under_a_shorter_idle_limit() {
+    assert_eq!(
+        stalls_for_silent_command(200).await,
+        0,
+        "heartbeats re-armed the idle limit"
+    );
+}
+
+#[tokio::test]
+async fn l1_without_heartbeats_the_same_silent_turn_stalls() {
+    assert_eq!(
+        stalls_for_silent_command(0).await,
+        1,
+        "one stall notice for the one silence"
+    );
+}
