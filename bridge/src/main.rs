@@ -21,6 +21,15 @@ struct Cli {
 enum Command {
     /// Run the built-in ACP daemon: each prompt is a shell command run in a PTY.
     ShellAgent(ShellAgentArgs),
+    /// Apply the database migrations (also done at start-up); safe to run again.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    /// `postgres://…` or `sqlite://…`.
+    #[arg(long, env = "CHAT_BRIDGE_DATABASE__URL", hide_env_values = true)]
+    database_url: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,12 +117,20 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let store = chat_bridge::store::Store::open(&args.database_url).await?;
+    println!("migrations applied to {}", store.url());
+    store.close().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
         Command::ShellAgent(args) => shell_agent(args).await,
+        Command::Migrate(args) => migrate(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,154 @@
+//! `conversations`: one row per chat thread, keyed by (platform, workspace, channel, thread), linked to
+//! its daemon session.
+
+use serde::Serialize;
+use sqlx::AnyConnection;
+
+use super::{Result, new_id, sql};
+
+/// A conversation's key, as the channel adapter sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key<'a> {
+    /// `slack`, `discord`, `console`.
+    pub platform: &'a str,
+    /// Slack team or Discord guild (`-` for none).
+    pub workspace: &'a str,
+    /// Channel id.
+    pub channel: &'a str,
+    /// Thread id (Slack `thread_ts`, Discord thread channel id).
+    pub thread: &'a str,
+}
+
+/// A stored conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Conversation {
+    /// Our id.
+    pub id: String,
+    /// Platform.
+    pub platform: String,
+    /// Workspace or guild.
+    pub workspace: String,
+    /// Channel.
+    pub channel: String,
+    /// Thread.
+    pub thread: String,
+    /// The daemon session, once created.
+    pub daemon_session: Option<String>,
+    /// The session's working directory.
+    pub cwd: String,
+    /// Who started it.
+    pub started_by: String,
+    /// A short title (the first prompt's start).
+    pub title: String,
+    /// `active` or `closed`.
+    pub status: String,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub updated_at: i64,
+}
+
+pub(crate) const COLUMNS: &str = "id, platform, workspace, channel, thread, daemon_session, cwd, started_by, title, status, created_at, updated_at";
+
+/// Finds the conversation for `key`, creating it if needed; `true` when it was created.
+///
+/// # Errors
+/// Database errors.
+pub async fn find_or_create(
+    c: &mut AnyConnection,
+    key: &Key<'_>,
+    started_by: &str,
+    title: &str,
+    now: i64,
+) -> Result<(Conversation, bool)> {
+    let inserted = sqlx::query(
+        "INSERT INTO conversations (id, platform, workspace, channel, thread, started_by, title, status, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8)
+         ON CONFLICT (platform, workspace, channel, thread) DO NOTHING",
+    )
+    .bind(new_id())
+    .bind(key.platform)
+    .bind(key.workspace)
+    .bind(key.channel)
+    .bind(key.thread)
+    .bind(started_by)
+    .bind(title)
+    .bind(now)
+    .execute(&mut *c)
+    .await?
+    .rows_affected()
+        == 1;
+    let conv = sqlx::query_as::<_, Conversation>(sql(format!(
+        "SELECT {COLUMNS} FROM conversations WHERE platform = $1 AND workspace = $2 AND channel = $3 AND thread = $4"
+    )))
+    .bind(key.platform)
+    .bind(key.workspace)
+    .bind(key.channel)
+    .bind(key.thread)
+    .fetch_one(&mut *c)
+    .await?;
+    Ok((conv, inserted))
+}
+
+/// The conversation with `id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Conversation>> {
+    Ok(sqlx::query_as::<_, Conversation>(sql(format!(
+        "SELECT {COLUMNS} FROM conversations WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(c)
+    .await?)
+}
+
+/// The conversation bound to a daemon session.
+///
+/// # Errors
+/// Database errors.
+pub async fn by_session(c: &mut AnyConnection, session: &str) -> Result<Option<Conversation>> {
+    Ok(sqlx::query_as::<_, Conversation>(sql(format!(
+        "SELECT {COLUMNS} FROM conversations WHERE daemon_session = $1"
+    )))
+    .bind(session)
+    .fetch_optional(c)
+    .await?)
+}
+
+/// Binds the conversation to a daemon session (new, or replaced after `/new` or a lost session).
+///
+/// # Errors
+/// Database errors.
+pub async fn set_session(
+    c: &mut AnyConnection,
+    id: &str,
+    session: &str,
+    cwd: &str,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE conversations SET daemon_session = $2, cwd = $3, updated_at = $4 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(session)
+    .bind(cwd)
+    .bind(now)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// Marks activity (or closes it with `status = closed`).
+///
+/// # Errors
+/// Database errors.
+pub async fn touch(c: &mut AnyConnection, id: &str, status: &str, now: i64) -> Result<()> {
+    sqlx::query("UPDATE conversations SET status = $2, updated_at = $3 WHERE id = $1")
+        .bind(id)
+        .bind(status)
+        .bind(now)
+        .execute(c)
+        .await?;
+    Ok(())
+}

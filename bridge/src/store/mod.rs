@@ -1,0 +1,344 @@
+//! Persistence: the system of record (PostgreSQL) and the embedded default (SQLite), one query layer.
+//!
+//! The backend comes from the URL (`postgres://…`, `sqlite://…`). Queries are runtime SQL through
+//! sqlx's `Any` driver, written to run unchanged on both (unix-ms `BIGINT` times, JSON as `TEXT`,
+//! `$N` placeholders, `ON CONFLICT`, `RETURNING`); the schema lives in `migrations/postgres` and
+//! `migrations/sqlite`, embedded in the binary and run at start-up. Each table has its own module;
+//! no SQL lives outside this one.
+//!
+//! # Layout
+//! - [`conversations`], [`turns`], [`tool_calls`], [`transcript`], [`message_map`],
+//!   [`inbound`] (D2), [`outbox`] (D1), [`permissions`] (R6): one module per table.
+//! - [`history`]: the read side for on-call (lists, transcripts, search).
+//! - [`leader`]: the Postgres advisory-lock lease behind D5.
+
+pub mod conversations;
+pub mod history;
+pub mod inbound;
+pub mod leader;
+pub mod message_map;
+pub mod outbox;
+pub mod permissions;
+pub mod tool_calls;
+pub mod transcript;
+pub mod turns;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::AnyConnection;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::{Any, AnyPool, Transaction};
+
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL: the system of record; supports several replicas (D5).
+    Postgres,
+    /// SQLite: the single-node embedded default.
+    Sqlite,
+}
+
+/// What went wrong in the store, named for what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Fix the configuration: the URL's scheme is not one we support.
+    #[error("unsupported database URL {url}: use postgres://… or sqlite://…")]
+    UnknownScheme {
+        /// The URL, password masked.
+        url: String,
+    },
+    /// Retry later or fix the configuration: the database did not answer.
+    #[error("cannot reach the database at {url}: {source}")]
+    Unreachable {
+        /// The URL, password masked.
+        url: String,
+        /// The driver's error.
+        source: sqlx::Error,
+    },
+    /// Upgrade chat-bridge: the database was migrated by a newer version.
+    #[error(
+        "the database at {url} was migrated by a newer chat-bridge (it has migration {found}, this build knows up to {known}); run the newer version or restore a matching backup"
+    )]
+    NewerSchema {
+        /// The URL, password masked.
+        url: String,
+        /// The newest migration in the database.
+        found: i64,
+        /// The newest migration this build has.
+        known: i64,
+    },
+    /// The migrations could not be applied.
+    #[error("migrating the database at {url} failed: {source}")]
+    Migrate {
+        /// The URL, password masked.
+        url: String,
+        /// The migrator's error.
+        source: MigrateError,
+    },
+    /// A query failed; usually transient (connection lost), else a bug.
+    #[error("database error: {0}")]
+    Query(#[from] sqlx::Error),
+    /// Stored data did not have the expected shape.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Shorthand for store results.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Unix time in milliseconds, as every `*_at` column stores it.
+#[must_use]
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A fresh random id for rows we create.
+#[must_use]
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Marks SQL assembled only from constant fragments (column lists), never from input.
+pub(crate) fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
+
+/// A duration in whole milliseconds, saturating.
+#[must_use]
+pub fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Masks the password in a database URL (`postgres://user:***@host/db`) and `password=` parameters.
+#[must_use]
+pub fn mask_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find('/')
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+            }
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (base, query) = out.split_at(q + 1);
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{base}{}", masked.join("&"));
+    }
+    out
+}
+
+/// The store: a pool on one backend.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    url: String,
+}
+
+/// A transaction: state changes and the outbox rows they cause commit together (D1).
+#[derive(Debug)]
+pub struct Tx {
+    inner: Transaction<'static, Any>,
+}
+
+impl Tx {
+    /// The connection the repository functions take.
+    pub fn conn(&mut self) -> &mut AnyConnection {
+        &mut self.inner
+    }
+
+    /// Commits.
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when the commit fails (nothing was written).
+    pub async fn commit(self) -> Result<()> {
+        Ok(self.inner.commit().await?)
+    }
+}
+
+impl Store {
+    /// Connects to `url` and runs the embedded migrations (D4).
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownScheme`], [`StoreError::Unreachable`], [`StoreError::NewerSchema`] or
+    /// [`StoreError::Migrate`] — each naming the URL with its password masked.
+    pub async fn open(url: &str) -> Result<Self> {
+        let store = Self::connect(url).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Connects without migrating.
+    ///
+    /// # Errors
+    /// As [`Store::open`], except migration errors.
+    pub async fn connect(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let masked = mask_url(url);
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            return Err(StoreError::UnknownScheme { url: masked });
+        };
+        let url = match backend {
+            // Create the file on first use; the embedded default starts from nothing.
+            Backend::Sqlite if !url.contains("mode=") => {
+                format!("{url}{}mode=rwc", if url.contains('?') { '&' } else { '?' })
+            }
+            _ => url.to_owned(),
+        };
+        let options = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            });
+        let pool = options
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Unreachable {
+                url: masked.clone(),
+                source,
+            })?;
+        Ok(Self {
+            pool,
+            backend,
+            url: masked,
+        })
+    }
+
+    /// Runs the embedded migrations; idempotent.
+    ///
+    /// # Errors
+    /// [`StoreError::NewerSchema`] when the database has migrations this build does not know.
+    pub async fn migrate(&self) -> Result<()> {
+        let migrator = match self.backend {
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+        };
+        let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        match migrator.run(&self.pool).await {
+            Ok(()) => Ok(()),
+            Err(MigrateError::VersionMissing(found)) if found > known => {
+                Err(StoreError::NewerSchema {
+                    url: self.url.clone(),
+                    found,
+                    known,
+                })
+            }
+            Err(source) => Err(StoreError::Migrate {
+                url: self.url.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Which backend this is.
+    #[must_use]
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL, password masked.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The pool, for one-statement operations.
+    #[must_use]
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// A pooled connection for a few statements that need not be atomic.
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when no connection can be had.
+    pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
+        Ok(self.pool.acquire().await?)
+    }
+
+    /// Begins a transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when the database is unreachable.
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(Tx {
+            inner: self.pool.begin().await?,
+        })
+    }
+
+    /// Whether the database answers (for `/readyz`).
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked_in_urls() {
+        assert_eq!(
+            mask_url("postgres://bridge:s3cret@db:5432/cb"),
+            "postgres://bridge:***@db:5432/cb"
+        );
+        assert_eq!(
+            mask_url("postgres://bridge@db/cb"),
+            "postgres://bridge@db/cb"
+        );
+        assert_eq!(
+            mask_url("postgres://db/cb?user=x&password=s3cret"),
+            "postgres://db/cb?user=x&password=***"
+        );
+        assert_eq!(
+            mask_url("sqlite://./chat-bridge.db"),
+            "sqlite://./chat-bridge.db"
+        );
+        assert_eq!(mask_url("postgres://u:p%40ss@h/d"), "postgres://u:***@h/d");
+    }
+}

@@ -1,0 +1,323 @@
+//! `outbox`: chat actions waiting to be delivered (D1).
+//!
+//! Rows are written in the same transaction as the state change that caused them. A worker claims the
+//! head of a conversation's queue (the oldest pending row, only if no earlier row of that conversation
+//! is pending), with a lease so a crashed worker's claim expires; it then marks the row delivered,
+//! schedules a retry (exponential backoff, or the platform's `Retry-After`), or dead-letters it after
+//! too many failures. Dead letters stop blocking their conversation but are kept and counted: nothing
+//! is silently dropped. A pending edit of the same message is replaced in place instead of queueing
+//! another (edits coalesce).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::AnyConnection;
+
+use super::{Result, ms};
+
+/// What kind of action a row holds; only edits coalesce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Creates a message.
+    Post,
+    /// Edits a message (coalesces with a pending edit of the same message).
+    Edit,
+    /// Anything else (reactions, ephemeral replies).
+    Other,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Post => "post",
+            Self::Edit => "edit",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// A new action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAction<'a> {
+    /// The conversation it belongs to (delivery is ordered per conversation).
+    pub conversation_id: &'a str,
+    /// The kind.
+    pub kind: Kind,
+    /// The logical message it targets (`tool:<call>`), for coalescing edits.
+    pub coalesce_key: Option<&'a str>,
+    /// The action, serialised by the core.
+    pub action: &'a str,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row.
+    Inserted(i64),
+    /// A pending edit of the same message was replaced.
+    Coalesced(i64),
+}
+
+/// Queues an action (call inside the transaction that caused it).
+///
+/// # Errors
+/// Database errors.
+pub async fn enqueue(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Result<Enqueued> {
+    if let (Kind::Edit, Some(key)) = (a.kind, a.coalesce_key) {
+        let replaced: Option<(i64,)> = sqlx::query_as(
+            "UPDATE outbox SET action = $3
+             WHERE id = (SELECT id FROM outbox
+                         WHERE conversation_id = $1 AND coalesce_key = $2 AND kind = 'edit'
+                           AND status = 'pending' AND claimed_by IS NULL
+                         ORDER BY id DESC LIMIT 1)
+               AND claimed_by IS NULL AND status = 'pending'
+             RETURNING id",
+        )
+        .bind(a.conversation_id)
+        .bind(key)
+        .bind(a.action)
+        .fetch_optional(&mut *c)
+        .await?;
+        if let Some((id,)) = replaced {
+            return Ok(Enqueued::Coalesced(id));
+        }
+    }
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO outbox (conversation_id, kind, coalesce_key, action, status, attempts, next_attempt_at, created_at)
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5) RETURNING id",
+    )
+    .bind(a.conversation_id)
+    .bind(a.kind.as_str())
+    .bind(a.coalesce_key)
+    .bind(a.action)
+    .bind(now)
+    .fetch_one(c)
+    .await?;
+    Ok(Enqueued::Inserted(id))
+}
+
+/// A claimed action, ready to deliver.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Claimed {
+    /// Row id.
+    pub id: i64,
+    /// Conversation.
+    pub conversation_id: String,
+    /// `post`, `edit`, `other`.
+    pub kind: String,
+    /// Logical message key.
+    pub coalesce_key: Option<String>,
+    /// The serialised action.
+    pub action: String,
+    /// Failed attempts so far.
+    pub attempts: i64,
+}
+
+/// Claims the next deliverable action: the oldest due head of any conversation's queue not already
+/// claimed. `None` when nothing is due.
+///
+/// # Errors
+/// Database errors.
+pub async fn claim_next(
+    c: &mut AnyConnection,
+    worker: &str,
+    now: i64,
+    lease: Duration,
+) -> Result<Option<Claimed>> {
+    Ok(sqlx::query_as::<_, Claimed>(
+        "UPDATE outbox SET claimed_by = $1, claim_until = $2
+         WHERE id = (
+             SELECT o.id FROM outbox o
+             WHERE o.status = 'pending' AND o.next_attempt_at <= $3
+               AND (o.claimed_by IS NULL OR o.claim_until < $3)
+               AND NOT EXISTS (SELECT 1 FROM outbox e
+                               WHERE e.conversation_id = o.conversation_id AND e.status = 'pending' AND e.id < o.id)
+             ORDER BY o.id LIMIT 1)
+           AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
+         RETURNING id, conversation_id, kind, coalesce_key, action, attempts",
+    )
+    .bind(worker)
+    .bind(now.saturating_add(ms(lease)))
+    .bind(now)
+    .fetch_optional(c)
+    .await?)
+}
+
+/// Marks a claimed action delivered; `false` if this worker no longer held the claim.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_delivered(
+    c: &mut AnyConnection,
+    id: i64,
+    worker: &str,
+    now: i64,
+) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE outbox SET status = 'delivered', delivered_at = $3, claimed_by = NULL, claim_until = NULL
+         WHERE id = $1 AND claimed_by = $2 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(now)
+    .execute(c)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// How failed deliveries are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// First delay.
+    pub base: Duration,
+    /// Longest delay.
+    pub cap: Duration,
+    /// Failures before the action is dead-lettered.
+    pub max_attempts: i64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+            max_attempts: 8,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay after the `attempt`-th failure (1-based): base × 2^(attempt-1), capped.
+    #[must_use]
+    pub fn delay(&self, attempt: i64) -> Duration {
+        let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+        self.base.saturating_mul(1u32 << exp).min(self.cap)
+    }
+}
+
+/// Why a delivery failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure<'a> {
+    /// The platform said to wait (429 `Retry-After`); not counted against the action.
+    RateLimited {
+        /// How long it asked us to wait.
+        retry_after: Duration,
+    },
+    /// Anything else; counted.
+    Error(&'a str),
+}
+
+/// What happened to a failed action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Scheduled again at this unix-ms time.
+    At(i64),
+    /// Too many failures: kept as a dead letter.
+    DeadLettered,
+}
+
+/// Records a failed delivery and releases the claim.
+///
+/// # Errors
+/// Database errors.
+pub async fn retry(
+    c: &mut AnyConnection,
+    id: i64,
+    worker: &str,
+    failure: &Failure<'_>,
+    policy: &RetryPolicy,
+    now: i64,
+) -> Result<Retry> {
+    let (attempts,): (i64,) = sqlx::query_as("SELECT attempts FROM outbox WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut *c)
+        .await?;
+    let (attempts, delay, error) = match failure {
+        Failure::RateLimited { retry_after } => (
+            attempts,
+            *retry_after,
+            format!("rate limited for {retry_after:?}"),
+        ),
+        Failure::Error(e) => (attempts + 1, policy.delay(attempts + 1), (*e).to_owned()),
+    };
+    let dead = attempts >= policy.max_attempts;
+    let at = now.saturating_add(ms(delay));
+    sqlx::query(
+        "UPDATE outbox SET attempts = $3, next_attempt_at = $4, last_error = $5, status = $6, claimed_by = NULL, claim_until = NULL
+         WHERE id = $1 AND claimed_by = $2",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(attempts)
+    .bind(at)
+    .bind(error)
+    .bind(if dead { "dead" } else { "pending" })
+    .execute(c)
+    .await?;
+    Ok(if dead {
+        Retry::DeadLettered
+    } else {
+        Retry::At(at)
+    })
+}
+
+/// Queue figures for `/metrics` and `/readyz`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Actions waiting.
+    pub pending: i64,
+    /// Age of the oldest waiting action, ms (0 when none).
+    pub oldest_pending_age_ms: i64,
+    /// Dead letters kept.
+    pub dead: i64,
+}
+
+/// Current queue figures.
+///
+/// # Errors
+/// Database errors.
+pub async fn stats(c: &mut AnyConnection, now: i64) -> Result<Stats> {
+    let (pending, oldest): (i64, Option<i64>) =
+        sqlx::query_as("SELECT COUNT(*), MIN(created_at) FROM outbox WHERE status = 'pending'")
+            .fetch_one(&mut *c)
+            .await?;
+    let (dead,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE status = 'dead'")
+        .fetch_one(c)
+        .await?;
+    Ok(Stats {
+        pending,
+        oldest_pending_age_ms: oldest.map_or(0, |t| (now - t).max(0)),
+        dead,
+    })
+}
+
+/// A dead-lettered action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct DeadLetter {
+    /// Row id.
+    pub id: i64,
+    /// Conversation.
+    pub conversation_id: String,
+    /// Kind.
+    pub kind: String,
+    /// Failed attempts.
+    pub attempts: i64,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// Unix ms.
+    pub created_at: i64,
+}
+
+/// Dead letters, newest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn dead_letters(c: &mut AnyConnection, limit: i64) -> Result<Vec<DeadLetter>> {
+    Ok(sqlx::query_as::<_, DeadLetter>(
+        "SELECT id, conversation_id, kind, attempts, last_error, created_at FROM outbox WHERE status = 'dead' ORDER BY id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(c)
+    .await?)
+}

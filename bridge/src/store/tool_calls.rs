@@ -1,0 +1,195 @@
+//! `tool_calls`: each tool call's state, timing, heartbeat count, last progress, and on completion its
+//! outcome, summary and full output. Progress is flushed by the caller at most every few seconds,
+//! never per heartbeat.
+
+use serde::Serialize;
+use sqlx::AnyConnection;
+
+use super::{Result, new_id, sql};
+
+/// A stored tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ToolCall {
+    /// Our id (the one `GET /api/v1/tool-calls/{id}` and `history show` use).
+    pub id: String,
+    /// Its conversation.
+    pub conversation_id: String,
+    /// Its turn.
+    pub turn_id: Option<String>,
+    /// The daemon's `toolCallId`.
+    pub call_id: String,
+    /// Title.
+    pub title: String,
+    /// ACP kind.
+    pub kind: Option<String>,
+    /// `running`, `completed`, `failed`, `timed_out`, `cancelled`.
+    pub status: String,
+    /// Short summary.
+    pub summary: Option<String>,
+    /// Full output (as the daemon kept it).
+    pub output: Option<String>,
+    /// Exit code.
+    pub exit_code: Option<i64>,
+    /// Signal.
+    pub signal: Option<i64>,
+    /// Heartbeats received.
+    pub heartbeats: i64,
+    /// Last progress (`shellProgress` JSON).
+    pub last_progress: Option<String>,
+    /// Unix ms.
+    pub started_at: i64,
+    /// Unix ms of the last progress flush.
+    pub progress_at: Option<i64>,
+    /// Unix ms.
+    pub finished_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, conversation_id, turn_id, call_id, title, kind, status, summary, output, exit_code, signal, heartbeats, last_progress, started_at, progress_at, finished_at";
+
+/// Records a started call (or refreshes its title/kind when it is seen again); returns our id.
+///
+/// # Errors
+/// Database errors.
+pub async fn start(
+    c: &mut AnyConnection,
+    conversation: &str,
+    turn: Option<&str>,
+    call_id: &str,
+    title: &str,
+    kind: Option<&str>,
+    now: i64,
+) -> Result<String> {
+    let id: (String,) = sqlx::query_as(
+        "INSERT INTO tool_calls (id, conversation_id, turn_id, call_id, title, kind, status, started_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7)
+         ON CONFLICT (conversation_id, call_id) DO UPDATE SET
+             title = CASE WHEN excluded.title = '' THEN tool_calls.title ELSE excluded.title END,
+             kind = COALESCE(excluded.kind, tool_calls.kind)
+         RETURNING id",
+    )
+    .bind(new_id())
+    .bind(conversation)
+    .bind(turn)
+    .bind(call_id)
+    .bind(title)
+    .bind(kind)
+    .bind(now)
+    .fetch_one(c)
+    .await?;
+    Ok(id.0)
+}
+
+/// Flushes accumulated progress: `heartbeats` more, the latest progress JSON. Ignored once terminal.
+///
+/// # Errors
+/// Database errors.
+pub async fn progress(
+    c: &mut AnyConnection,
+    conversation: &str,
+    call_id: &str,
+    heartbeats: i64,
+    last_progress: Option<&str>,
+    now: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE tool_calls SET heartbeats = heartbeats + $3, last_progress = COALESCE($4, last_progress), progress_at = $5
+         WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'",
+    )
+    .bind(conversation)
+    .bind(call_id)
+    .bind(heartbeats)
+    .bind(last_progress)
+    .bind(now)
+    .execute(c)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A call's terminal state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish<'a> {
+    /// `completed`, `failed`, `timed_out`, `cancelled`.
+    pub outcome: &'a str,
+    /// Short summary.
+    pub summary: Option<&'a str>,
+    /// Full output.
+    pub output: &'a str,
+    /// Exit code.
+    pub exit_code: Option<i64>,
+    /// Signal.
+    pub signal: Option<i64>,
+}
+
+/// Records the terminal state; `Some(id)` when the call went from running to terminal now, `None` when
+/// it was already terminal (a replay or a duplicate: nothing is recorded twice).
+///
+/// # Errors
+/// Database errors.
+pub async fn finish(
+    c: &mut AnyConnection,
+    conversation: &str,
+    call_id: &str,
+    f: &Finish<'_>,
+    now: i64,
+) -> Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8
+         WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'
+         RETURNING id",
+    )
+    .bind(conversation)
+    .bind(call_id)
+    .bind(f.outcome)
+    .bind(f.summary)
+    .bind(f.output)
+    .bind(f.exit_code)
+    .bind(f.signal)
+    .bind(now)
+    .fetch_optional(c)
+    .await?;
+    Ok(row.map(|r| r.0))
+}
+
+/// One call by our id, with its full output.
+///
+/// # Errors
+/// Database errors.
+pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<ToolCall>> {
+    Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
+        "SELECT {COLUMNS} FROM tool_calls WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(c)
+    .await?)
+}
+
+/// One call by the daemon's id.
+///
+/// # Errors
+/// Database errors.
+pub async fn by_call_id(
+    c: &mut AnyConnection,
+    conversation: &str,
+    call_id: &str,
+) -> Result<Option<ToolCall>> {
+    Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
+        "SELECT {COLUMNS} FROM tool_calls WHERE conversation_id = $1 AND call_id = $2"
+    )))
+    .bind(conversation)
+    .bind(call_id)
+    .fetch_optional(c)
+    .await?)
+}
+
+/// A conversation's calls in start order.
+///
+/// # Errors
+/// Database errors.
+pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Result<Vec<ToolCall>> {
+    Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
+        "SELECT {COLUMNS} FROM tool_calls WHERE conversation_id = $1 ORDER BY started_at, id"
+    )))
+    .bind(conversation)
+    .fetch_all(c)
+    .await?)
+}

@@ -1,0 +1,134 @@
+//! `turns`: one prompt and its outcome. Open turns are what a restart resumes (D3).
+
+use serde::Serialize;
+use sqlx::AnyConnection;
+
+use super::{Result, new_id, sql};
+
+/// A stored turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Turn {
+    /// Our id.
+    pub id: String,
+    /// Its conversation.
+    pub conversation_id: String,
+    /// 1, 2, … within the conversation.
+    pub seq: i64,
+    /// The prompt text.
+    pub prompt: String,
+    /// Who asked.
+    pub requested_by: String,
+    /// `open`, `ended`, `stalled`, `cancelled`, `interrupted`, `failed`.
+    pub status: String,
+    /// The daemon's stop reason.
+    pub stop_reason: Option<String>,
+    /// The first cause of an early end (`stalled`, `cancelled`).
+    pub end_cause: Option<String>,
+    /// The agent's answer (text after the last tool call).
+    pub answer: Option<String>,
+    /// Unix ms.
+    pub started_at: i64,
+    /// Unix ms.
+    pub ended_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, conversation_id, seq, prompt, requested_by, status, stop_reason, end_cause, answer, started_at, ended_at";
+
+/// Opens a turn.
+///
+/// # Errors
+/// Database errors.
+pub async fn start(
+    c: &mut AnyConnection,
+    conversation: &str,
+    prompt: &str,
+    requested_by: &str,
+    now: i64,
+) -> Result<Turn> {
+    let id = new_id();
+    sqlx::query(
+        "INSERT INTO turns (id, conversation_id, seq, prompt, requested_by, status, started_at)
+         SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, 'open', $5 FROM turns WHERE conversation_id = $2",
+    )
+    .bind(&id)
+    .bind(conversation)
+    .bind(prompt)
+    .bind(requested_by)
+    .bind(now)
+    .execute(&mut *c)
+    .await?;
+    get(c, &id)
+        .await?
+        .ok_or_else(|| super::StoreError::Corrupt(format!("turn {id} vanished")))
+}
+
+/// The turn with `id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Turn>> {
+    Ok(
+        sqlx::query_as::<_, Turn>(sql(format!("SELECT {COLUMNS} FROM turns WHERE id = $1")))
+            .bind(id)
+            .fetch_optional(c)
+            .await?,
+    )
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ending<'a> {
+    /// `ended`, `stalled`, `cancelled`, `interrupted`, `failed`.
+    pub status: &'a str,
+    /// The daemon's stop reason.
+    pub stop_reason: Option<&'a str>,
+    /// First cause of an early end.
+    pub end_cause: Option<&'a str>,
+    /// The answer.
+    pub answer: Option<&'a str>,
+}
+
+/// Closes an open turn; `false` if it was not open (already closed — nothing changes).
+///
+/// # Errors
+/// Database errors.
+pub async fn finish(c: &mut AnyConnection, id: &str, end: &Ending<'_>, now: i64) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE turns SET status = $2, stop_reason = $3, end_cause = $4, answer = $5, ended_at = $6
+         WHERE id = $1 AND status = 'open'",
+    )
+    .bind(id)
+    .bind(end.status)
+    .bind(end.stop_reason)
+    .bind(end.end_cause)
+    .bind(end.answer)
+    .bind(now)
+    .execute(c)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Every open turn, oldest first (what a restart must resume or close).
+///
+/// # Errors
+/// Database errors.
+pub async fn open(c: &mut AnyConnection) -> Result<Vec<Turn>> {
+    Ok(sqlx::query_as::<_, Turn>(sql(format!(
+        "SELECT {COLUMNS} FROM turns WHERE status = 'open' ORDER BY started_at, id"
+    )))
+    .fetch_all(c)
+    .await?)
+}
+
+/// A conversation's turns in order.
+///
+/// # Errors
+/// Database errors.
+pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Result<Vec<Turn>> {
+    Ok(sqlx::query_as::<_, Turn>(sql(format!(
+        "SELECT {COLUMNS} FROM turns WHERE conversation_id = $1 ORDER BY seq"
+    )))
+    .bind(conversation)
+    .fetch_all(c)
+    .await?)
+}

@@ -1,0 +1,416 @@
+//! The store on a fresh real PostgreSQL database per test and on SQLite: every query exercised on
+//! both backends (D1, D2, D3, D4, D5, R6 and the history queries).
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chat_bridge::store::conversations::{self, Key};
+use chat_bridge::store::history::{self, Filter, HistoryError};
+use chat_bridge::store::outbox::{self, Enqueued, Failure, Kind, NewAction, Retry, RetryPolicy};
+use chat_bridge::store::transcript::{self, NewEntry};
+use chat_bridge::store::{
+    Backend, Store, StoreError, inbound, leader, message_map, permissions, tool_calls, turns,
+};
+
+const T0: i64 = 1_795_000_000_000;
+
+fn key<'a>(thread: &'a str) -> Key<'a> {
+    Key {
+        platform: "slack",
+        workspace: "T1",
+        channel: "C1",
+        thread,
+    }
+}
+
+async fn conversation(store: &Store, thread: &str) -> String {
+    let mut c = store.conn().await.expect("conn");
+    conversations::find_or_create(&mut c, &key(thread), "U1", "title", T0)
+        .await
+        .expect("conv")
+        .0
+        .id
+}
+
+fn action<'a>(conv: &'a str, body: &'a str) -> NewAction<'a> {
+    NewAction {
+        conversation_id: conv,
+        kind: Kind::Post,
+        coalesce_key: None,
+        action: body,
+    }
+}
+
+on_both! {
+    async fn d4_migrations_are_idempotent(db) {
+        db.store.migrate().await.expect("second run is a no-op");
+        let again = Store::open(&db.url).await.expect("reopen migrates again");
+        again.close().await;
+    }
+
+    async fn conversations_are_found_or_created_once_per_key(db) {
+        let mut c = db.store.conn().await.expect("conn");
+        let (a, created) = conversations::find_or_create(&mut c, &key("1.1"), "U1", "first", T0).await.expect("a");
+        assert!(created);
+        let (b, created) = conversations::find_or_create(&mut c, &key("1.1"), "U2", "other", T0 + 5).await.expect("b");
+        assert!(!created);
+        assert_eq!(a.id, b.id);
+        assert_eq!(b.started_by, "U1", "the first writer wins");
+        conversations::set_session(&mut c, &a.id, "sess-1", "/work", T0 + 10).await.expect("bind");
+        let by = conversations::by_session(&mut c, "sess-1").await.expect("by session").expect("found");
+        assert_eq!((by.id.as_str(), by.cwd.as_str(), by.updated_at), (a.id.as_str(), "/work", T0 + 10));
+        let (other, created) = conversations::find_or_create(&mut c, &key("2.2"), "U1", "t", T0).await.expect("other");
+        assert!(created && other.id != a.id);
+    }
+
+    async fn turns_are_numbered_and_finish_once(db) {
+        let conv = conversation(&db.store, "1.1").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let t1 = turns::start(&mut c, &conv, "ls", "U1", T0).await.expect("t1");
+        let t2 = turns::start(&mut c, &conv, "pwd", "U1", T0 + 1).await.expect("t2");
+        assert_eq!((t1.seq, t2.seq), (1, 2));
+        assert_eq!(turns::open(&mut c).await.expect("open").len(), 2);
+        let end = turns::Ending { status: "ended", stop_reason: Some("end_turn"), end_cause: None, answer: Some("done") };
+        assert!(turns::finish(&mut c, &t1.id, &end, T0 + 2).await.expect("finish"));
+        assert!(!turns::finish(&mut c, &t1.id, &end, T0 + 3).await.expect("again"), "a closed turn stays closed");
+        let open = turns::open(&mut c).await.expect("open");
+        assert_eq!(open.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [t2.id.as_str()]);
+        let t1 = turns::get(&mut c, &t1.id).await.expect("get").expect("t1");
+        assert_eq!((t1.answer.as_deref(), t1.ended_at), (Some("done"), Some(T0 + 2)));
+    }
+
+    async fn tool_calls_accumulate_progress_and_finish_exactly_once(db) {
+        let conv = conversation(&db.store, "1.1").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let id = tool_calls::start(&mut c, &conv, None, "call_1", "sleep 30", Some("execute"), T0).await.expect("start");
+        let again = tool_calls::start(&mut c, &conv, None, "call_1", "", None, T0 + 1).await.expect("restart");
+        assert_eq!(id, again, "a replayed start is the same call");
+        assert!(tool_calls::progress(&mut c, &conv, "call_1", 3, Some(r#"{"elapsedMs":30000}"#), T0 + 30_000).await.expect("p"));
+        assert!(tool_calls::progress(&mut c, &conv, "call_1", 2, None, T0 + 50_000).await.expect("p"));
+        let f = tool_calls::Finish { outcome: "timed_out", summary: Some("Command timed out after 1m"), output: "partial\n", exit_code: None, signal: Some(15) };
+        assert_eq!(tool_calls::finish(&mut c, &conv, "call_1", &f, T0 + 60_000).await.expect("finish"), Some(id.clone()));
+        assert_eq!(tool_calls::finish(&mut c, &conv, "call_1", &f, T0 + 61_000).await.expect("dup"), None, "never twice");
+        assert!(!tool_calls::progress(&mut c, &conv, "call_1", 1, None, T0 + 62_000).await.expect("late"), "no progress after done");
+        let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+        assert_eq!(row.title, "sleep 30", "an empty title does not erase the known one");
+        assert_eq!(row.kind.as_deref(), Some("execute"));
+        assert_eq!((row.status.as_str(), row.heartbeats, row.signal), ("timed_out", 5, Some(15)));
+        assert_eq!(row.output.as_deref(), Some("partial\n"));
+        assert_eq!(row.last_progress.as_deref(), Some(r#"{"elapsedMs":30000}"#));
+    }
+
+    async fn transcript_keeps_order_and_message_map_replaces(db) {
+        let conv = conversation(&db.store, "1.1").await;
+        let mut c = db.store.conn().await.expect("conn");
+        for (i, kind) in ["prompt", "tool_started", "tool_finished", "answer"].iter().enumerate() {
+            let e = NewEntry { turn_id: None, kind, actor: Some("U1"), body: &format!("body {i}"), tool_call_id: None };
+            assert_eq!(transcript::append(&mut c, &conv, &e, T0 + i as i64).await.expect("append"), i as i64 + 1);
+        }
+        let all = transcript::list(&mut c, &conv).await.expect("list");
+        assert_eq!(all.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), ["prompt", "tool_started", "tool_finished", "answer"]);
+        assert_eq!(message_map::get(&mut c, &conv, "tool:call_1").await.expect("get"), None);
+        message_map::put(&mut c, &conv, "tool:call_1", "1700.0001", T0).await.expect("put");
+        message_map::put(&mut c, &conv, "tool:call_1", "1700.0002", T0 + 1).await.expect("replace");
+        assert_eq!(message_map::get(&mut c, &conv, "tool:call_1").await.expect("get").as_deref(), Some("1700.0002"));
+    }
+
+    async fn d2_an_event_id_is_new_exactly_once_even_from_two_connections_at_once(db) {
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(inbound::record(&mut c, "slack", "Ev1", T0).await.expect("r"), inbound::Seen::New);
+        assert_eq!(inbound::record(&mut c, "slack", "Ev1", T0).await.expect("r"), inbound::Seen::Duplicate);
+        assert_eq!(inbound::record(&mut c, "discord", "Ev1", T0).await.expect("r"), inbound::Seen::New, "per platform");
+        drop(c);
+        for i in 0..40 {
+            let id = format!("race-{i}");
+            let (s1, s2) = (db.store.clone(), db.store.clone());
+            let (a, b) = tokio::join!(
+                async { let mut c = s1.conn().await.expect("c1"); inbound::record(&mut c, "slack", &id, T0).await.expect("a") },
+                async { let mut c = s2.conn().await.expect("c2"); inbound::record(&mut c, "slack", &id, T0).await.expect("b") },
+            );
+            let news = [a, b].iter().filter(|s| **s == inbound::Seen::New).count();
+            assert_eq!(news, 1, "event {id}: {a:?} {b:?}");
+        }
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(inbound::prune(&mut c, T0 + 1).await.expect("prune"), 42);
+    }
+
+    async fn d1_concurrent_enqueue_and_two_claimers_deliver_each_action_once_in_order(db) {
+        let convs: Vec<String> = [conversation(&db.store, "a").await, conversation(&db.store, "b").await, conversation(&db.store, "c").await].into();
+        const PER_CONV: usize = 25;
+        let delivered: Arc<Mutex<HashMap<String, Vec<usize>>>> = Arc::default();
+        let producer = {
+            let (store, convs) = (db.store.clone(), convs.clone());
+            tokio::spawn(async move {
+                for i in 0..PER_CONV {
+                    for conv in &convs {
+                        let mut tx = store.begin().await.expect("tx");
+                        outbox::enqueue(tx.conn(), &action(conv, &i.to_string()), T0).await.expect("enqueue");
+                        tx.commit().await.expect("commit");
+                    }
+                }
+            })
+        };
+        let mut workers = Vec::new();
+        for w in 0..2 {
+            let (store, delivered) = (db.store.clone(), delivered.clone());
+            workers.push(tokio::spawn(async move {
+                let worker = format!("w{w}");
+                let mut idle = 0;
+                loop {
+                    let mut c = store.conn().await.expect("conn");
+                    match outbox::claim_next(&mut c, &worker, T0, Duration::from_secs(60)).await.expect("claim") {
+                        Some(a) => {
+                            idle = 0;
+                            delivered.lock().unwrap().entry(a.conversation_id.clone()).or_default().push(a.action.parse().expect("n"));
+                            assert!(outbox::mark_delivered(&mut c, a.id, &worker, T0).await.expect("mark"));
+                        }
+                        None => {
+                            let total: usize = delivered.lock().unwrap().values().map(Vec::len).sum();
+                            if total == 3 * PER_CONV { break; }
+                            idle += 1;
+                            assert!(idle < 2000, "stuck at {total}");
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                    }
+                }
+            }));
+        }
+        producer.await.expect("producer");
+        for w in workers { w.await.expect("worker"); }
+        let delivered = delivered.lock().unwrap().clone();
+        for conv in &convs {
+            assert_eq!(delivered[conv], (0..PER_CONV).collect::<Vec<_>>(), "conversation {conv}: once each, in order");
+        }
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(outbox::stats(&mut c, T0).await.expect("stats"), outbox::Stats { pending: 0, oldest_pending_age_ms: 0, dead: 0 });
+    }
+
+    async fn d1_failures_back_off_rate_limits_wait_without_counting_and_dead_letters_unblock(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let first = match outbox::enqueue(&mut c, &action(&conv, "first"), T0).await.expect("e") { Enqueued::Inserted(id) => id, other => panic!("{other:?}") };
+        outbox::enqueue(&mut c, &action(&conv, "second"), T0).await.expect("e");
+        let policy = RetryPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(60), max_attempts: 3 };
+        let lease = Duration::from_secs(30);
+
+        let a = outbox::claim_next(&mut c, "w", T0, lease).await.expect("claim").expect("first");
+        assert_eq!(a.id, first);
+        assert_eq!(outbox::retry(&mut c, a.id, "w", &Failure::Error("HTTP 500"), &policy, T0).await.expect("retry"), Retry::At(T0 + 1000));
+        assert_eq!(outbox::claim_next(&mut c, "w", T0 + 999, lease).await.expect("claim"), None, "not due; and 'second' waits behind it");
+        let a = outbox::claim_next(&mut c, "w", T0 + 1000, lease).await.expect("claim").expect("due");
+        assert_eq!(a.attempts, 1);
+        let r = outbox::retry(&mut c, a.id, "w", &Failure::RateLimited { retry_after: Duration::from_secs(7) }, &policy, T0 + 1000).await.expect("429");
+        assert_eq!(r, Retry::At(T0 + 8000));
+        let a = outbox::claim_next(&mut c, "w", T0 + 8000, lease).await.expect("claim").expect("after retry-after");
+        assert_eq!(a.attempts, 1, "a rate limit is not the action's failure");
+        assert_eq!(outbox::retry(&mut c, a.id, "w", &Failure::Error("HTTP 500"), &policy, T0 + 8000).await.expect("r"), Retry::At(T0 + 10_000), "second failure: 2 s");
+        let a = outbox::claim_next(&mut c, "w", T0 + 10_000, lease).await.expect("claim").expect("again");
+        assert_eq!(outbox::retry(&mut c, a.id, "w", &Failure::Error("channel_not_found"), &policy, T0 + 10_000).await.expect("r"), Retry::DeadLettered);
+        let next = outbox::claim_next(&mut c, "w", T0 + 10_000, lease).await.expect("claim").expect("unblocked");
+        assert_eq!(next.action, "second");
+        let stats = outbox::stats(&mut c, T0 + 10_000).await.expect("stats");
+        assert_eq!((stats.pending, stats.dead, stats.oldest_pending_age_ms), (1, 1, 10_000));
+        let dead = outbox::dead_letters(&mut c, 10).await.expect("dead");
+        assert_eq!(dead.len(), 1);
+        assert_eq!((dead[0].attempts, dead[0].last_error.as_deref()), (3, Some("channel_not_found")));
+    }
+
+    async fn d1_pending_edits_of_one_message_coalesce_but_not_once_claimed(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let edit = |body: &'static str| NewAction { conversation_id: "", kind: Kind::Edit, coalesce_key: Some("tool:1"), action: body };
+        let e1 = outbox::enqueue(&mut c, &NewAction { conversation_id: &conv, ..edit("v1") }, T0).await.expect("e1");
+        let e2 = outbox::enqueue(&mut c, &NewAction { conversation_id: &conv, ..edit("v2") }, T0).await.expect("e2");
+        let Enqueued::Inserted(id) = e1 else { panic!("{e1:?}") };
+        assert_eq!(e2, Enqueued::Coalesced(id));
+        let other = NewAction { conversation_id: &conv, coalesce_key: Some("tool:2"), ..edit("x") };
+        assert!(matches!(outbox::enqueue(&mut c, &other, T0).await.expect("other"), Enqueued::Inserted(_)), "another message does not coalesce");
+        let claimed = outbox::claim_next(&mut c, "w", T0, Duration::from_secs(30)).await.expect("claim").expect("head");
+        assert_eq!((claimed.id, claimed.action.as_str()), (id, "v2"));
+        let e3 = outbox::enqueue(&mut c, &NewAction { conversation_id: &conv, ..edit("v3") }, T0).await.expect("e3");
+        assert!(matches!(e3, Enqueued::Inserted(n) if n != id), "an edit in flight is not rewritten: {e3:?}");
+    }
+
+    async fn d3_an_expired_claim_is_taken_over_and_a_live_one_blocks_its_conversation(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        outbox::enqueue(&mut c, &action(&conv, "one"), T0).await.expect("e");
+        outbox::enqueue(&mut c, &action(&conv, "two"), T0).await.expect("e");
+        let lease = Duration::from_secs(10);
+        let a = outbox::claim_next(&mut c, "crashed", T0, lease).await.expect("claim").expect("one");
+        assert_eq!(outbox::claim_next(&mut c, "w2", T0 + 5_000, lease).await.expect("claim"), None, "order: 'two' waits for 'one'");
+        let b = outbox::claim_next(&mut c, "w2", T0 + 10_001, lease).await.expect("claim").expect("taken over");
+        assert_eq!((b.id, b.action.as_str()), (a.id, "one"));
+        assert!(!outbox::mark_delivered(&mut c, a.id, "crashed", T0 + 10_002).await.expect("stale"), "the old claim is void");
+        assert!(outbox::mark_delivered(&mut c, b.id, "w2", T0 + 10_002).await.expect("mark"));
+    }
+
+    async fn d3_pending_outbox_rows_and_open_turns_survive_closing_and_reopening(db) {
+        let conv = conversation(&db.store, "a").await;
+        let turn_id = {
+            let mut tx = db.store.begin().await.expect("tx");
+            let t = turns::start(tx.conn(), &conv, "sleep 60", "U1", T0).await.expect("turn");
+            outbox::enqueue(tx.conn(), &action(&conv, "tool message"), T0).await.expect("e");
+            tx.commit().await.expect("commit");
+            t.id
+        };
+        // A transaction that never commits leaves nothing behind.
+        {
+            let mut tx = db.store.begin().await.expect("tx");
+            outbox::enqueue(tx.conn(), &action(&conv, "rolled back"), T0).await.expect("e");
+        }
+        db.store.close().await;
+        let reopened = Store::open(&db.url).await.expect("reopen");
+        let mut c = reopened.conn().await.expect("conn");
+        let open = turns::open(&mut c).await.expect("open");
+        assert_eq!(open.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [turn_id.as_str()]);
+        let a = outbox::claim_next(&mut c, "w", T0, Duration::from_secs(5)).await.expect("claim").expect("pending row");
+        assert_eq!(a.action, "tool message");
+        assert!(outbox::mark_delivered(&mut c, a.id, "w", T0).await.expect("mark"));
+        assert_eq!(outbox::claim_next(&mut c, "w", T0, Duration::from_secs(5)).await.expect("claim"), None, "the rolled-back row never existed");
+        drop(c);
+        reopened.close().await;
+    }
+
+    async fn r6_permission_requests_are_decided_once_or_expire(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let new = |expires_at| permissions::NewRequest {
+            conversation_id: "", turn_id: None, request_id: r#""_qwen_perm_x_1""#, call_id: Some("call_1"),
+            title: "rm -rf build", options: r#"[{"optionId":"proceed_once"}]"#, requester: "U1", expires_at,
+        };
+        let a = permissions::create(&mut c, &permissions::NewRequest { conversation_id: &conv, ..new(T0 + 600_000) }, T0).await.expect("a");
+        let b = permissions::create(&mut c, &permissions::NewRequest { conversation_id: &conv, ..new(T0 + 1_000) }, T0).await.expect("b");
+        let decided = permissions::resolve(&mut c, &a, "U2", "proceed_once", T0 + 10).await.expect("resolve").expect("pending");
+        assert_eq!((decided.status.as_str(), decided.decider.as_deref()), ("decided", Some("U2")));
+        assert_eq!(permissions::resolve(&mut c, &a, "U3", "cancel", T0 + 11).await.expect("again"), None, "first decision wins");
+        assert!(permissions::expire_due(&mut c, T0 + 999).await.expect("early").is_empty());
+        let expired = permissions::expire_due(&mut c, T0 + 1_000).await.expect("expire");
+        assert_eq!(expired.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), [b.as_str()]);
+        assert_eq!(permissions::resolve(&mut c, &b, "U1", "proceed_once", T0 + 1_001).await.expect("late"), None, "an expired request cannot be decided");
+        assert_eq!(permissions::get(&mut c, &b).await.expect("get").expect("b").status, "expired");
+    }
+
+    async fn history_lists_with_filters_and_cursor_pages(db) {
+        let mut c = db.store.conn().await.expect("conn");
+        let specs = [("slack", "C1", "U1"), ("slack", "C2", "U2"), ("discord", "D1", "U1"), ("slack", "C1", "U3"), ("console", "-", "local"), ("slack", "C1", "U1"), ("discord", "D1", "U2")];
+        let mut ids = Vec::new();
+        for (i, (platform, channel, user)) in specs.iter().enumerate() {
+            let k = Key { platform, workspace: "W", channel, thread: &i.to_string() };
+            ids.push(conversations::find_or_create(&mut c, &k, user, "t", T0 + i as i64 * 1000).await.expect("conv").0.id);
+        }
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = history::list(&mut c, &Filter { limit: Some(3), cursor: cursor.clone(), ..Filter::default() }).await.expect("page");
+            assert!(page.items.len() <= 3);
+            seen.extend(page.items.iter().map(|i| i.id.clone()));
+            match page.next_cursor { Some(next) => cursor = Some(next), None => break }
+        }
+        let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+        assert_eq!(seen, newest_first, "every conversation once, newest first");
+        let slack_c1 = history::list(&mut c, &Filter { platform: Some("slack".into()), channel: Some("C1".into()), ..Filter::default() }).await.expect("f");
+        assert_eq!(slack_c1.items.len(), 3);
+        let u1_window = history::list(&mut c, &Filter { user: Some("U1".into()), since: Some(T0 + 1000), until: Some(T0 + 5000), ..Filter::default() }).await.expect("f");
+        assert_eq!(u1_window.items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [ids[2].as_str()]);
+        let closed = history::list(&mut c, &Filter { status: Some("closed".into()), ..Filter::default() }).await.expect("f");
+        assert!(closed.items.is_empty());
+        let bad = history::list(&mut c, &Filter { cursor: Some("nonsense".into()), ..Filter::default() }).await;
+        assert!(matches!(bad, Err(HistoryError::BadCursor(_))), "{bad:?}");
+    }
+
+    async fn history_detail_and_search_give_the_same_results_on_both_backends(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let t = turns::start(&mut c, &conv, "Run the BUILD please", "U1", T0).await.expect("turn");
+        let end = turns::Ending { status: "ended", stop_reason: Some("end_turn"), end_cause: None, answer: Some("The build failed with 50% of tests") };
+        turns::finish(&mut c, &t.id, &end, T0 + 5).await.expect("finish");
+        let call = tool_calls::start(&mut c, &conv, Some(&t.id), "call_1", "cargo build", Some("execute"), T0 + 1).await.expect("call");
+        let f = tool_calls::Finish { outcome: "failed", summary: Some("exit 101"), output: "error[E0308]: mismatched types\nBuild FAILED", exit_code: Some(101), signal: None };
+        tool_calls::finish(&mut c, &conv, "call_1", &f, T0 + 4).await.expect("finish");
+        transcript::append(&mut c, &conv, &NewEntry { turn_id: Some(&t.id), kind: "prompt", actor: Some("U1"), body: "Run the BUILD please", tool_call_id: None }, T0).await.expect("tx");
+        transcript::append(&mut c, &conv, &NewEntry { turn_id: Some(&t.id), kind: "tool_finished", actor: Some("agent"), body: "failed", tool_call_id: Some(&call) }, T0 + 4).await.expect("tx");
+
+        let d = history::detail(&mut c, &conv).await.expect("detail").expect("found");
+        assert_eq!((d.turns.len(), d.transcript.len(), d.tool_calls.len()), (1, 2, 1));
+        assert_eq!(d.tool_calls[0].output.as_deref(), Some("error[E0308]: mismatched types\nBuild FAILED"));
+        assert!(history::detail(&mut c, "missing").await.expect("detail").is_none());
+
+        let fields = |hits: Vec<history::Hit>| hits.into_iter().map(|h| h.field).collect::<Vec<_>>();
+        assert_eq!(fields(history::search(&mut c, "build", 50).await.expect("s")), ["tool_output", "tool_title", "answer", "prompt"], "newest first");
+        assert_eq!(fields(history::search(&mut c, "MISMATCHED", 50).await.expect("s")), ["tool_output"]);
+        assert_eq!(fields(history::search(&mut c, "50%", 50).await.expect("s")), ["answer"], "% is literal");
+        assert!(history::search(&mut c, "5_%", 50).await.expect("s").is_empty(), "_ is literal");
+        assert_eq!(history::search(&mut c, "build", 2).await.expect("s").len(), 2);
+    }
+
+    async fn d5_the_leader_lease_is_exclusive_on_postgres_and_free_after_release_or_death(db) {
+        let first = leader::try_acquire(&db.store, 42).await.expect("acquire").expect("first holds");
+        let second = leader::try_acquire(&db.store, 42).await.expect("acquire");
+        match db.store.backend() {
+            Backend::Sqlite => assert!(second.is_some(), "one node: always the leader"),
+            Backend::Postgres => {
+                assert!(second.is_none(), "exclusive");
+                first.release().await;
+                let mut again = leader::try_acquire(&db.store, 42).await.expect("acquire").expect("free after release");
+                assert!(again.check().await);
+                // A replica that dies (its connection drops) frees the lease without a release.
+                drop(again);
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    if let Some(l) = leader::try_acquire(&db.store, 42).await.expect("acquire") { l.release().await; break; }
+                    assert!(tokio::time::Instant::now() < deadline, "lease freed after the holder's connection died");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn a_database_migrated_by_a_newer_version_refuses_to_start(db) {
+        let checksum = match db.store.backend() { Backend::Postgres => "'\\x00'::bytea", Backend::Sqlite => "X'00'" };
+        let insert = format!("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101000000, 'from the future', TRUE, {checksum}, 0)");
+        sqlx::query(sqlx::AssertSqlSafe(insert)).execute(db.store.pool()).await.expect("fake future migration");
+        let err = Store::open(&db.url).await.expect_err("must refuse");
+        assert!(matches!(err, StoreError::NewerSchema { found: 99990101000000, .. }), "{err:?}");
+        assert!(err.to_string().contains("migrated by a newer chat-bridge"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_scheme_or_an_unreachable_database_is_one_clear_error_with_the_password_masked()
+{
+    let err = Store::open("mysql://root:hunter2@localhost/db")
+        .await
+        .expect_err("unsupported");
+    assert!(matches!(err, StoreError::UnknownScheme { .. }));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("mysql://root:***@localhost/db") && !msg.contains("hunter2"),
+        "{msg}"
+    );
+
+    let err = Store::open("postgres://bridge:hunter2@127.0.0.1:1/cb")
+        .await
+        .expect_err("unreachable");
+    assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("postgres://bridge:***@127.0.0.1:1/cb") && !msg.contains("hunter2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn test_database_urls_swap_only_the_database_name() {
+    assert_eq!(
+        support::with_database("postgres://u@127.0.0.1:5/postgres", "x"),
+        "postgres://u@127.0.0.1:5/x"
+    );
+    assert_eq!(
+        support::with_database("postgres://u@h/postgres?sslmode=disable", "x"),
+        "postgres://u@h/x?sslmode=disable"
+    );
+}
