@@ -1,6 +1,18 @@
 //! chat-bridge: relays a coding-agent daemon into Slack, Discord and console threads.
 //!
 //! # Layout
+//! - [`config`]: configuration in layers (defaults, file, environment, flags).
+//! - [`channel`]: the `Channel` trait, platform-neutral messages, and the console channel.
+//! - [`core`]: routing, one actor per conversation, rendering (R-rules), liveness per turn.
+//! - [`outbox_worker`]: ordered delivery with retry, backoff and dead letters (D1).
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
+//! - [`app`]: wiring it all together; the embedded default.
+//! - [`history_cli`]: `chat-bridge history`.
 
+pub mod app;
+pub mod channel;
+pub mod config;
+pub mod core;
+pub mod history_cli;
+pub mod outbox_worker;
 pub mod store;

@@ -4,17 +4,38 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::Context;
+use chat_bridge::app::Application;
+use chat_bridge::channel::console::Console;
+use chat_bridge::config::{Config, Flags};
+use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
 use shell_agent::{AgentConfig, ShellAgent, parse_duration};
 use tokio_util::sync::CancellationToken;
 
 /// chat-bridge: work with a coding-agent daemon from Slack, Discord and the console.
+///
+/// With no command it runs the bridge; with no configuration at all that is the embedded default:
+/// the built-in shell agent, the console channel and SQLite in the working directory.
 #[derive(Debug, Parser)]
-#[command(name = "chat-bridge", version, arg_required_else_help = true)]
+#[command(name = "chat-bridge", version)]
 struct Cli {
+    /// A TOML config file (see docs/configuration.md).
+    #[arg(long, global = true, env = "CHAT_BRIDGE_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Overrides database.url.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// Overrides daemon.url (unset: the built-in shell agent).
+    #[arg(long, global = true)]
+    daemon_url: Option<String>,
+    /// Overrides daemon.token (prefer CHAT_BRIDGE_DAEMON__TOKEN: flags show in `ps`).
+    #[arg(long, global = true, hide_env_values = true)]
+    daemon_token: Option<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -22,14 +43,57 @@ enum Command {
     /// Run the built-in ACP daemon: each prompt is a shell command run in a PTY.
     ShellAgent(ShellAgentArgs),
     /// Apply the database migrations (also done at start-up); safe to run again.
-    Migrate(MigrateArgs),
+    Migrate,
+    /// Read past sessions.
+    #[command(subcommand)]
+    History(HistoryCommand),
 }
 
-#[derive(Debug, clap::Args)]
-struct MigrateArgs {
-    /// `postgres://…` or `sqlite://…`.
-    #[arg(long, env = "CHAT_BRIDGE_DATABASE__URL", hide_env_values = true)]
-    database_url: String,
+#[derive(Debug, Subcommand)]
+enum HistoryCommand {
+    /// Conversations, newest first.
+    List {
+        /// `slack`, `discord`, `console`.
+        #[arg(long)]
+        platform: Option<String>,
+        /// Channel id.
+        #[arg(long)]
+        channel: Option<String>,
+        /// Who started it.
+        #[arg(long)]
+        user: Option<String>,
+        /// `active` or `closed`.
+        #[arg(long)]
+        status: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// The `more:` cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A conversation's transcript, or one tool call with its full output.
+    Show {
+        /// Conversation id or tool-call id.
+        id: String,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search prompts, answers, tool titles and tool output.
+    Search {
+        /// Text to find (case-insensitive).
+        query: String,
+        /// Most hits.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -117,20 +181,91 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    let store = chat_bridge::store::Store::open(&args.database_url).await?;
+fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    let flags = Flags {
+        database_url: cli.database_url.clone(),
+        daemon_url: cli.daemon_url.clone(),
+        daemon_token: cli.daemon_token.clone(),
+    };
+    Ok(Config::load(
+        cli.config.as_deref(),
+        std::env::vars(),
+        &flags,
+    )?)
+}
+
+async fn migrate(cfg: &Config) -> anyhow::Result<()> {
+    let store = chat_bridge::store::Store::open(&cfg.database.url).await?;
     println!("migrations applied to {}", store.url());
     store.close().await;
     Ok(())
+}
+
+async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
+    let store = chat_bridge::store::Store::open(&cfg.database.url).await?;
+    let out = match cmd {
+        HistoryCommand::List {
+            platform,
+            channel,
+            user,
+            status,
+            limit,
+            cursor,
+            json,
+        } => {
+            let filter = chat_bridge::store::history::Filter {
+                platform,
+                channel,
+                user,
+                status,
+                cursor,
+                limit: Some(limit),
+                ..Default::default()
+            };
+            history_cli::list(&store, &filter, json).await?
+        }
+        HistoryCommand::Show { id, json } => history_cli::show(&store, &id, json).await?,
+        HistoryCommand::Search { query, limit, json } => {
+            history_cli::search(&store, &query, limit, json).await?
+        }
+    };
+    print!("{out}");
+    if !out.ends_with('\n') {
+        println!();
+    }
+    store.close().await;
+    Ok(())
+}
+
+async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let app = Application::build(cfg, Arc::new(Console::stdout())).await?;
+    if std::io::stdin().is_terminal() {
+        println!(
+            "chat-bridge — agent at {} · database {} · type a shell command, /help for commands, Ctrl-D to quit",
+            app.daemon_url,
+            app.store.url()
+        );
+    }
+    let stop = shutdown_signal();
+    let input = tokio::io::BufReader::new(tokio::io::stdin());
+    let result = app.run_console(input, stop).await;
+    app.shutdown().await;
+    result
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let result = match cli.command {
-        Command::ShellAgent(args) => shell_agent(args).await,
-        Command::Migrate(args) => migrate(args).await,
+    let result = match load_config(&cli) {
+        Err(e) => Err(e),
+        Ok(cfg) => match cli.command {
+            None => run_bridge(&cfg).await,
+            Some(Command::ShellAgent(args)) => shell_agent(args).await,
+            Some(Command::Migrate) => migrate(&cfg).await,
+            Some(Command::History(cmd)) => history(&cfg, cmd).await,
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ fn migrate(url: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
         .args(["migrate", "--database-url", url])
         .env_remove("CHAT_BRIDGE_DATABASE__URL")
+        .env_remove("CHAT_BRIDGE_CONFIG")
         .output()
         .expect("run chat-bridge")
 }

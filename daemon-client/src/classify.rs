@@ -344,7 +344,12 @@ impl Classifier {
         }
         if start {
             let mut info = info(u, &meta(u));
-            info.title = Some(info.title.take().unwrap_or_else(|| "tool".to_owned()));
+            info.title = Some(
+                info.title
+                    .take()
+                    .or_else(|| info.tool_name.clone())
+                    .unwrap_or_else(|| "tool".to_owned()),
+            );
             return DaemonEvent::ToolStarted {
                 session,
                 call,
@@ -440,12 +445,13 @@ fn meta<'a, M: MetaSource<'a>>(u: &Update<'a, M>) -> Meta<'a> {
 
 fn info<M>(u: &Update<'_, M>, meta: &Meta<'_>) -> ToolInfo {
     let tool_name = meta.tool_name.as_deref().map(str::to_owned);
+    // Only an explicit title: the `_meta.toolName` fallback is for announcing a call (F2), not for
+    // updates, which would otherwise rename a call to its tool's name.
     let title = u
         .title
         .as_deref()
         .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-        .or_else(|| tool_name.clone());
+        .map(str::to_owned);
     let timeout = u
         .raw_input
         .and_then(|r| serde_json::from_str::<RawInput>(r.get()).ok())
@@ -549,7 +555,11 @@ fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
         );
     };
     let (call, info) = match &p.tool_call {
-        Some(tc) => (call_id(tc), info(tc, &meta(tc))),
+        Some(tc) => {
+            let mut info = info(tc, &meta(tc));
+            info.title = info.title.or_else(|| info.tool_name.clone());
+            (call_id(tc), info)
+        }
         None => (None, ToolInfo::default()),
     };
     DaemonEvent::PermissionRequested(PermissionRequest {

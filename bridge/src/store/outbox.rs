@@ -321,3 +321,15 @@ pub async fn dead_letters(c: &mut AnyConnection, limit: i64) -> Result<Vec<DeadL
     .fetch_all(c)
     .await?)
 }
+
+/// Releases every claim (at start-up of the one active replica: whoever held them is gone), so
+/// nothing waits out a dead worker's lease. Returns how many were released.
+///
+/// # Errors
+/// Database errors.
+pub async fn release_claims(c: &mut AnyConnection) -> Result<u64> {
+    Ok(sqlx::query("UPDATE outbox SET claimed_by = NULL, claim_until = NULL WHERE status = 'pending' AND claimed_by IS NOT NULL")
+        .execute(c)
+        .await?
+        .rows_affected())
+}

@@ -405,3 +405,18 @@ fn heartbeats_and_output_take_the_single_pass_decode() {
         );
     }
 }
+
+#[test]
+fn f2_updates_never_take_the_tool_name_as_a_title() {
+    let start = update(
+        r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"sleep 30","kind":"execute"}"#,
+    );
+    let spawned = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","kind":"execute","_meta":{"toolName":"shell"}}"#,
+    );
+    let events = classify_all(&[&start, &spawned]);
+    assert!(
+        matches!(&events[1], DaemonEvent::ToolUpdated { info, .. } if info.title.is_none() && info.tool_name.as_deref() == Some("shell")),
+        "{events:?}"
+    );
+}

@@ -1,19 +1,21 @@
 //! Test databases: a fresh real PostgreSQL database per test (from `DATABASE_URL`, which
 //! `scripts/test` provides), or a fresh SQLite file.
 
-#![allow(dead_code)]
-
 use chat_bridge::store::{Backend, Store};
 
 /// A throwaway database and a store on it.
+#[allow(missing_debug_implementations)]
 pub struct TestDb {
+    /// The store on the test database.
     pub store: Store,
+    /// Its URL.
     pub url: String,
     admin: Option<(String, String)>,
     _dir: Option<tempfile::TempDir>,
 }
 
 /// `url` with its database name replaced by `db`.
+#[must_use]
 pub fn with_database(url: &str, db: &str) -> String {
     let (base, query) = url
         .split_once('?')
@@ -30,6 +32,11 @@ pub fn with_database(url: &str, db: &str) -> String {
     out
 }
 
+/// `DATABASE_URL`.
+///
+/// # Panics
+/// When it is not set: the PostgreSQL tests need a server.
+#[must_use]
 pub fn admin_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| {
         panic!("DATABASE_URL is not set: run scripts/test (it starts a throwaway PostgreSQL) or point DATABASE_URL at one")
@@ -37,6 +44,10 @@ pub fn admin_url() -> String {
 }
 
 impl TestDb {
+    /// A fresh database on `backend`.
+    ///
+    /// # Panics
+    /// When it cannot be created.
     pub async fn new(backend: Backend) -> Self {
         match backend {
             Backend::Postgres => {
@@ -71,6 +82,7 @@ impl TestDb {
         }
     }
 
+    /// Closes the store and drops the database.
     pub async fn cleanup(self) {
         self.store.close().await;
         if let Some((admin, name)) = self.admin
@@ -94,13 +106,13 @@ macro_rules! on_both {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                let $db = support::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+                let $db = $crate::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
                 $body
                 $db.cleanup().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let $db = support::TestDb::new(chat_bridge::store::Backend::Sqlite).await;
+                let $db = $crate::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await;
                 $body
                 $db.cleanup().await;
             }

@@ -1,8 +1,6 @@
 //! The store on a fresh real PostgreSQL database per test and on SQLite: every query exercised on
 //! both backends (D1, D2, D3, D4, D5, R6 and the history queries).
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +12,7 @@ use chat_bridge::store::transcript::{self, NewEntry};
 use chat_bridge::store::{
     Backend, Store, StoreError, inbound, leader, message_map, permissions, tool_calls, turns,
 };
+use chat_bridge_tests::{db as support, on_both};
 
 const T0: i64 = 1_795_000_000_000;
 
@@ -413,4 +412,16 @@ fn test_database_urls_swap_only_the_database_name() {
         support::with_database("postgres://u@h/postgres?sslmode=disable", "x"),
         "postgres://u@h/x?sslmode=disable"
     );
+}
+
+on_both! {
+    async fn d3_claims_of_a_previous_run_are_released_at_start_up(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        outbox::enqueue(&mut c, &action(&conv, "one"), T0).await.expect("e");
+        outbox::claim_next(&mut c, "dead", T0, Duration::from_secs(600)).await.expect("claim").expect("one");
+        assert_eq!(outbox::claim_next(&mut c, "new", T0, Duration::from_secs(60)).await.expect("claim"), None);
+        assert_eq!(outbox::release_claims(&mut c).await.expect("release"), 1);
+        assert!(outbox::claim_next(&mut c, "new", T0, Duration::from_secs(60)).await.expect("claim").is_some());
+    }
 }

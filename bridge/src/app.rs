@@ -1,0 +1,191 @@
+//! Wiring: `Application::build` connects the store, the daemon (the built-in shell agent when no URL is
+//! configured), the core and a channel; the console runs on top of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use daemon_client::{ClientConfig, DaemonClient, LivenessConfig};
+use shell_agent::{AgentConfig, ShellAgent};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{Channel, console};
+use crate::config::Config;
+use crate::core::redact::Redactor;
+use crate::core::{Core, CoreConfig};
+use crate::outbox_worker;
+use crate::store::Store;
+use crate::store::outbox::RetryPolicy;
+
+/// A running bridge.
+pub struct Application {
+    /// The core.
+    pub core: Arc<Core>,
+    /// The store.
+    pub store: Store,
+    agent: Option<ShellAgent>,
+    client: DaemonClient,
+    stop: CancellationToken,
+    outbox: JoinHandle<()>,
+    router: JoinHandle<()>,
+    /// Where the daemon is (for the banner).
+    pub daemon_url: String,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Application")
+            .field("daemon_url", &self.daemon_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Application {
+    /// Connects everything and starts the background tasks; open turns from a previous run are
+    /// resumed (D3).
+    ///
+    /// # Errors
+    /// The first thing that could not start, in words for the operator.
+    pub async fn build(cfg: &Config, channel: Arc<dyn Channel>) -> anyhow::Result<Self> {
+        daemon_client::install_crypto_provider();
+        let store = Store::open(&cfg.database.url).await?;
+        {
+            // This process is the one active replica: claims left by a previous run are void.
+            let mut c = store.conn().await?;
+            let released = crate::store::outbox::release_claims(&mut c).await?;
+            if released > 0 {
+                tracing::info!(released, "released outbox claims left by a previous run");
+            }
+        }
+        let cwd = match &cfg.daemon.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().context("reading the current directory")?,
+        };
+        let (agent, url, token) = match &cfg.daemon.url {
+            Some(url) => (None, url.clone(), cfg.daemon.token.clone()),
+            None => {
+                let agent_cfg = AgentConfig {
+                    heartbeat_interval: cfg.shell_agent.heartbeat_interval,
+                    default_timeout: cfg.shell_agent.default_timeout,
+                    require_approval: cfg.shell_agent.require_approval,
+                    ..AgentConfig::default()
+                };
+                let agent = ShellAgent::start("127.0.0.1:0".parse()?, None, agent_cfg)
+                    .await
+                    .context("starting the built-in shell agent")?;
+                let (url, token) = (agent.url(), agent.token().to_owned());
+                (Some(agent), url, Some(token))
+            }
+        };
+        let mut client_cfg = ClientConfig::new(&url);
+        if let Some(t) = token {
+            client_cfg = client_cfg.with_token(t);
+        }
+        let (client, _info, events) = DaemonClient::connect(client_cfg)
+            .await
+            .context("connecting to the agent daemon")?;
+        let core_cfg = CoreConfig {
+            liveness: LivenessConfig {
+                idle: cfg.liveness.idle,
+                wall: cfg.liveness.wall,
+                tool_grace: cfg.liveness.tool_grace,
+                ..LivenessConfig::default()
+            },
+            on_stall: cfg.liveness.on_stall,
+            progress_after: cfg.liveness.progress_after,
+            progress_every: cfg.liveness.progress_every,
+            permission_timeout: cfg.approvals.timeout,
+            approvers: cfg.approvals.approvers.clone(),
+            cwd,
+            mode: cfg.daemon.mode.clone(),
+            ..CoreConfig::default()
+        };
+        let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
+        let stop = CancellationToken::new();
+        let wake = Arc::new(Notify::new());
+        let core = Core::new(
+            store.clone(),
+            client.clone(),
+            core_cfg,
+            redactor,
+            wake.clone(),
+            stop.clone(),
+        );
+        let router = tokio::spawn(core.clone().route_events(events));
+        let outbox = tokio::spawn(outbox_worker::run(
+            store.clone(),
+            channel,
+            wake,
+            stop.clone(),
+            Duration::from_secs(10),
+            RetryPolicy::default(),
+        ));
+        let resumed = core.resume_open_turns().await?;
+        if resumed > 0 {
+            tracing::info!(resumed, "resuming open turns from the previous run");
+        }
+        Ok(Self {
+            core,
+            store,
+            agent,
+            client,
+            stop,
+            outbox,
+            router,
+            daemon_url: url,
+        })
+    }
+
+    /// Feeds console lines until `input` ends (or `stop`), then waits for the last turn to finish and
+    /// its messages to be delivered.
+    ///
+    /// # Errors
+    /// Reading input or the store failing.
+    pub async fn run_console<R: AsyncBufRead + Unpin>(
+        &self,
+        input: R,
+        stop: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut lines = input.lines();
+        loop {
+            let line = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                l = lines.next_line() => l.context("reading the console")?,
+            };
+            let Some(line) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            if let Err(e) = self.core.accept(console::inbound(&line)).await {
+                tracing::error!(error = %e, "could not take the message");
+                eprintln!("chat-bridge: could not take that message: {e}");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            () = self.core.wait_idle() => {}
+        }
+        while !outbox_worker::drained(&self.store).await? {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops taking work, delivers what is due (bounded), and closes connections.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.outbox.await;
+        self.router.abort();
+        self.client.close();
+        if let Some(agent) = self.agent {
+            agent.shutdown().await;
+        }
+        self.store.close().await;
+    }
+}

@@ -1,0 +1,202 @@
+//! The small platform trait the core talks to, and the platform-neutral messages that cross it.
+//!
+//! The core never sees a platform type: it produces [`ChatAction`]s (posts and in-place edits of
+//! logical messages) and consumes [`Inbound`] messages. Each adapter turns actions into its own
+//! format within its [`Capabilities`], and reports rate limits as [`DeliveryError::RateLimited`] so the
+//! outbox can honour them.
+
+pub mod console;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A boxed future, for the object-safe trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a platform can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Longest message text.
+    pub max_message_len: usize,
+    /// Messages can be edited in place.
+    pub can_edit: bool,
+    /// Messages can carry buttons.
+    pub has_buttons: bool,
+    /// Conversations live in threads.
+    pub has_threads: bool,
+    /// Reactions can be added to messages.
+    pub has_reactions: bool,
+}
+
+/// Where a conversation lives on its platform (opaque strings to the core).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Target {
+    /// Slack team, Discord guild, `local` for the console.
+    pub workspace: String,
+    /// Channel id.
+    pub channel: String,
+    /// Thread id.
+    pub thread: String,
+}
+
+/// How a message should look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tone {
+    /// Plain.
+    Neutral,
+    /// A tool that is running.
+    Running,
+    /// Completed.
+    Success,
+    /// Failed or timed out (Slack danger colour, Discord red, console `ERROR`).
+    Error,
+    /// A notice that needs attention (stall, full queue).
+    Warning,
+}
+
+/// A button (approvals).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Button {
+    /// What a click sends back (carries the request id).
+    pub value: String,
+    /// The label.
+    pub label: String,
+    /// Styled as the primary (allow) or danger (reject) choice.
+    pub style: Option<String>,
+}
+
+/// A platform-neutral message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Look.
+    pub tone: Tone,
+    /// The first line (icon, title, duration).
+    pub title: String,
+    /// Body text, already redacted.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Output to show in a code block, already capped and redacted.
+    #[serde(default)]
+    pub code: Option<String>,
+    /// A small last line (pointer to the full output, who decided).
+    #[serde(default)]
+    pub footer: Option<String>,
+    /// Buttons.
+    #[serde(default)]
+    pub buttons: Vec<Button>,
+}
+
+impl Message {
+    /// A plain message.
+    #[must_use]
+    pub fn text(tone: Tone, title: impl Into<String>) -> Self {
+        Self {
+            tone,
+            title: title.into(),
+            body: None,
+            code: None,
+            footer: None,
+            buttons: Vec::new(),
+        }
+    }
+}
+
+/// What the core asks a channel to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum ChatAction {
+    /// Create the message for logical `key` (if it already exists, edit it instead).
+    Post {
+        /// The conversation's place.
+        target: Target,
+        /// Logical message key (`tool:<call>`, `answer:<turn>`, `notice:<n>`).
+        key: String,
+        /// The message.
+        message: Message,
+    },
+    /// Edit the message for logical `key` in place (create it if it never was).
+    Edit {
+        /// The conversation's place.
+        target: Target,
+        /// Logical message key.
+        key: String,
+        /// The new content.
+        message: Message,
+        /// A progress-line edit: lower priority, droppable under rate pressure.
+        #[serde(default)]
+        progress: bool,
+    },
+}
+
+impl ChatAction {
+    /// The logical key.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Post { key, .. } | Self::Edit { key, .. } => key,
+        }
+    }
+}
+
+/// Why a delivery failed, for the outbox.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The platform asked us to wait.
+    #[error("rate limited for {0:?}")]
+    RateLimited(Duration),
+    /// Worth retrying (network, 5xx).
+    #[error("temporary failure: {0}")]
+    Temporary(String),
+    /// Will not succeed on retry (channel gone, no permission); dead-letter it.
+    #[error("permanent failure: {0}")]
+    Permanent(String),
+}
+
+/// A platform adapter.
+pub trait Channel: Send + Sync {
+    /// `console`, `slack`, `discord`.
+    fn platform(&self) -> &'static str;
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Creates a message; returns the platform's message id.
+    fn post<'a>(
+        &'a self,
+        target: &'a Target,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>>;
+    /// Edits a message in place.
+    fn edit<'a>(
+        &'a self,
+        target: &'a Target,
+        id: &'a str,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+}
+
+/// Something a person did in a channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    /// The platform's event id (deduplicated, D2).
+    pub event_id: String,
+    /// Which platform.
+    pub platform: String,
+    /// Where.
+    pub target: Target,
+    /// Who (platform user id).
+    pub user: String,
+    /// What.
+    pub kind: InboundKind,
+}
+
+/// The kinds of inbound events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboundKind {
+    /// A message (a mention that starts a thread, or a reply in one).
+    Message(String),
+    /// A button click: the button's value.
+    Action(String),
+}

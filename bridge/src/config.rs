@@ -1,0 +1,365 @@
+//! Configuration in layers: defaults in code, then a TOML file (`--config`), then
+//! `CHAT_BRIDGE_<SECTION>__<KEY>` environment variables, then command-line flags. Secrets (the daemon
+//! token) come only from the environment or from a file they name — never from the config file itself.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::core::OnStall;
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(s) => Ok(Duration::from_secs(s)),
+        Raw::Text(t) => shell_agent::parse_duration(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Database {
+    /// `postgres://…` or `sqlite://…`; default `sqlite://./chat-bridge.db`.
+    pub url: String,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://./chat-bridge.db".into(),
+        }
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Daemon {
+    /// The daemon's `/acp` URL; unset runs the built-in shell agent in-process.
+    pub url: Option<String>,
+    /// Bearer token (environment only: `CHAT_BRIDGE_DAEMON__TOKEN`).
+    pub token: Option<String>,
+    /// A file holding the bearer token (for Kubernetes secrets mounted as files).
+    pub token_file: Option<PathBuf>,
+    /// Sent with `session/set_mode` for new sessions (qwen: `yolo`, `default`, …).
+    pub mode: Option<String>,
+    /// Working directory for new sessions; default the current directory.
+    pub cwd: Option<PathBuf>,
+}
+
+/// `[liveness]` (L1–L5).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Liveness {
+    /// Longest silence between frames of a turn.
+    #[serde(deserialize_with = "duration")]
+    pub idle: Duration,
+    /// Longest turn.
+    #[serde(deserialize_with = "duration")]
+    pub wall: Duration,
+    /// Added to a running tool's own timeout.
+    #[serde(deserialize_with = "duration")]
+    pub tool_grace: Duration,
+    /// `notify` or `cancel`.
+    pub on_stall: OnStall,
+    /// A tool running longer shows a progress line.
+    #[serde(deserialize_with = "duration")]
+    pub progress_after: Duration,
+    /// The progress line is edited at most this often.
+    #[serde(deserialize_with = "duration")]
+    pub progress_every: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(120),
+            wall: Duration::from_secs(3600),
+            tool_grace: Duration::from_secs(30),
+            on_stall: OnStall::Notify,
+            progress_after: Duration::from_secs(15),
+            progress_every: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[shell_agent]`: the built-in daemon, when `daemon.url` is unset.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShellAgent {
+    /// Heartbeat period while a command is silent.
+    #[serde(deserialize_with = "duration")]
+    pub heartbeat_interval: Duration,
+    /// Timeout of commands that set none.
+    #[serde(deserialize_with = "duration")]
+    pub default_timeout: Duration,
+    /// Ask before each command.
+    pub require_approval: bool,
+}
+
+impl Default for ShellAgent {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(10),
+            default_timeout: Duration::from_secs(600),
+            require_approval: false,
+        }
+    }
+}
+
+/// `[approvals]` (R6).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Approvals {
+    /// Users who may answer anyone's requests.
+    pub approvers: Vec<String>,
+    /// Unanswered requests expire as rejected.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Self {
+            approvers: Vec::new(),
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// `[redact]` (R7).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redact {
+    /// Extra regular expressions to redact.
+    pub patterns: Vec<String>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[database]`.
+    pub database: Database,
+    /// `[daemon]`.
+    pub daemon: Daemon,
+    /// `[liveness]`.
+    pub liveness: Liveness,
+    /// `[shell_agent]`.
+    pub shell_agent: ShellAgent,
+    /// `[approvals]`.
+    pub approvals: Approvals,
+    /// `[redact]`.
+    pub redact: Redact,
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file or an environment override is not valid.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    /// A secret was put where secrets do not belong.
+    #[error(
+        "{0} is a secret: set it with CHAT_BRIDGE_DAEMON__TOKEN or daemon.token_file, not in the config file"
+    )]
+    SecretInFile(&'static str),
+}
+
+/// Command-line overrides.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// `--database-url`.
+    pub database_url: Option<String>,
+    /// `--daemon-url`.
+    pub daemon_url: Option<String>,
+    /// `--daemon-token`.
+    pub daemon_token: Option<String>,
+}
+
+fn env_value(raw: &str) -> toml::Value {
+    // Typed when it reads as TOML (`true`, `5`, `["a","b"]`), else the string itself (`120s`, URLs).
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+impl Config {
+    /// Loads `file` (if any), then `CHAT_BRIDGE_*` variables from `env`, then `flags`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, key or variable at fault.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &Flags,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let t: toml::Table = toml::from_str(&text)
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+                if t.get("daemon").and_then(|d| d.get("token")).is_some() {
+                    return Err(ConfigError::SecretInFile("daemon.token"));
+                }
+                t
+            }
+            None => toml::Table::new(),
+        };
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("CHAT_BRIDGE_") else {
+                continue;
+            };
+            let Some((section, key)) = rest.split_once("__") else {
+                continue;
+            };
+            let (section, key) = (section.to_lowercase(), key.to_lowercase());
+            let entry = table
+                .entry(section.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let Some(sec) = entry.as_table_mut() else {
+                return Err(ConfigError::Invalid(format!(
+                    "{name}: [{section}] is not a section"
+                )));
+            };
+            sec.insert(key, env_value(&value));
+        }
+        let mut cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        if let Some(url) = &flags.database_url {
+            cfg.database.url.clone_from(url);
+        }
+        if let Some(url) = &flags.daemon_url {
+            cfg.daemon.url = Some(url.clone());
+        }
+        if let Some(token) = &flags.daemon_token {
+            cfg.daemon.token = Some(token.clone());
+        }
+        if cfg.daemon.token.is_none()
+            && let Some(path) = &cfg.daemon.token_file
+        {
+            let token = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            cfg.daemon.token = Some(token.trim().to_owned());
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_default() {
+        let c = Config::load(None, env(&[]), &Flags::default()).expect("defaults");
+        assert_eq!(c.database.url, "sqlite://./chat-bridge.db");
+        assert_eq!(c.daemon.url, None);
+        assert_eq!(c.liveness.idle, Duration::from_secs(120));
+        assert_eq!(c.liveness.on_stall, OnStall::Notify);
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("cb.toml");
+        std::fs::write(&path, "[database]\nurl = \"sqlite://file.db\"\n[liveness]\nidle = \"90s\"\non_stall = \"cancel\"\n").expect("write");
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                ("CHAT_BRIDGE_LIVENESS__IDLE", "45s"),
+                ("CHAT_BRIDGE_SHELL_AGENT__REQUIRE_APPROVAL", "true"),
+                ("CHAT_BRIDGE_APPROVALS__APPROVERS", "[\"U1\", \"U2\"]"),
+                ("CHAT_BRIDGE_DAEMON__TOKEN", "s3cret"),
+                ("UNRELATED", "x"),
+            ]),
+            &Flags {
+                database_url: Some("postgres://db/cb".into()),
+                ..Flags::default()
+            },
+        )
+        .expect("load");
+        assert_eq!(c.database.url, "postgres://db/cb", "flags win");
+        assert_eq!(
+            c.liveness.idle,
+            Duration::from_secs(45),
+            "env beats the file"
+        );
+        assert_eq!(
+            c.liveness.on_stall,
+            OnStall::Cancel,
+            "the file beats defaults"
+        );
+        assert!(c.shell_agent.require_approval);
+        assert_eq!(c.approvals.approvers, ["U1", "U2"]);
+        assert_eq!(c.daemon.token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn a_token_in_the_file_is_refused_and_a_token_file_is_read() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("cb.toml");
+        std::fs::write(&path, "[daemon]\ntoken = \"oops\"\n").expect("write");
+        let err = Config::load(Some(&path), env(&[]), &Flags::default()).expect_err("refused");
+        assert!(
+            matches!(err, ConfigError::SecretInFile("daemon.token")),
+            "{err}"
+        );
+        let token = dir.path().join("token");
+        std::fs::write(&token, "from-file\n").expect("write");
+        std::fs::write(
+            &path,
+            format!("[daemon]\ntoken_file = {:?}\n", token.display().to_string()),
+        )
+        .expect("write");
+        let c = Config::load(Some(&path), env(&[]), &Flags::default()).expect("load");
+        assert_eq!(c.daemon.token.as_deref(), Some("from-file"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_durations_are_clear_errors() {
+        let err = Config::load(
+            None,
+            env(&[("CHAT_BRIDGE_LIVENESS__IDEL", "5s")]),
+            &Flags::default(),
+        )
+        .expect_err("typo");
+        assert!(err.to_string().contains("idel"), "{err}");
+        let err = Config::load(
+            None,
+            env(&[("CHAT_BRIDGE_LIVENESS__IDLE", "5x")]),
+            &Flags::default(),
+        )
+        .expect_err("bad");
+        assert!(err.to_string().contains("500ms, 10s"), "{err}");
+    }
+}

@@ -1,0 +1,1065 @@
+//! One conversation's event loop: inbound chat, daemon events, the prompt's completion, and timers
+//! (liveness, permission expiry, progress line), all in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use daemon_client::liveness::human_duration;
+use daemon_client::{
+    DaemonEvent, EndCause, Liveness, PermissionOutcome, PermissionRequest, RequestId, SessionId,
+    ShellProgress, StallKind, StopReason, ToolCallId, ToolInfo, ToolResult,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{ConvMsg, Core, OnStall, render};
+use crate::channel::{ChatAction, Inbound, InboundKind, Message, Target, Tone};
+use crate::store::conversations::{self, Conversation};
+use crate::store::outbox::{self, Kind, NewAction};
+use crate::store::transcript::{self, NewEntry};
+use crate::store::turns::{self, Ending, Turn};
+use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
+
+#[derive(Debug)]
+struct ToolState {
+    title: String,
+    started: Instant,
+    last_output: Option<Instant>,
+    progress_shown: Option<Instant>,
+    unflushed: i64,
+    progress: Option<ShellProgress>,
+    flushed: Instant,
+}
+
+#[derive(Debug)]
+struct TurnState {
+    row: Turn,
+    liveness: Liveness,
+    tools: HashMap<ToolCallId, ToolState>,
+    answer: String,
+    resumed: bool,
+    prompt_seq: u64,
+}
+
+#[derive(Debug)]
+struct PendingPermission {
+    db_id: String,
+    request_id: RequestId,
+    title: String,
+    options: Vec<daemon_client::PermissionOption>,
+    requester: String,
+    expires: Instant,
+}
+
+struct Actor {
+    core: Arc<Core>,
+    conv: Conversation,
+    target: Target,
+    session: Option<SessionId>,
+    session_ready: bool,
+    turn: Option<TurnState>,
+    queue: VecDeque<(String, String)>,
+    permissions: HashMap<String, PendingPermission>,
+    notices: u64,
+    prompt_seq: u64,
+    tx: mpsc::Sender<ConvMsg>,
+}
+
+/// Runs the actor until its channel closes.
+pub(crate) async fn run(
+    core: Arc<Core>,
+    conv: Conversation,
+    tx: mpsc::Sender<ConvMsg>,
+    mut rx: mpsc::Receiver<ConvMsg>,
+) {
+    let session = conv
+        .daemon_session
+        .as_deref()
+        .and_then(|s| SessionId::parse(s).ok());
+    let target = Core::target(&conv);
+    let mut actor = Actor {
+        core,
+        conv,
+        target,
+        session,
+        session_ready: false,
+        turn: None,
+        queue: VecDeque::new(),
+        permissions: HashMap::new(),
+        notices: 0,
+        prompt_seq: 0,
+        tx,
+    };
+    loop {
+        let deadline = actor.next_deadline();
+        let msg = tokio::select! {
+            m = rx.recv() => m,
+            () = sleep_until(deadline) => {
+                if let Err(e) = actor.on_timer().await {
+                    tracing::error!(conversation = %actor.conv.id, error = %e, "timer handling failed");
+                }
+                continue;
+            }
+        };
+        let Some(msg) = msg else { break };
+        let result = match msg {
+            ConvMsg::Inbound(m) => {
+                let r = actor.on_inbound(m).await;
+                actor.core.busy_add(-1);
+                r
+            }
+            ConvMsg::Daemon(e) => actor.on_event(e).await,
+            ConvMsg::PromptDone(seq, r) => actor.on_prompt_done(seq, r).await,
+            ConvMsg::Resume(turn) => actor.on_resume(turn).await,
+        };
+        if let Err(e) = result {
+            tracing::error!(conversation = %actor.conv.id, error = %e, "conversation step failed");
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn stop_str(s: &StopReason) -> &str {
+    s.as_str()
+}
+
+impl Actor {
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        if let Some(turn) = &self.turn {
+            if let Some(d) = turn.liveness.deadline() {
+                consider(d);
+            }
+            for tool in turn.tools.values() {
+                let due = match tool.progress_shown {
+                    Some(shown) => shown + self.core.cfg.progress_every,
+                    None => tool.started + self.core.cfg.progress_after,
+                };
+                consider(due);
+            }
+        }
+        for p in self.permissions.values() {
+            consider(p.expires);
+        }
+        next
+    }
+
+    // ---- writing: state change + outbox in one transaction (D1) ----
+
+    async fn begin(&self) -> Result<Tx> {
+        self.core.store.begin().await
+    }
+
+    async fn enqueue(&self, tx: &mut Tx, action: &ChatAction) -> Result<()> {
+        let json = serde_json::to_string(action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (kind, coalesce) = match action {
+            ChatAction::Post { key, .. } => (Kind::Post, Some(key.as_str())),
+            ChatAction::Edit { key, .. } => (Kind::Edit, Some(key.as_str())),
+        };
+        let a = NewAction {
+            conversation_id: &self.conv.id,
+            kind,
+            coalesce_key: coalesce,
+            action: &json,
+        };
+        outbox::enqueue(tx.conn(), &a, now_ms()).await?;
+        Ok(())
+    }
+
+    async fn commit(&self, tx: Tx) -> Result<()> {
+        tx.commit().await?;
+        self.core.wake_outbox.notify_one();
+        Ok(())
+    }
+
+    fn post(&self, key: String, message: Message) -> ChatAction {
+        ChatAction::Post {
+            target: self.target.clone(),
+            key,
+            message,
+        }
+    }
+
+    fn edit(&self, key: String, message: Message, progress: bool) -> ChatAction {
+        ChatAction::Edit {
+            target: self.target.clone(),
+            key,
+            message,
+            progress,
+        }
+    }
+
+    /// Posts a notice from the bridge (and records it in the transcript).
+    async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notices += 1;
+        let key = format!("notice:{}:{}", now_ms(), self.notices);
+        let msg = render::notice(&self.core.redactor, tone, text);
+        let mut tx = self.begin().await?;
+        let turn_id = self.turn.as_ref().map(|t| t.row.id.clone());
+        let entry = NewEntry {
+            turn_id: turn_id.as_deref(),
+            kind: "notice",
+            actor: Some("bridge"),
+            body: text,
+            tool_call_id: None,
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.enqueue(&mut tx, &self.post(key, msg)).await?;
+        self.commit(tx).await
+    }
+
+    // ---- inbound ----
+
+    async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
+        match m.kind {
+            InboundKind::Action(value) => self.on_button(&m.user, &value).await,
+            InboundKind::Message(text) => {
+                let text = text.trim().to_owned();
+                if text.is_empty() {
+                    return Ok(());
+                }
+                if self.permissions.len() == 1
+                    && let Ok(n) = text.parse::<usize>()
+                {
+                    // A numbered answer to the one pending approval (channels without buttons).
+                    let found = self.permissions.iter().next().and_then(|(id, p)| {
+                        p.options
+                            .get(n.wrapping_sub(1))
+                            .map(|o| (id.clone(), o.option_id.clone()))
+                    });
+                    if let Some((id, option)) = found {
+                        return self.decide(&m.user, &id, &option).await;
+                    }
+                }
+                if let Some(cmd) = text.strip_prefix('/') {
+                    let word = cmd.split_whitespace().next().unwrap_or("");
+                    match word {
+                        "new" => return self.cmd_new().await,
+                        "cancel" => return self.cmd_cancel().await,
+                        "status" => return self.cmd_status().await,
+                        "history" => return self.cmd_history().await,
+                        "help" => return self.cmd_help().await,
+                        _ => {}
+                    }
+                }
+                self.prompt(m.user, text).await
+            }
+        }
+    }
+
+    async fn prompt(&mut self, user: String, text: String) -> Result<()> {
+        if self.turn.is_some() {
+            if self.queue.len() >= self.core.cfg.queue_cap {
+                let n = self.queue.len();
+                return self
+                    .notice(Tone::Warning, &format!("The queue is full ({n} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."))
+                    .await;
+            }
+            self.queue.push_back((user, text));
+            self.core.busy_add(1);
+            return Ok(());
+        }
+        self.core.busy_add(1);
+        self.start_turn(user, text).await
+    }
+
+    async fn start_turn(&mut self, user: String, text: String) -> Result<()> {
+        let session = match self.ensure_session().await {
+            Ok(s) => s,
+            Err(e) => {
+                self.core.busy_add(-1);
+                return self
+                    .notice(
+                        Tone::Error,
+                        &format!(
+                            "Cannot reach the agent: {e}. Your message was not sent; try again."
+                        ),
+                    )
+                    .await;
+            }
+        };
+        let mut tx = self.begin().await?;
+        let row = turns::start(tx.conn(), &self.conv.id, &text, &user, now_ms()).await?;
+        let entry = NewEntry {
+            turn_id: Some(&row.id),
+            kind: "prompt",
+            actor: Some(&user),
+            body: &text,
+            tool_call_id: None,
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.commit(tx).await?;
+        tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
+        self.prompt_seq += 1;
+        let seq = self.prompt_seq;
+        self.turn = Some(TurnState {
+            row,
+            liveness: Liveness::new(self.core.cfg.liveness.clone(), Instant::now()),
+            tools: HashMap::new(),
+            answer: String::new(),
+            resumed: false,
+            prompt_seq: seq,
+        });
+        let (client, tx) = (self.core.client.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let r = client.prompt(&session, &text).await;
+            let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
+        });
+        Ok(())
+    }
+
+    async fn ensure_session(&mut self) -> std::result::Result<SessionId, daemon_client::Error> {
+        if let Some(s) = self.session.clone() {
+            if self.session_ready {
+                return Ok(s);
+            }
+            super::lock(&self.core.sessions).insert(s.clone(), self.conv.id.clone());
+            match self.core.client.load_session(&s, &self.conv.cwd).await {
+                Ok(()) => {
+                    self.session_ready = true;
+                    return Ok(s);
+                }
+                Err(daemon_client::Error::Rpc { message, .. }) => {
+                    tracing::warn!(conversation = %self.conv.id, session = %s, "the daemon no longer knows this session; starting a new one");
+                    let _ = self.notice(Tone::Warning, &format!("The agent no longer knows this thread's session ({message}); starting a new one.")).await;
+                    super::lock(&self.core.sessions).remove(&s);
+                    self.session = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
+        if let Some(mode) = &self.core.cfg.mode
+            && let Err(e) = self.core.client.set_mode(&new.session, mode).await
+        {
+            tracing::warn!(error = %e, %mode, "could not set the session mode");
+        }
+        super::lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
+        let cwd = self.core.cfg.cwd.display().to_string();
+        if let Ok(mut c) = self.core.store.conn().await {
+            let _ = conversations::set_session(
+                &mut c,
+                &self.conv.id,
+                new.session.as_str(),
+                &cwd,
+                now_ms(),
+            )
+            .await;
+        }
+        self.conv.daemon_session = Some(new.session.to_string());
+        self.conv.cwd = cwd;
+        self.session = Some(new.session.clone());
+        self.session_ready = true;
+        Ok(new.session)
+    }
+
+    // ---- commands ----
+
+    async fn cmd_new(&mut self) -> Result<()> {
+        if let (Some(s), Some(_)) = (&self.session, &self.turn) {
+            let _ = self.core.client.cancel(s).await;
+        }
+        if let Some(s) = self.session.take() {
+            super::lock(&self.core.sessions).remove(&s);
+        }
+        self.session_ready = false;
+        self.notice(
+            Tone::Neutral,
+            "Started over: the next message opens a new agent session.",
+        )
+        .await
+    }
+
+    async fn cmd_cancel(&mut self) -> Result<()> {
+        let dropped = self.queue.len();
+        self.queue.clear();
+        self.core.busy_add(-(dropped as isize));
+        match (&self.session, self.turn.as_mut()) {
+            (Some(s), Some(turn)) => {
+                turn.liveness.record_cancel();
+                let s = s.clone();
+                if let Err(e) = self.core.client.cancel(&s).await {
+                    return self
+                        .notice(
+                            Tone::Error,
+                            &format!("Could not reach the agent to cancel: {e}"),
+                        )
+                        .await;
+                }
+                let extra = if dropped > 0 {
+                    format!(" ({dropped} queued messages dropped)")
+                } else {
+                    String::new()
+                };
+                self.notice(
+                    Tone::Neutral,
+                    &format!("Cancelling the running turn{extra}…"),
+                )
+                .await
+            }
+            _ => self.notice(Tone::Neutral, "Nothing is running.").await,
+        }
+    }
+
+    async fn cmd_status(&mut self) -> Result<()> {
+        let text = match &self.turn {
+            None => format!(
+                "Idle. Session: {}.",
+                self.session
+                    .as_ref()
+                    .map_or("none yet".to_owned(), ToString::to_string)
+            ),
+            Some(t) => {
+                let mut s = format!(
+                    "A turn is running ({} so far).",
+                    human_duration(t.liveness_elapsed())
+                );
+                for tool in t.tools.values() {
+                    let age = tool.last_output.map_or("no output yet".to_owned(), |o| {
+                        format!("last output {} ago", human_duration(o.elapsed()))
+                    });
+                    s.push_str(&format!(
+                        "\n• {} — running for {}, {age}",
+                        tool.title,
+                        human_duration(tool.started.elapsed())
+                    ));
+                }
+                if !self.queue.is_empty() {
+                    s.push_str(&format!("\n{} messages queued.", self.queue.len()));
+                }
+                s
+            }
+        };
+        self.notice(Tone::Neutral, &text).await
+    }
+
+    async fn cmd_history(&mut self) -> Result<()> {
+        let mut c = self.core.store.conn().await?;
+        let turns = turns::of_conversation(&mut c, &self.conv.id).await?;
+        drop(c);
+        let mut text = format!(
+            "This thread: {} turns (conversation {}).",
+            turns.len(),
+            self.conv.id
+        );
+        for t in turns.iter().rev().take(5).rev() {
+            let prompt: String = t.prompt.chars().take(60).collect();
+            text.push_str(&format!("\n{}. {} — {}", t.seq, prompt, t.status));
+        }
+        text.push_str(&format!(
+            "\nFull history: `chat-bridge history show {}`",
+            self.conv.id
+        ));
+        self.notice(Tone::Neutral, &text).await
+    }
+
+    async fn cmd_help(&mut self) -> Result<()> {
+        self.notice(
+            Tone::Neutral,
+            "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/help — this text",
+        )
+        .await
+    }
+
+    // ---- daemon events ----
+
+    async fn on_event(&mut self, e: DaemonEvent) -> Result<()> {
+        if let DaemonEvent::PermissionRequested(req) = &e {
+            return self.on_permission(req.clone()).await;
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            // Replays after session/load, and stray frames: nothing to attach them to.
+            return Ok(());
+        };
+        turn.liveness.observe(&e, Instant::now());
+        match e {
+            DaemonEvent::ToolStarted { call, info, .. } => self.on_tool_started(call, info).await,
+            DaemonEvent::ToolUpdated { call, info, .. } => {
+                if let Some(title) = info.title.clone()
+                    && let Some(tool) = turn.tools.get_mut(&call)
+                    && tool.title != title
+                {
+                    tool.title = title.clone();
+                    let mut tx = self.begin().await?;
+                    tool_calls::start(
+                        tx.conn(),
+                        &self.conv.id,
+                        None,
+                        call.as_str(),
+                        &title,
+                        info.kind.as_deref(),
+                        now_ms(),
+                    )
+                    .await?;
+                    let msg = render::tool_running(&self.core.redactor, &title, None);
+                    self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
+                        .await?;
+                    self.commit(tx).await?;
+                } else if !turn.tools.contains_key(&call) {
+                    return self.on_tool_started(call, info).await;
+                }
+                Ok(())
+            }
+            DaemonEvent::ToolProgress { call, progress, .. } => {
+                if let Some(tool) = turn.tools.get_mut(&call) {
+                    tool.unflushed += 1;
+                    tool.progress = Some(progress);
+                }
+                self.flush_progress(false).await?;
+                self.maybe_progress_line(&call).await
+            }
+            DaemonEvent::ToolOutput { call, .. } => {
+                if let Some(tool) = turn.tools.get_mut(&call) {
+                    tool.last_output = Some(Instant::now());
+                }
+                self.maybe_progress_line(&call).await
+            }
+            DaemonEvent::ToolFinished { call, result, .. } => {
+                self.on_tool_finished(call, result).await
+            }
+            DaemonEvent::AgentText { text, .. } => {
+                turn.answer.push_str(&text);
+                Ok(())
+            }
+            DaemonEvent::TurnEnded { stop_reason, .. } => {
+                self.end_turn(Some(stop_reason), None).await
+            }
+            DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
+                self.end_turn(Some(StopReason::EndTurn), None).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn on_tool_started(&mut self, call: ToolCallId, info: ToolInfo) -> Result<()> {
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let title = info.title.clone().unwrap_or_else(|| "tool".into());
+        let mut c = self.core.store.conn().await?;
+        if let Some(known) = tool_calls::by_call_id(&mut c, &self.conv.id, call.as_str()).await? {
+            if known.status == "running" {
+                // Replayed after a restart or reconnect: the thread already shows it; follow it again.
+                let now = Instant::now();
+                let state = ToolState {
+                    title: known.title,
+                    started: now,
+                    last_output: None,
+                    progress_shown: None,
+                    unflushed: 0,
+                    progress: None,
+                    flushed: now,
+                };
+                turn.tools.insert(call, state);
+            }
+            // Finished already: nothing to show again.
+            return Ok(());
+        }
+        drop(c);
+        // The answer is the text after the last tool call (R5).
+        turn.answer.clear();
+        let turn_id = turn.row.id.clone();
+        let mut tx = self.begin().await?;
+        let db_id = tool_calls::start(
+            tx.conn(),
+            &self.conv.id,
+            Some(&turn_id),
+            call.as_str(),
+            &title,
+            info.kind.as_deref(),
+            now_ms(),
+        )
+        .await?;
+        tracing::debug!(tool_call = %db_id, "tool started");
+        let entry = NewEntry {
+            turn_id: Some(&turn_id),
+            kind: "tool_started",
+            actor: Some("agent"),
+            body: &title,
+            tool_call_id: Some(&db_id),
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        let msg = render::tool_running(&self.core.redactor, &title, None);
+        self.enqueue(&mut tx, &self.post(format!("tool:{call}"), msg))
+            .await?;
+        self.commit(tx).await?;
+        let now = Instant::now();
+        if let Some(turn) = self.turn.as_mut() {
+            turn.tools.insert(
+                call,
+                ToolState {
+                    title,
+                    started: now,
+                    last_output: None,
+                    progress_shown: None,
+                    unflushed: 0,
+                    progress: None,
+                    flushed: now,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    async fn on_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
+        self.flush_progress(true).await?;
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let tool = turn.tools.remove(&call);
+        let (title, took) = match &tool {
+            Some(t) => (t.title.clone(), Some(t.started.elapsed())),
+            None => ("tool".to_owned(), None),
+        };
+        let turn_id = turn.row.id.clone();
+        let mut tx = self.begin().await?;
+        if tool.is_none() {
+            // Started before a restart, or never announced: make sure the row exists.
+            tool_calls::start(
+                tx.conn(),
+                &self.conv.id,
+                Some(&turn_id),
+                call.as_str(),
+                "",
+                None,
+                now_ms(),
+            )
+            .await?;
+        }
+        let finish = tool_calls::Finish {
+            outcome: result.outcome.as_str(),
+            summary: result.summary.as_deref(),
+            output: &result.output,
+            exit_code: result.exit_code,
+            signal: result.signal,
+        };
+        let Some(db_id) =
+            tool_calls::finish(tx.conn(), &self.conv.id, call.as_str(), &finish, now_ms()).await?
+        else {
+            // Already recorded (a replay): the thread already shows it.
+            return Ok(());
+        };
+        let title = match tool {
+            Some(_) => title,
+            None => tool_calls::get(tx.conn(), &db_id)
+                .await?
+                .map_or(title, |t| t.title),
+        };
+        let summary = result
+            .summary
+            .clone()
+            .unwrap_or_else(|| result.outcome.as_str().to_owned());
+        let entry = NewEntry {
+            turn_id: Some(&turn_id),
+            kind: "tool_finished",
+            actor: Some("agent"),
+            body: &summary,
+            tool_call_id: Some(&db_id),
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        let msg = render::tool_finished(&self.core.redactor, &title, &result, took, &db_id);
+        self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
+            .await?;
+        self.commit(tx).await?;
+        // R4: ids and the short outcome only — never output or prompt text.
+        tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
+        Ok(())
+    }
+
+    /// Writes accumulated heartbeat counts and progress, at most every `progress_flush` (or now).
+    async fn flush_progress(&mut self, force: bool) -> Result<()> {
+        let every = self.core.cfg.progress_flush;
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let due: Vec<(ToolCallId, i64, Option<String>)> = turn
+            .tools
+            .iter_mut()
+            .filter(|(_, t)| t.unflushed > 0 && (force || t.flushed.elapsed() >= every))
+            .map(|(c, t)| {
+                let n = std::mem::take(&mut t.unflushed);
+                t.flushed = Instant::now();
+                (
+                    c.clone(),
+                    n,
+                    t.progress.and_then(|p| serde_json::to_string(&p).ok()),
+                )
+            })
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let mut c = self.core.store.conn().await?;
+        for (call, n, progress) in due {
+            tool_calls::progress(
+                &mut c,
+                &self.conv.id,
+                call.as_str(),
+                n,
+                progress.as_deref(),
+                now_ms(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// L5: a tool running past `progress_after` shows elapsed time and output age, edited at most
+    /// every `progress_every`. Never a new message.
+    async fn maybe_progress_line(&mut self, call: &ToolCallId) -> Result<()> {
+        let (after, every) = (self.core.cfg.progress_after, self.core.cfg.progress_every);
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let Some(tool) = turn.tools.get_mut(call) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let elapsed = now.duration_since(tool.started);
+        let due = elapsed >= after
+            && tool
+                .progress_shown
+                .is_none_or(|s| now.duration_since(s) >= every);
+        if !due {
+            return Ok(());
+        }
+        tool.progress_shown = Some(now);
+        let age = tool
+            .progress
+            .and_then(|p| p.last_output_age_ms.map(Duration::from_millis))
+            .or_else(|| tool.last_output.map(|o| now.duration_since(o)));
+        let msg = render::tool_running(&self.core.redactor, &tool.title, Some((elapsed, age)));
+        let key = format!("tool:{call}");
+        let mut tx = self.begin().await?;
+        self.enqueue(&mut tx, &self.edit(key, msg, true)).await?;
+        self.commit(tx).await
+    }
+
+    async fn on_permission(&mut self, req: PermissionRequest) -> Result<()> {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.liveness.observe(
+                &DaemonEvent::PermissionRequested(req.clone()),
+                Instant::now(),
+            );
+        }
+        let requester = self.turn.as_ref().map_or_else(
+            || self.conv.started_by.clone(),
+            |t| t.row.requested_by.clone(),
+        );
+        let title = req
+            .info
+            .title
+            .clone()
+            .unwrap_or_else(|| "a tool call".into());
+        let options_json =
+            serde_json::to_string(&req.options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let request_json = serde_json::to_string(&req.request_id)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let timeout = self.core.cfg.permission_timeout;
+        let mut tx = self.begin().await?;
+        let new = permissions::NewRequest {
+            conversation_id: &self.conv.id,
+            turn_id: self.turn.as_ref().map(|t| t.row.id.as_str()),
+            request_id: &request_json,
+            call_id: req.call.as_ref().map(ToolCallId::as_str),
+            title: &title,
+            options: &options_json,
+            requester: &requester,
+            expires_at: now_ms() + crate::store::ms(timeout),
+        };
+        let id = permissions::create(tx.conn(), &new, now_ms()).await?;
+        let msg = render::permission(&self.core.redactor, &id, &title, &req.options, None);
+        self.enqueue(&mut tx, &self.post(format!("perm:{id}"), msg))
+            .await?;
+        self.commit(tx).await?;
+        self.permissions.insert(
+            id.clone(),
+            PendingPermission {
+                db_id: id,
+                request_id: req.request_id,
+                title,
+                options: req.options,
+                requester,
+                expires: Instant::now() + timeout,
+            },
+        );
+        Ok(())
+    }
+
+    async fn on_button(&mut self, user: &str, value: &str) -> Result<()> {
+        let mut parts = value.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("perm"), Some(id), Some(option)) => self.decide(user, id, option).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// R6: only the requester and configured approvers may decide; the first decision wins.
+    async fn decide(&mut self, user: &str, id: &str, option: &str) -> Result<()> {
+        let Some(p) = self.permissions.get(id) else {
+            return self
+                .notice(Tone::Neutral, "That approval is no longer pending.")
+                .await;
+        };
+        if user != p.requester && !self.core.cfg.approvers.iter().any(|a| a == user) {
+            return self.notice(Tone::Warning, &format!("{user} is not allowed to answer this approval; only the requester or an approver can.")).await;
+        }
+        let Some(p) = self.permissions.remove(id) else {
+            return Ok(());
+        };
+        let label = p
+            .options
+            .iter()
+            .find(|o| o.option_id == option)
+            .map_or(option.to_owned(), |o| o.name.clone());
+        let mut tx = self.begin().await?;
+        if permissions::resolve(tx.conn(), &p.db_id, user, option, now_ms())
+            .await?
+            .is_none()
+        {
+            return Ok(());
+        }
+        let decided = format!("{user} chose: {label}");
+        let msg = render::permission(
+            &self.core.redactor,
+            &p.db_id,
+            &p.title,
+            &p.options,
+            Some(&decided),
+        );
+        self.enqueue(&mut tx, &self.edit(format!("perm:{}", p.db_id), msg, false))
+            .await?;
+        let entry = NewEntry {
+            turn_id: None,
+            kind: "permission",
+            actor: Some(user),
+            body: &decided,
+            tool_call_id: None,
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.commit(tx).await?;
+        if let Err(e) = self
+            .core
+            .client
+            .answer_permission(
+                &p.request_id,
+                &PermissionOutcome::Selected(option.to_owned()),
+            )
+            .await
+        {
+            return self
+                .notice(
+                    Tone::Error,
+                    &format!("Could not pass the decision to the agent: {e}"),
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    // ---- turn end, prompt completion, resume ----
+
+    async fn end_turn(&mut self, stop: Option<StopReason>, forced: Option<&str>) -> Result<()> {
+        self.flush_progress(true).await?;
+        let Some(turn) = self.turn.take() else {
+            return Ok(());
+        };
+        let cause = turn.liveness.first_cause();
+        let status = match (forced, cause, &stop) {
+            (Some(s), _, _) => s,
+            (None, Some(EndCause::Stalled(_)), _) => "stalled",
+            (None, Some(EndCause::Cancelled), _) | (None, None, Some(StopReason::Cancelled)) => {
+                "cancelled"
+            }
+            _ => "ended",
+        };
+        let end_cause = cause.map(|c| match c {
+            EndCause::Stalled(StallKind::Idle) => "stalled_idle",
+            EndCause::Stalled(StallKind::Wall) => "stalled_wall",
+            EndCause::Cancelled => "cancelled",
+        });
+        let answer = turn.answer.trim().to_owned();
+        let stop_s = stop.as_ref().map(stop_str);
+        let mut tx = self.begin().await?;
+        let ending = Ending {
+            status,
+            stop_reason: stop_s,
+            end_cause,
+            answer: (!answer.is_empty()).then_some(answer.as_str()),
+        };
+        turns::finish(tx.conn(), &turn.row.id, &ending, now_ms()).await?;
+        if !answer.is_empty() {
+            let entry = NewEntry {
+                turn_id: Some(&turn.row.id),
+                kind: "answer",
+                actor: Some("agent"),
+                body: &answer,
+                tool_call_id: None,
+            };
+            transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+            let msg = render::answer(&self.core.redactor, &answer);
+            self.enqueue(&mut tx, &self.post(format!("answer:{}", turn.row.id), msg))
+                .await?;
+        }
+        self.commit(tx).await?;
+        tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
+        let _ended = BusyGuard(self.core.clone());
+        if let Some((user, text)) = self.queue.pop_front() {
+            // Counted as busy when it was queued; that count now belongs to its turn.
+            self.start_turn(user, text).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_prompt_done(
+        &mut self,
+        seq: u64,
+        r: std::result::Result<StopReason, daemon_client::Error>,
+    ) -> Result<()> {
+        let Some(turn) = &self.turn else {
+            return Ok(());
+        };
+        if turn.prompt_seq != seq {
+            return Ok(());
+        }
+        match r {
+            // TurnEnded on the event stream ends the turn, after all its events.
+            Ok(_) => Ok(()),
+            Err(daemon_client::Error::SessionLost { message, .. }) => {
+                self.session = None;
+                self.session_ready = false;
+                self.notice(Tone::Error, &format!("The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over.")).await?;
+                self.end_turn(None, Some("interrupted")).await
+            }
+            Err(e) => {
+                self.notice(
+                    Tone::Error,
+                    &format!("The agent could not run this turn: {e}"),
+                )
+                .await?;
+                self.end_turn(None, Some("failed")).await
+            }
+        }
+    }
+
+    async fn on_resume(&mut self, row: Turn) -> Result<()> {
+        self.turn = Some(TurnState {
+            row,
+            liveness: Liveness::new(self.core.cfg.liveness.clone(), Instant::now()),
+            tools: HashMap::new(),
+            answer: String::new(),
+            resumed: true,
+            prompt_seq: 0,
+        });
+        match self.ensure_session().await {
+            Ok(_) if self.session_ready && self.turn.is_some() => {
+                tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
+                Ok(())
+            }
+            _ => {
+                self.notice(Tone::Warning, "The bridge restarted during this turn and the agent no longer has it; the turn was interrupted. Send your message again if it still matters.").await?;
+                self.end_turn(None, Some("interrupted")).await
+            }
+        }
+    }
+
+    // ---- timers ----
+
+    async fn on_timer(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .permissions
+            .iter()
+            .filter(|(_, p)| p.expires <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in expired {
+            if let Some(p) = self.permissions.remove(&id) {
+                let mut tx = self.begin().await?;
+                permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
+                let msg = render::permission(
+                    &self.core.redactor,
+                    &p.db_id,
+                    &p.title,
+                    &p.options,
+                    Some("expired unanswered — rejected"),
+                );
+                self.enqueue(&mut tx, &self.edit(format!("perm:{}", p.db_id), msg, false))
+                    .await?;
+                self.commit(tx).await?;
+                let _ = self
+                    .core
+                    .client
+                    .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+                    .await;
+            }
+        }
+        let calls: Vec<ToolCallId> = self
+            .turn
+            .as_ref()
+            .map(|t| t.tools.keys().cloned().collect())
+            .unwrap_or_default();
+        for call in calls {
+            self.maybe_progress_line(&call).await?;
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let Some(stall) = turn.liveness.poll(now) else {
+            return Ok(());
+        };
+        let resumed = turn.resumed;
+        tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
+        if resumed {
+            self.notice(Tone::Warning, &format!("No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted.", human_duration(stall.silent_for))).await?;
+            return self.end_turn(None, Some("interrupted")).await;
+        }
+        let text = match stall.kind {
+            StallKind::Idle => format!(
+                "No word from the agent for {} — the turn is still open; `/cancel` stops it.",
+                human_duration(stall.silent_for)
+            ),
+            StallKind::Wall => format!(
+                "This turn has run for {}, its time limit — `/cancel` stops it.",
+                human_duration(stall.elapsed)
+            ),
+        };
+        self.notice(Tone::Warning, &text).await?;
+        if self.core.cfg.on_stall == OnStall::Cancel
+            && let Some(s) = self.session.clone()
+        {
+            if let Some(t) = self.turn.as_mut() {
+                t.liveness.record_cancel();
+            }
+            if let Err(e) = self.core.client.cancel(&s).await {
+                tracing::warn!(error = %e, "cancel after stall failed");
+            }
+            self.notice(Tone::Neutral, "Cancelling it (on_stall = cancel).")
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+impl TurnState {
+    fn liveness_elapsed(&self) -> Duration {
+        Duration::from_millis(u64::try_from(now_ms() - self.row.started_at).unwrap_or(0))
+    }
+}
+
+/// Releases one busy count when dropped — after any queued turn has been started and counted.
+struct BusyGuard(Arc<Core>);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.busy_add(-1);
+    }
+}

@@ -1,0 +1,288 @@
+//! The bridge core: routes inbound chat to conversations, runs one turn per conversation at a time,
+//! turns daemon events into chat actions, and keeps every turn honest about liveness.
+//!
+//! One actor per conversation (an ordered queue, like a portal's event loop): adapters only convert
+//! and enqueue. Every chat action is written to the outbox in the same transaction as the state change
+//! that caused it (D1); the outbox worker delivers it. Heartbeats feed liveness and the progress line,
+//! never a message of their own (F1, L5).
+//!
+//! # Layout
+//! - [`redact`]: R7, secrets out of chat-bound text.
+//! - [`render`]: R1–R6 as platform-neutral messages.
+//! - `actor`: one conversation's event loop.
+
+mod actor;
+pub mod redact;
+pub mod render;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use daemon_client::{DaemonClient, DaemonEvent, EventStream, LivenessConfig, SessionId};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{Inbound, Target};
+use crate::store::{self, Store, conversations, inbound, now_ms};
+use redact::Redactor;
+
+/// What to do when a turn stalls (L3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStall {
+    /// Tell the thread and keep waiting.
+    Notify,
+    /// Tell the thread and send `session/cancel`.
+    Cancel,
+}
+
+/// Core settings.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// Idle and wall limits per turn (L1, L2).
+    pub liveness: LivenessConfig,
+    /// L3 policy.
+    pub on_stall: OnStall,
+    /// A tool running longer than this shows a progress line (L5).
+    pub progress_after: Duration,
+    /// The progress line is edited at most this often (L5).
+    pub progress_every: Duration,
+    /// Heartbeat counts and progress are written to the store at most this often.
+    pub progress_flush: Duration,
+    /// Prompts that may wait behind a running turn.
+    pub queue_cap: usize,
+    /// Unanswered permission requests expire (as rejected) after this.
+    pub permission_timeout: Duration,
+    /// Working directory for new daemon sessions.
+    pub cwd: PathBuf,
+    /// `session/set_mode` for new sessions (e.g. `yolo`).
+    pub mode: Option<String>,
+    /// Users who may answer anyone's permission requests.
+    pub approvers: Vec<String>,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self {
+            liveness: LivenessConfig::default(),
+            on_stall: OnStall::Notify,
+            progress_after: Duration::from_secs(15),
+            progress_every: Duration::from_secs(30),
+            progress_flush: Duration::from_secs(10),
+            queue_cap: 5,
+            permission_timeout: Duration::from_secs(600),
+            cwd: PathBuf::from("."),
+            mode: None,
+            approvers: Vec::new(),
+        }
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A message for a conversation's actor.
+#[derive(Debug)]
+pub(crate) enum ConvMsg {
+    Inbound(Inbound),
+    Daemon(DaemonEvent),
+    PromptDone(u64, Result<daemon_client::StopReason, daemon_client::Error>),
+    Resume(store::turns::Turn),
+}
+
+/// The core, shared by the router, the actors and the application.
+#[derive(Debug)]
+pub struct Core {
+    pub(crate) store: Store,
+    pub(crate) client: DaemonClient,
+    pub(crate) cfg: CoreConfig,
+    pub(crate) redactor: Redactor,
+    pub(crate) wake_outbox: Arc<Notify>,
+    actors: Mutex<HashMap<String, mpsc::Sender<ConvMsg>>>,
+    pub(crate) sessions: Mutex<HashMap<SessionId, String>>,
+    /// Turns open or queued, across conversations (the console waits for zero before exiting).
+    pub(crate) busy: AtomicUsize,
+    pub(crate) idle: Notify,
+    shutdown: CancellationToken,
+}
+
+impl Core {
+    /// A core over `store` and `client`.
+    #[must_use]
+    pub fn new(
+        store: Store,
+        client: DaemonClient,
+        cfg: CoreConfig,
+        redactor: Redactor,
+        wake_outbox: Arc<Notify>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            client,
+            cfg,
+            redactor,
+            wake_outbox,
+            actors: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            busy: AtomicUsize::new(0),
+            idle: Notify::new(),
+            shutdown,
+        })
+    }
+
+    /// Turns open or queued right now.
+    #[must_use]
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no turn is open or queued.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.busy() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub(crate) fn busy_add(&self, n: isize) {
+        if n >= 0 {
+            self.busy.fetch_add(n.unsigned_abs(), Ordering::SeqCst);
+        } else {
+            self.busy.fetch_sub(n.unsigned_abs(), Ordering::SeqCst);
+        }
+        self.idle.notify_waiters();
+    }
+
+    fn actor(self: &Arc<Self>, conv: &conversations::Conversation) -> mpsc::Sender<ConvMsg> {
+        let mut actors = lock(&self.actors);
+        if let Some(tx) = actors.get(&conv.id)
+            && !tx.is_closed()
+        {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        actors.insert(conv.id.clone(), tx.clone());
+        if let Some(s) = conv
+            .daemon_session
+            .as_deref()
+            .and_then(|s| SessionId::parse(s).ok())
+        {
+            lock(&self.sessions).insert(s, conv.id.clone());
+        }
+        tokio::spawn(actor::run(self.clone(), conv.clone(), tx.clone(), rx));
+        tx
+    }
+
+    /// Handles one inbound chat event: deduplicates it (D2), finds or creates its conversation, and
+    /// hands it to that conversation's actor. Returns at once; the agent's work happens later.
+    ///
+    /// # Errors
+    /// Store errors (the caller logs and tells the user).
+    pub async fn accept(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
+        let mut c = self.store.conn().await?;
+        if inbound::record(&mut c, &msg.platform, &msg.event_id, now_ms()).await?
+            == inbound::Seen::Duplicate
+        {
+            tracing::debug!(platform = %msg.platform, event = %msg.event_id, "duplicate inbound event ignored");
+            return Ok(());
+        }
+        let title: String = match &msg.kind {
+            crate::channel::InboundKind::Message(t) => t.chars().take(80).collect(),
+            crate::channel::InboundKind::Action(_) => String::new(),
+        };
+        let key = conversations::Key {
+            platform: &msg.platform,
+            workspace: &msg.target.workspace,
+            channel: &msg.target.channel,
+            thread: &msg.target.thread,
+        };
+        let (conv, _) =
+            conversations::find_or_create(&mut c, &key, &msg.user, &title, now_ms()).await?;
+        drop(c);
+        // In flight until the actor has handled it (it then counts the turn it opened or queued).
+        self.busy_add(1);
+        if self.actor(&conv).send(ConvMsg::Inbound(msg)).await.is_err() {
+            self.busy_add(-1);
+        }
+        Ok(())
+    }
+
+    /// Routes daemon events to the conversation that owns their session, until the stream ends.
+    pub async fn route_events(self: Arc<Self>, mut events: EventStream) {
+        loop {
+            let event = tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                e = events.recv() => match e { Some(e) => e, None => return },
+            };
+            match &event {
+                DaemonEvent::Disconnected { reason } => {
+                    tracing::warn!(%reason, "daemon connection lost; reconnecting");
+                    continue;
+                }
+                DaemonEvent::Reconnected { resumed, lost } => {
+                    tracing::info!(
+                        resumed = resumed.len(),
+                        lost = lost.len(),
+                        "daemon reconnected"
+                    );
+                    continue;
+                }
+                DaemonEvent::Closed { reason } => {
+                    tracing::error!(%reason, "daemon connection closed");
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(session) = event.session() else {
+                continue;
+            };
+            let conv = lock(&self.sessions).get(session).cloned();
+            let Some(conv) = conv else {
+                tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
+                continue;
+            };
+            let tx = lock(&self.actors).get(&conv).cloned();
+            if let Some(tx) = tx {
+                let _ = tx.send(ConvMsg::Daemon(event)).await;
+            }
+        }
+    }
+
+    /// After a restart: every open turn is resumed with `session/load`, or closed with a visible
+    /// "interrupted" notice (D3).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn resume_open_turns(self: &Arc<Self>) -> Result<usize, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        let open = store::turns::open(&mut c).await?;
+        let n = open.len();
+        for turn in open {
+            let Some(conv) = conversations::get(&mut c, &turn.conversation_id).await? else {
+                continue;
+            };
+            // Busy from now on, so nobody sees "idle" before the actor has taken the turn back.
+            self.busy_add(1);
+            if self.actor(&conv).send(ConvMsg::Resume(turn)).await.is_err() {
+                self.busy_add(-1);
+            }
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn target(conv: &conversations::Conversation) -> Target {
+        Target {
+            workspace: conv.workspace.clone(),
+            channel: conv.channel.clone(),
+            thread: conv.thread.clone(),
+        }
+    }
+}

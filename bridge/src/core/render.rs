@@ -1,0 +1,274 @@
+//! R-rules: what the thread shows, as platform-neutral [`Message`]s. Every text passes the redactor
+//! (R7) here, the one place text leaves for chat.
+
+use std::time::Duration;
+
+use daemon_client::liveness::human_duration;
+use daemon_client::{Outcome, PermissionOption, ToolResult};
+
+use super::redact::Redactor;
+use crate::channel::{Button, Message, Tone};
+
+/// Chat-side output cap: the tail is kept, the full output is in the store (R2, R3).
+pub const CHAT_OUTPUT_CAP: usize = 3500;
+
+/// Keeps the last `cap` bytes of `output` (on a line boundary when possible), saying what was cut.
+#[must_use]
+pub fn cap_output(output: &str, cap: usize) -> String {
+    if output.len() <= cap {
+        return output.to_owned();
+    }
+    let mut start = output.len() - cap;
+    while !output.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(nl) = output[start..].find('\n')
+        && nl + 1 < output.len() - start
+    {
+        start += nl + 1;
+    }
+    let hidden_lines = output[..start].lines().count();
+    format!(
+        "… {hidden_lines} earlier lines not shown\n{}",
+        &output[start..]
+    )
+}
+
+/// The message of a running tool; `progress` adds elapsed time and output age (L5).
+#[must_use]
+pub fn tool_running(
+    r: &Redactor,
+    title: &str,
+    progress: Option<(Duration, Option<Duration>)>,
+) -> Message {
+    let mut m = Message::text(Tone::Running, format!("⏳ {}", r.redact(title)));
+    if let Some((elapsed, age)) = progress {
+        let mut line = format!("running for {}", human_duration(elapsed));
+        match age {
+            Some(age) => line.push_str(&format!(" · last output {} ago", human_duration(age))),
+            None => line.push_str(" · no output yet"),
+        }
+        m.body = Some(line);
+    }
+    m
+}
+
+/// The message of a finished tool (R2, R3).
+#[must_use]
+pub fn tool_finished(
+    r: &Redactor,
+    title: &str,
+    result: &ToolResult,
+    took: Option<Duration>,
+    tool_call_id: &str,
+) -> Message {
+    let title = r.redact(title);
+    let took = took
+        .map(|d| format!(" — {}", human_duration(d)))
+        .unwrap_or_default();
+    let output = r.redact(result.output.trim_end());
+    let code = (!output.trim().is_empty()).then(|| cap_output(&output, CHAT_OUTPUT_CAP));
+    let pointer = format!(
+        "full output: `chat-bridge history show {tool_call_id}` · GET /api/v1/tool-calls/{tool_call_id}"
+    );
+    let summary = result.summary.as_deref().map(|s| r.redact(s));
+    let exit = match (result.exit_code, result.signal) {
+        (_, Some(sig)) => format!(" (signal {sig})"),
+        (Some(code), None) if code != 0 => format!(" (exit code {code})"),
+        _ => String::new(),
+    };
+    match result.outcome {
+        Outcome::Completed => Message {
+            tone: Tone::Success,
+            title: format!("✅ {title}{took}"),
+            body: None,
+            code,
+            footer: None,
+            buttons: Vec::new(),
+        },
+        Outcome::TimedOut => Message {
+            tone: Tone::Error,
+            title: format!("⏱ {title} — timed out{exit}"),
+            body: Some(match code {
+                Some(_) => summary.unwrap_or_else(|| "The command timed out.".into()),
+                None => format!(
+                    "{}\nThere was no output before it timed out.",
+                    summary.unwrap_or_else(|| "The command timed out.".into())
+                ),
+            }),
+            code,
+            footer: Some(pointer),
+            buttons: Vec::new(),
+        },
+        Outcome::Failed => Message {
+            tone: Tone::Error,
+            title: format!("❌ {title} — failed{exit}{took}"),
+            body: summary,
+            code,
+            footer: Some(pointer),
+            buttons: Vec::new(),
+        },
+        Outcome::Cancelled => Message {
+            tone: Tone::Neutral,
+            title: format!("⏹ {title} — cancelled"),
+            body: summary,
+            code,
+            footer: None,
+            buttons: Vec::new(),
+        },
+    }
+}
+
+/// The turn's answer (R5).
+#[must_use]
+pub fn answer(r: &Redactor, text: &str) -> Message {
+    let mut m = Message::text(Tone::Neutral, "💬 answer");
+    m.body = Some(r.redact(text.trim()));
+    m
+}
+
+/// A notice from the bridge itself.
+#[must_use]
+pub fn notice(r: &Redactor, tone: Tone, text: &str) -> Message {
+    Message::text(tone, r.redact(text))
+}
+
+/// A permission request with its options as buttons (R6); `decided` replaces the buttons with who
+/// decided what.
+#[must_use]
+pub fn permission(
+    r: &Redactor,
+    request: &str,
+    title: &str,
+    options: &[PermissionOption],
+    decided: Option<&str>,
+) -> Message {
+    let mut m = Message::text(
+        Tone::Warning,
+        format!("🔐 approval needed: {}", r.redact(title)),
+    );
+    match decided {
+        Some(d) => {
+            m.tone = Tone::Neutral;
+            m.footer = Some(d.to_owned());
+        }
+        None => {
+            m.buttons = options
+                .iter()
+                .map(|o| Button {
+                    value: format!("perm:{request}:{}", o.option_id),
+                    label: if o.name.is_empty() {
+                        o.option_id.clone()
+                    } else {
+                        o.name.clone()
+                    },
+                    style: match o.kind.as_str() {
+                        "allow_once" | "allow_always" => Some("primary".into()),
+                        "reject_once" | "reject_always" => Some("danger".into()),
+                        _ => None,
+                    },
+                })
+                .collect();
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(outcome: Outcome, output: &str) -> ToolResult {
+        ToolResult {
+            outcome,
+            summary: Some("Command timed out after 2s".into()),
+            output: output.into(),
+            exit_code: None,
+            signal: Some(15),
+        }
+    }
+
+    #[test]
+    fn r3_a_timeout_is_an_error_with_partial_output_and_a_pointer() {
+        let m = tool_finished(
+            &Redactor::default(),
+            "sleep 30",
+            &result(Outcome::TimedOut, "partial\n"),
+            None,
+            "tc-1",
+        );
+        assert_eq!(m.tone, Tone::Error);
+        assert!(m.title.starts_with("⏱ sleep 30 — timed out"));
+        assert_eq!(m.code.as_deref(), Some("partial"));
+        assert!(
+            m.footer
+                .as_deref()
+                .is_some_and(|f| f.contains("chat-bridge history show tc-1")
+                    && f.contains("/api/v1/tool-calls/tc-1"))
+        );
+    }
+
+    #[test]
+    fn r3_a_silent_timeout_says_so_explicitly() {
+        let m = tool_finished(
+            &Redactor::default(),
+            "sleep 30",
+            &result(Outcome::TimedOut, ""),
+            None,
+            "tc-1",
+        );
+        assert_eq!(m.code, None);
+        assert!(
+            m.body
+                .as_deref()
+                .is_some_and(|b| b.contains("There was no output before it timed out."))
+        );
+    }
+
+    #[test]
+    fn r2_completed_and_cancelled_tones() {
+        let ok = tool_finished(
+            &Redactor::default(),
+            "ls",
+            &result(Outcome::Completed, "a\nb\n"),
+            Some(Duration::from_secs(2)),
+            "x",
+        );
+        assert_eq!(
+            (ok.tone, ok.title.as_str(), ok.code.as_deref()),
+            (Tone::Success, "✅ ls — 2s", Some("a\nb"))
+        );
+        let stop = tool_finished(
+            &Redactor::default(),
+            "ls",
+            &result(Outcome::Cancelled, ""),
+            None,
+            "x",
+        );
+        assert_eq!(stop.tone, Tone::Neutral);
+        assert!(stop.title.starts_with("⏹"));
+    }
+
+    #[test]
+    fn long_output_keeps_the_tail_and_says_how_much_was_cut() {
+        let out: String = (1..=2000).map(|i| format!("line {i}\n")).collect();
+        let capped = cap_output(&out, 200);
+        assert!(
+            capped.starts_with("… ") && capped.ends_with("line 2000\n"),
+            "{capped}"
+        );
+        assert!(capped.len() < 260);
+    }
+
+    #[test]
+    fn r7_rendered_text_is_redacted() {
+        let m = tool_finished(
+            &Redactor::default(),
+            "echo",
+            &result(Outcome::Completed, "xoxb-123456789012-abcdefghijkl"),
+            None,
+            "x",
+        );
+        assert_eq!(m.code.as_deref(), Some("[redacted]"));
+    }
+}

@@ -1,0 +1,163 @@
+//! The outbox worker (D1): delivers chat actions in order per conversation through the channel,
+//! retrying with backoff, honouring rate limits, dead-lettering what cannot be delivered.
+//!
+//! It never holds a transaction across a network call: claim (short), deliver (network), then record
+//! the platform message id and mark delivered together (short).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{Channel, ChatAction, DeliveryError};
+use crate::store::outbox::{self, Failure, Retry, RetryPolicy};
+use crate::store::{Store, StoreError, message_map, now_ms};
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing was due.
+    Idle,
+    /// An action was delivered.
+    Delivered,
+    /// An action failed and was rescheduled (or dead-lettered).
+    Failed,
+}
+
+/// Delivers one due action, if any.
+///
+/// # Errors
+/// Store errors (the action stays pending and is retried).
+pub async fn deliver_once(
+    store: &Store,
+    channel: &dyn Channel,
+    worker: &str,
+    policy: &RetryPolicy,
+) -> Result<Step, StoreError> {
+    let claimed = {
+        let mut c = store.conn().await?;
+        outbox::claim_next(&mut c, worker, now_ms(), Duration::from_secs(60)).await?
+    };
+    let Some(a) = claimed else {
+        return Ok(Step::Idle);
+    };
+    let action: ChatAction = match serde_json::from_str(&a.action) {
+        Ok(action) => action,
+        Err(e) => {
+            let mut c = store.conn().await?;
+            let dead = RetryPolicy {
+                max_attempts: 0,
+                ..*policy
+            };
+            outbox::retry(
+                &mut c,
+                a.id,
+                worker,
+                &Failure::Error(&format!("undecodable action: {e}")),
+                &dead,
+                now_ms(),
+            )
+            .await?;
+            return Ok(Step::Failed);
+        }
+    };
+    let key = action.key().to_owned();
+    let known = {
+        let mut c = store.conn().await?;
+        message_map::get(&mut c, &a.conversation_id, &key).await?
+    };
+    let result = match (&action, known) {
+        (
+            ChatAction::Post {
+                target, message, ..
+            }
+            | ChatAction::Edit {
+                target, message, ..
+            },
+            Some(id),
+        ) => channel.edit(target, &id, message).await.map(|()| id),
+        (
+            ChatAction::Post {
+                target, message, ..
+            }
+            | ChatAction::Edit {
+                target, message, ..
+            },
+            None,
+        ) => channel.post(target, message).await,
+    };
+    match result {
+        Ok(platform_id) => {
+            let mut tx = store.begin().await?;
+            message_map::put(tx.conn(), &a.conversation_id, &key, &platform_id, now_ms()).await?;
+            outbox::mark_delivered(tx.conn(), a.id, worker, now_ms()).await?;
+            tx.commit().await?;
+            Ok(Step::Delivered)
+        }
+        Err(e) => {
+            let failure = match &e {
+                DeliveryError::RateLimited(d) => Failure::RateLimited { retry_after: *d },
+                DeliveryError::Temporary(m) | DeliveryError::Permanent(m) => Failure::Error(m),
+            };
+            let policy = match e {
+                DeliveryError::Permanent(_) => RetryPolicy {
+                    max_attempts: 0,
+                    ..*policy
+                },
+                _ => *policy,
+            };
+            let mut c = store.conn().await?;
+            match outbox::retry(&mut c, a.id, worker, &failure, &policy, now_ms()).await? {
+                Retry::DeadLettered => {
+                    tracing::error!(action = a.id, conversation = %a.conversation_id, error = %e, "chat action dead-lettered")
+                }
+                Retry::At(at) => {
+                    tracing::warn!(action = a.id, error = %e, retry_at = at, "chat action will be retried")
+                }
+            }
+            Ok(Step::Failed)
+        }
+    }
+}
+
+/// Delivers until `stop`, waking on `wake` or every 250 ms. On stop it drains what is due (bounded by
+/// `drain`), so SIGTERM does not lose posted results.
+pub async fn run(
+    store: Store,
+    channel: Arc<dyn Channel>,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+    drain: Duration,
+    policy: RetryPolicy,
+) {
+    let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
+    loop {
+        match deliver_once(&store, channel.as_ref(), &worker, &policy).await {
+            Ok(Step::Delivered | Step::Failed) => continue,
+            Ok(Step::Idle) => {}
+            Err(e) => tracing::warn!(error = %e, "outbox step failed; retrying"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+    let until = tokio::time::Instant::now() + drain;
+    while tokio::time::Instant::now() < until {
+        match deliver_once(&store, channel.as_ref(), &worker, &policy).await {
+            Ok(Step::Delivered | Step::Failed) => {}
+            Ok(Step::Idle) | Err(_) => break,
+        }
+    }
+}
+
+/// Whether nothing is left to deliver right now.
+///
+/// # Errors
+/// Store errors.
+pub async fn drained(store: &Store) -> Result<bool, StoreError> {
+    let mut c = store.conn().await?;
+    Ok(outbox::stats(&mut c, now_ms()).await?.pending == 0)
+}

@@ -1,0 +1,165 @@
+//! The bridge end to end, on real PostgreSQL and on SQLite, with the real shell-agent at short
+//! intervals (or a scripted daemon for silence), delivering to a recording chat platform.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{Tone, console};
+use chat_bridge::config::Config;
+use chat_bridge::core::OnStall;
+use chat_bridge::store::{tool_calls, turns};
+use chat_bridge_tests::on_both;
+use chat_bridge_tests::recorder::Recorder;
+use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
+use serde_json::json;
+
+fn config(url: &str, cwd: &std::path::Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.database.url = url.to_owned();
+    cfg.daemon.cwd = Some(cwd.to_owned());
+    cfg.shell_agent.heartbeat_interval = Duration::from_millis(200);
+    cfg.shell_agent.default_timeout = Duration::ZERO;
+    cfg.liveness.idle = Duration::from_millis(500);
+    cfg.liveness.progress_after = Duration::from_secs(60);
+    cfg
+}
+
+async fn settle(app: &Application) {
+    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
+        .await
+        .expect("the turn ends");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !chat_bridge::outbox_worker::drained(&app.store)
+        .await
+        .expect("store")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "outbox drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+on_both! {
+    async fn l1_l2_a_silent_command_longer_than_the_idle_limit_is_one_message_edited_once_and_never_stalls(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 1.2; echo 42")).await.expect("accept");
+        settle(&app).await;
+        let posts = rec.posts();
+        assert_eq!(posts.len(), 1, "one tool message, nothing else (no stall notice, no heartbeat message): {:#?}", rec.calls());
+        let (id, first) = &posts[0];
+        assert_eq!(first.tone, Tone::Running);
+        assert_eq!(rec.edits_of(id), 1, "edited once, with the result");
+        let (_, last) = &rec.latest()[0];
+        assert_eq!(last.tone, Tone::Success);
+        assert!(last.title.starts_with("✅ sleep 1.2; echo 42"), "{}", last.title);
+        assert_eq!(last.code.as_deref(), Some("42"));
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert!(calls[0].heartbeats >= 3, "the heartbeats arrived ({}), and none made a message", calls[0].heartbeats);
+        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
+        assert_eq!((t.status.as_str(), t.end_cause.as_deref()), ("ended", None));
+        drop(c);
+        app.shutdown().await;
+    }
+
+    async fn r3_timeouts_show_as_errors_with_the_partial_output_or_the_no_output_sentence(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("timeout=1s echo partial; sleep 30")).await.expect("accept");
+        app.core.accept(console::inbound("timeout=1s sleep 30")).await.expect("accept");
+        settle(&app).await;
+        let latest = rec.latest();
+        assert_eq!(latest.len(), 2, "{latest:#?}");
+        let (partial, silent) = (&latest[0].1, &latest[1].1);
+        for m in [partial, silent] {
+            assert_eq!(m.tone, Tone::Error);
+            assert!(m.title.contains("timed out"), "{}", m.title);
+            assert!(m.footer.as_deref().is_some_and(|f| f.contains("chat-bridge history show")), "{m:?}");
+        }
+        assert_eq!(partial.code.as_deref(), Some("partial"));
+        assert_eq!(silent.code, None);
+        assert!(silent.body.as_deref().is_some_and(|b| b.contains("There was no output before it timed out.")), "{silent:?}");
+        app.shutdown().await;
+    }
+
+    async fn l3_a_daemon_that_goes_quiet_is_reported_stalled_once_and_cancelled_with_on_stall_cancel(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "quiet"})).await;
+            let prompt = peer.expect("session/prompt").await;
+            peer.send(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"quiet","update":
+                {"sessionUpdate":"tool_call","toolCallId":"c1","title":"make deploy","kind":"execute","status":"in_progress"}}})).await;
+            // Then nothing — no heartbeats — until the bridge cancels.
+            peer.expect("session/cancel").await;
+            peer.send(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"quiet","update":
+                {"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed","rawOutput":{"outcome":"cancelled","output":""}}}})).await;
+            peer.reply(&prompt, json!({"stopReason": "cancelled"})).await;
+            let _ = peer.recv().await;
+        })
+        .await;
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone());
+        cfg.liveness.on_stall = OnStall::Cancel;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("make deploy")).await.expect("accept");
+        settle(&app).await;
+        let warnings = rec.with_tone(Tone::Warning);
+        assert_eq!(warnings.len(), 1, "one stall notice: {:#?}", rec.calls());
+        assert!(warnings[0].title.starts_with("No word from the agent for 50"), "{}", warnings[0].title);
+        assert!(warnings[0].title.ends_with("— the turn is still open; `/cancel` stops it."), "{}", warnings[0].title);
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("⏹ make deploy — cancelled")));
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
+        assert_eq!((t.status.as_str(), t.end_cause.as_deref()), ("stalled", Some("stalled_idle")), "a stall then a cancel is a stall (L3)");
+        drop(c);
+        app.shutdown().await;
+    }
+
+    async fn l3_with_on_stall_notify_the_turn_stays_open_after_the_notice(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "quiet"})).await;
+            let _prompt = peer.expect("session/prompt").await;
+            let _ = peer.recv().await;
+        })
+        .await;
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("make deploy")).await.expect("accept");
+        rec.wait_for("the stall notice", |r| !r.with_tone(Tone::Warning).is_empty()).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(rec.with_tone(Tone::Warning).len(), 1, "one notice per silence");
+        assert_eq!(app.core.busy(), 1, "the turn is still open");
+        app.shutdown().await;
+    }
+
+    async fn commands_queue_and_status_are_answered_in_the_thread(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 0.5; echo first")).await.expect("accept");
+        app.core.accept(console::inbound("echo second")).await.expect("accept");
+        app.core.accept(console::inbound("/status")).await.expect("accept");
+        settle(&app).await;
+        let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
+        assert!(titles.iter().any(|t| t.starts_with("A turn is running")), "{titles:?}");
+        let first = titles.iter().position(|t| t.starts_with("✅ sleep 0.5; echo first")).expect("first");
+        let second = titles.iter().position(|t| t.starts_with("✅ echo second")).expect("second");
+        assert!(first < second, "queued messages run in order: {titles:?}");
+        app.shutdown().await;
+    }
+}

@@ -1,0 +1,92 @@
+//! R4 in its own test binary: tracing caches per-callsite interest process-wide, so a capture
+//! subscriber must not share the process with threads that hit the same callsites without one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::console;
+use chat_bridge::config::Config;
+use chat_bridge_tests::recorder::Recorder;
+
+fn config(url: &str, cwd: &std::path::Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.database.url = url.to_owned();
+    cfg.daemon.cwd = Some(cwd.to_owned());
+    cfg.shell_agent.heartbeat_interval = Duration::from_millis(200);
+    cfg.shell_agent.default_timeout = Duration::ZERO;
+    cfg.liveness.idle = Duration::from_millis(500);
+    cfg.liveness.progress_after = Duration::from_secs(60);
+    cfg
+}
+
+async fn settle(app: &Application) {
+    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
+        .await
+        .expect("the turn ends");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !chat_bridge::outbox_worker::drained(&app.store)
+        .await
+        .expect("store")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "outbox drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn r4_logs_carry_ids_and_outcomes_but_never_command_output_or_prompt_text() {
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let dir = tempfile::tempdir().expect("tmp");
+            let url = format!("sqlite://{}", dir.path().join("r4.db").display());
+            let rec = Arc::new(Recorder::default());
+            let app = Application::build(&config(&url, dir.path()), rec.clone())
+                .await
+                .expect("build");
+            app.core
+                .accept(console::inbound(
+                    "timeout=1s echo SECRET-OUTPUT-7731; sleep 30",
+                ))
+                .await
+                .expect("accept");
+            settle(&app).await;
+            assert!(
+                rec.latest()[0].1.code.as_deref() == Some("SECRET-OUTPUT-7731"),
+                "the thread shows the output"
+            );
+            app.shutdown().await;
+        });
+    });
+    let logs = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf8");
+    assert!(
+        logs.contains("tool finished") && logs.contains("timed_out"),
+        "the log has the outcome: {logs}"
+    );
+    assert!(
+        !logs.contains("SECRET-OUTPUT-7731"),
+        "no output or prompt text in logs:\n{logs}"
+    );
+}
