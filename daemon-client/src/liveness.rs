@@ -128,6 +128,12 @@ impl Liveness {
                     tool.timeout = Some(Duration::from_millis(ms));
                 }
             }
+            DaemonEvent::PermissionRequested(req) => {
+                // qwen states the command's timeout in the request, before any heartbeat does.
+                if let (Some(call), Some(timeout)) = (&req.call, req.info.timeout) {
+                    self.tools.entry(call.clone()).or_default().timeout = Some(timeout);
+                }
+            }
             DaemonEvent::ToolOutput { call, .. } => {
                 self.tools.entry(call.clone()).or_default();
             }

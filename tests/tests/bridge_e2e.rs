@@ -163,3 +163,74 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+fn as_user(line: &str, user: &str) -> chat_bridge::channel::Inbound {
+    let mut m = console::inbound(line);
+    m.user = user.to_owned();
+    m
+}
+
+fn click(value: &str, user: &str) -> chat_bridge::channel::Inbound {
+    let mut m = console::inbound("");
+    m.user = user.to_owned();
+    m.kind = chat_bridge::channel::InboundKind::Action(value.to_owned());
+    m
+}
+
+on_both! {
+    async fn r6_approvals_need_the_requester_or_an_approver_and_the_decision_is_shown_and_stored(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.shell_agent.require_approval = true;
+        cfg.approvals.approvers = vec!["oncall".into()];
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(as_user("echo approved", "alice")).await.expect("accept");
+        rec.wait_for("the approval message", |r| r.posts().iter().any(|(_, m)| !m.buttons.is_empty())).await;
+        let (perm_id, perm) = rec.posts().into_iter().find(|(_, m)| !m.buttons.is_empty()).expect("buttons");
+        assert!(perm.title.contains("approval needed: echo approved"), "{}", perm.title);
+        let labels: Vec<&str> = perm.buttons.iter().map(|b| b.label.as_str()).collect();
+        assert_eq!(labels, ["Allow once", "Allow always", "Reject"]);
+        let allow = perm.buttons[0].value.clone();
+
+        app.core.accept(click(&allow, "mallory")).await.expect("accept");
+        rec.wait_for("the refusal", |r| r.with_tone(Tone::Warning).iter().any(|m| m.title.contains("mallory is not allowed"))).await;
+        assert_eq!(rec.edits_of(&perm_id), 0, "an outsider's click changes nothing");
+
+        app.core.accept(click(&allow, "oncall")).await.expect("accept");
+        settle(&app).await;
+        let latest = rec.latest();
+        let decided = &latest.iter().find(|(id, _)| *id == perm_id).expect("perm").1;
+        assert!(decided.buttons.is_empty() && decided.footer.as_deref() == Some("oncall chose: Allow once"), "{decided:?}");
+        assert!(latest.iter().any(|(_, m)| m.title.starts_with("✅ echo approved")), "the command ran: {latest:#?}");
+
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let detail = chat_bridge::store::history::detail(&mut c, &conv.id).await.expect("detail").expect("found");
+        assert!(detail.transcript.iter().any(|e| e.kind == "permission" && e.actor.as_deref() == Some("oncall")), "the decision is stored");
+        drop(c);
+        app.shutdown().await;
+    }
+
+    async fn r6_a_numbered_answer_decides_and_an_unanswered_request_expires_as_rejected(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.shell_agent.require_approval = true;
+        cfg.approvals.timeout = Duration::from_millis(700);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        let user = console::user();
+        app.core.accept(as_user("echo one", &user)).await.expect("accept");
+        rec.wait_for("the first approval", |r| r.posts().iter().filter(|(_, m)| !m.buttons.is_empty()).count() == 1).await;
+        app.core.accept(as_user("3", &user)).await.expect("accept"); // 3) Reject
+        settle(&app).await;
+        assert!(rec.latest().iter().any(|(_, m)| m.title.contains("echo one") && m.tone == Tone::Error), "rejected: {:#?}", rec.latest());
+
+        app.core.accept(as_user("echo two", &user)).await.expect("accept");
+        settle(&app).await;
+        let latest = rec.latest();
+        assert!(latest.iter().any(|(_, m)| m.footer.as_deref() == Some("expired unanswered — rejected")), "{latest:#?}");
+        assert!(!latest.iter().any(|(_, m)| m.title.starts_with("✅ echo two")), "an expired request never runs the command");
+        app.shutdown().await;
+    }
+}

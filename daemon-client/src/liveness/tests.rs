@@ -194,3 +194,22 @@ fn human_durations_read_like_the_thread_shows_them() {
     assert_eq!(human_duration(Duration::from_secs(3780)), "1h 3m");
     assert_eq!(human_duration(Duration::from_millis(850)), "850ms");
 }
+
+#[tokio::test(start_paused = true)]
+async fn l2_a_permission_requests_stated_timeout_counts_before_any_heartbeat() {
+    let mut l = Liveness::new(cfg(10), Instant::now());
+    l.observe(&started(None, None), Instant::now());
+    let info = ToolInfo {
+        timeout: Some(Duration::from_secs(25)),
+        ..ToolInfo::default()
+    };
+    let req = crate::event::PermissionRequest {
+        request_id: crate::ids::RequestId::Number(1),
+        session: s(),
+        call: Some(c()),
+        info,
+        options: Vec::new(),
+    };
+    l.observe(&DaemonEvent::PermissionRequested(req), Instant::now());
+    assert_eq!(l.binding_idle(), Duration::from_secs(55));
+}

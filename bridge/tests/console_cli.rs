@@ -1,0 +1,115 @@
+//! `chat-bridge` as a user runs it: no configuration (the embedded default: built-in shell agent,
+//! console, SQLite), a scripted stdin, exit 0 after the last turn — then `history` reads it back.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn bridge(dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_chat-bridge"));
+    c.current_dir(dir).args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CHAT_BRIDGE_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("CHAT_BRIDGE_SHELL_AGENT__HEARTBEAT_INTERVAL", "200ms");
+    c
+}
+
+#[test]
+fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_back() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut child = bridge(dir.path(), &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo hello from the console\ntimeout=1s echo partial; sleep 30\n/history\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit 0 once stdin closed and the last turn finished:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("✅ echo hello from the console"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("    │ hello from the console"), "{stdout}");
+    assert!(
+        stdout.contains("ERROR ⏱ echo partial; sleep 30 — timed out"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("    │ partial"), "{stdout}");
+    assert!(
+        dir.path().join("chat-bridge.db").exists(),
+        "SQLite in the working directory"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("hello from the console"),
+        "logs never carry prompt text or output (R4): {stderr}"
+    );
+
+    let list = bridge(dir.path(), &["history", "list", "--json"])
+        .output()
+        .expect("list");
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let page: serde_json::Value = serde_json::from_slice(&list.stdout).expect("json");
+    let conv = page["items"][0]["id"]
+        .as_str()
+        .expect("a conversation")
+        .to_owned();
+    assert_eq!(page["items"][0]["platform"], "console");
+
+    let show = bridge(dir.path(), &["history", "show", &conv])
+        .output()
+        .expect("show");
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.contains("prompt") && text.contains("tool_finished"),
+        "{text}"
+    );
+    let detail: serde_json::Value = serde_json::from_slice(
+        &bridge(dir.path(), &["history", "show", &conv, "--json"])
+            .output()
+            .expect("show")
+            .stdout,
+    )
+    .expect("json");
+    let timed_out = detail["tool_calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .find(|c| c["status"] == "timed_out")
+        .expect("timed out call");
+    let call_id = timed_out["id"].as_str().expect("id");
+    let one = bridge(dir.path(), &["history", "show", call_id])
+        .output()
+        .expect("show call");
+    let one = String::from_utf8_lossy(&one.stdout);
+    assert!(
+        one.contains("timed_out") && one.contains("--- output ---\npartial"),
+        "{one}"
+    );
+
+    let found = bridge(dir.path(), &["history", "search", "HELLO FROM"])
+        .output()
+        .expect("search");
+    assert!(
+        String::from_utf8_lossy(&found.stdout).contains(&conv),
+        "{}",
+        String::from_utf8_lossy(&found.stdout)
+    );
+}
