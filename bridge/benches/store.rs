@@ -66,6 +66,20 @@ fn finish() -> tool_calls::Finish<'static> {
     }
 }
 
+/// One tool result and its outbox row, on `c` (inside the caller's transaction).
+async fn persist(c: &mut sqlx::AnyConnection, conv: &str, call: &str, action: &str) {
+    tool_calls::finish(c, conv, call, &finish(), now_ms())
+        .await
+        .expect("finish");
+    let a = NewAction {
+        conversation_id: conv,
+        kind: Kind::Post,
+        coalesce_key: None,
+        action,
+    };
+    outbox::enqueue(c, &a, now_ms()).await.expect("enqueue");
+}
+
 async fn run(url: &str, n: usize) -> Vec<(&'static str, f64)> {
     let (store, conv, db) = setup(url).await;
     let action = serde_json::json!({"edit": {"key": "tool:x", "text": OUTPUT}}).to_string();
@@ -88,18 +102,7 @@ async fn run(url: &str, n: usize) -> Vec<(&'static str, f64)> {
     let t = Instant::now();
     for i in 0..n {
         let mut tx = store.begin().await.expect("tx");
-        tool_calls::finish(tx.conn(), &conv, &format!("one{i}"), &finish(), now_ms())
-            .await
-            .expect("finish");
-        let a = NewAction {
-            conversation_id: &conv,
-            kind: Kind::Post,
-            coalesce_key: None,
-            action: &action,
-        };
-        outbox::enqueue(tx.conn(), &a, now_ms())
-            .await
-            .expect("enqueue");
+        persist(tx.conn(), &conv, &format!("one{i}"), &action).await;
         tx.commit().await.expect("commit");
     }
     results.push((
@@ -115,18 +118,7 @@ async fn run(url: &str, n: usize) -> Vec<(&'static str, f64)> {
             tokio::spawn(async move {
                 for i in (w..n).step_by(8) {
                     let mut tx = store.begin().await.expect("tx");
-                    tool_calls::finish(tx.conn(), &conv, &format!("conc{i}"), &finish(), now_ms())
-                        .await
-                        .expect("finish");
-                    let a = NewAction {
-                        conversation_id: &conv,
-                        kind: Kind::Post,
-                        coalesce_key: None,
-                        action: &action,
-                    };
-                    outbox::enqueue(tx.conn(), &a, now_ms())
-                        .await
-                        .expect("enqueue");
+                    persist(tx.conn(), &conv, &format!("conc{i}"), &action).await;
                     tx.commit().await.expect("commit");
                 }
             })
@@ -145,18 +137,7 @@ async fn run(url: &str, n: usize) -> Vec<(&'static str, f64)> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
         let mut tx = store.begin().await.expect("tx");
         for i in chunk {
-            tool_calls::finish(tx.conn(), &conv, &format!("batch{i}"), &finish(), now_ms())
-                .await
-                .expect("finish");
-            let a = NewAction {
-                conversation_id: &conv,
-                kind: Kind::Post,
-                coalesce_key: None,
-                action: &action,
-            };
-            outbox::enqueue(tx.conn(), &a, now_ms())
-                .await
-                .expect("enqueue");
+            persist(tx.conn(), &conv, &format!("batch{i}"), &action).await;
         }
         tx.commit().await.expect("commit");
     }

@@ -3,11 +3,13 @@
 //! # Layout
 //! - [`scripted`]: a WebSocket daemon driven by a script, for replaying real captures and for frame
 //!   sequences the real daemons cannot be made to produce (drops, silences, garbage).
+//! - [`bridge`]: a test configuration for the bridge and `settle`.
 //! - [`capture`]: reads `../shared/fixtures/acp-qwen-0.24.4/`.
 //! - [`db`]: a fresh PostgreSQL database (or SQLite file) per test, and `on_both!`.
 //! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
 
+pub mod bridge;
 pub mod capture;
 pub mod db;
 pub mod qwen;

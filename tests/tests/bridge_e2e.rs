@@ -6,38 +6,13 @@ use std::time::Duration;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::{Tone, console};
-use chat_bridge::config::Config;
 use chat_bridge::core::OnStall;
 use chat_bridge::store::{tool_calls, turns};
+use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::on_both;
 use chat_bridge_tests::recorder::Recorder;
 use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
 use serde_json::json;
-
-fn config(url: &str, cwd: &std::path::Path) -> Config {
-    let mut cfg = Config::default();
-    cfg.database.url = url.to_owned();
-    cfg.daemon.cwd = Some(cwd.to_owned());
-    cfg.shell_agent.heartbeat_interval = Duration::from_millis(200);
-    cfg.shell_agent.default_timeout = Duration::ZERO;
-    cfg.liveness.idle = Duration::from_millis(500);
-    cfg.liveness.progress_after = Duration::from_secs(60);
-    cfg
-}
-
-async fn settle(app: &Application) {
-    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
-        .await
-        .expect("the turn ends");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !chat_bridge::outbox_worker::drained(&app.store)
-        .await
-        .expect("store")
-    {
-        assert!(tokio::time::Instant::now() < deadline, "outbox drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 on_both! {
     async fn l1_l2_a_silent_command_longer_than_the_idle_limit_is_one_message_edited_once_and_never_stalls(db) {

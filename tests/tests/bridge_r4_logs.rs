@@ -2,37 +2,11 @@
 //! subscriber must not share the process with threads that hit the same callsites without one.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::console;
-use chat_bridge::config::Config;
+use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::recorder::Recorder;
-
-fn config(url: &str, cwd: &std::path::Path) -> Config {
-    let mut cfg = Config::default();
-    cfg.database.url = url.to_owned();
-    cfg.daemon.cwd = Some(cwd.to_owned());
-    cfg.shell_agent.heartbeat_interval = Duration::from_millis(200);
-    cfg.shell_agent.default_timeout = Duration::ZERO;
-    cfg.liveness.idle = Duration::from_millis(500);
-    cfg.liveness.progress_after = Duration::from_secs(60);
-    cfg
-}
-
-async fn settle(app: &Application) {
-    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
-        .await
-        .expect("the turn ends");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !chat_bridge::outbox_worker::drained(&app.store)
-        .await
-        .expect("store")
-    {
-        assert!(tokio::time::Instant::now() < deadline, "outbox drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[test]
 fn r4_logs_carry_ids_and_outcomes_but_never_command_output_or_prompt_text() {

@@ -174,6 +174,27 @@ impl Actor {
         Ok(())
     }
 
+    /// Appends to the conversation's transcript inside `tx`.
+    async fn record(
+        &self,
+        tx: &mut Tx,
+        turn_id: Option<&str>,
+        kind: &str,
+        actor: &str,
+        body: &str,
+        tool_call_id: Option<&str>,
+    ) -> Result<()> {
+        let entry = NewEntry {
+            turn_id,
+            kind,
+            actor: Some(actor),
+            body,
+            tool_call_id,
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        Ok(())
+    }
+
     async fn commit(&self, tx: Tx) -> Result<()> {
         tx.commit().await?;
         self.core.wake_outbox.notify_one();
@@ -204,14 +225,8 @@ impl Actor {
         let msg = render::notice(&self.core.redactor, tone, text);
         let mut tx = self.begin().await?;
         let turn_id = self.turn.as_ref().map(|t| t.row.id.clone());
-        let entry = NewEntry {
-            turn_id: turn_id.as_deref(),
-            kind: "notice",
-            actor: Some("bridge"),
-            body: text,
-            tool_call_id: None,
-        };
-        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.record(&mut tx, turn_id.as_deref(), "notice", "bridge", text, None)
+            .await?;
         self.enqueue(&mut tx, &self.post(key, msg)).await?;
         self.commit(tx).await
     }
@@ -288,26 +303,13 @@ impl Actor {
         };
         let mut tx = self.begin().await?;
         let row = turns::start(tx.conn(), &self.conv.id, &text, &user, now_ms()).await?;
-        let entry = NewEntry {
-            turn_id: Some(&row.id),
-            kind: "prompt",
-            actor: Some(&user),
-            body: &text,
-            tool_call_id: None,
-        };
-        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.record(&mut tx, Some(&row.id), "prompt", &user, &text, None)
+            .await?;
         self.commit(tx).await?;
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
         self.prompt_seq += 1;
         let seq = self.prompt_seq;
-        self.turn = Some(TurnState {
-            row,
-            liveness: Liveness::new(self.core.cfg.liveness.clone(), Instant::now()),
-            tools: HashMap::new(),
-            answer: String::new(),
-            resumed: false,
-            prompt_seq: seq,
-        });
+        self.turn = Some(TurnState::new(row, &self.core, false, seq));
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         tokio::spawn(async move {
             let r = client.prompt(&session, &text).await;
@@ -579,14 +581,15 @@ impl Actor {
         )
         .await?;
         tracing::debug!(tool_call = %db_id, "tool started");
-        let entry = NewEntry {
-            turn_id: Some(&turn_id),
-            kind: "tool_started",
-            actor: Some("agent"),
-            body: &title,
-            tool_call_id: Some(&db_id),
-        };
-        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.record(
+            &mut tx,
+            Some(&turn_id),
+            "tool_started",
+            "agent",
+            &title,
+            Some(&db_id),
+        )
+        .await?;
         let msg = render::tool_running(&self.core.redactor, &title, None);
         self.enqueue(&mut tx, &self.post(format!("tool:{call}"), msg))
             .await?;
@@ -657,14 +660,15 @@ impl Actor {
             .summary
             .clone()
             .unwrap_or_else(|| result.outcome.as_str().to_owned());
-        let entry = NewEntry {
-            turn_id: Some(&turn_id),
-            kind: "tool_finished",
-            actor: Some("agent"),
-            body: &summary,
-            tool_call_id: Some(&db_id),
-        };
-        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.record(
+            &mut tx,
+            Some(&turn_id),
+            "tool_finished",
+            "agent",
+            &summary,
+            Some(&db_id),
+        )
+        .await?;
         let msg = render::tool_finished(&self.core.redactor, &title, &result, took, &db_id);
         self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
             .await?;
@@ -837,14 +841,8 @@ impl Actor {
         );
         self.enqueue(&mut tx, &self.edit(format!("perm:{}", p.db_id), msg, false))
             .await?;
-        let entry = NewEntry {
-            turn_id: None,
-            kind: "permission",
-            actor: Some(user),
-            body: &decided,
-            tool_call_id: None,
-        };
-        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        self.record(&mut tx, None, "permission", user, &decided, None)
+            .await?;
         self.commit(tx).await?;
         if let Err(e) = self
             .core
@@ -897,14 +895,15 @@ impl Actor {
         };
         turns::finish(tx.conn(), &turn.row.id, &ending, now_ms()).await?;
         if !answer.is_empty() {
-            let entry = NewEntry {
-                turn_id: Some(&turn.row.id),
-                kind: "answer",
-                actor: Some("agent"),
-                body: &answer,
-                tool_call_id: None,
-            };
-            transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+            self.record(
+                &mut tx,
+                Some(&turn.row.id),
+                "answer",
+                "agent",
+                &answer,
+                None,
+            )
+            .await?;
             let msg = render::answer(&self.core.redactor, &answer);
             self.enqueue(&mut tx, &self.post(format!("answer:{}", turn.row.id), msg))
                 .await?;
@@ -951,14 +950,7 @@ impl Actor {
     }
 
     async fn on_resume(&mut self, row: Turn) -> Result<()> {
-        self.turn = Some(TurnState {
-            row,
-            liveness: Liveness::new(self.core.cfg.liveness.clone(), Instant::now()),
-            tools: HashMap::new(),
-            answer: String::new(),
-            resumed: true,
-            prompt_seq: 0,
-        });
+        self.turn = Some(TurnState::new(row, &self.core, true, 0));
         match self.ensure_session().await {
             Ok(_) if self.session_ready && self.turn.is_some() => {
                 tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
@@ -1050,6 +1042,18 @@ impl Actor {
 }
 
 impl TurnState {
+    fn new(row: Turn, core: &Core, resumed: bool, prompt_seq: u64) -> Self {
+        let liveness = Liveness::new(core.cfg.liveness.clone(), Instant::now());
+        Self {
+            row,
+            liveness,
+            tools: HashMap::new(),
+            answer: String::new(),
+            resumed,
+            prompt_seq,
+        }
+    }
+
     fn liveness_elapsed(&self) -> Duration {
         Duration::from_millis(u64::try_from(now_ms() - self.row.started_at).unwrap_or(0))
     }

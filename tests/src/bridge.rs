@@ -1,0 +1,38 @@
+//! Helpers for driving the bridge in end-to-end tests.
+
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::config::Config;
+
+/// A configuration for end-to-end tests: the built-in shell agent with 200 ms heartbeats and no
+/// default timeout (so heartbeats, not a tool exemption, keep turns alive), a 500 ms idle limit.
+#[must_use]
+pub fn config(url: &str, cwd: &std::path::Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.database.url = url.to_owned();
+    cfg.daemon.cwd = Some(cwd.to_owned());
+    cfg.shell_agent.heartbeat_interval = Duration::from_millis(200);
+    cfg.shell_agent.default_timeout = Duration::ZERO;
+    cfg.liveness.idle = Duration::from_millis(500);
+    cfg.liveness.progress_after = Duration::from_secs(60);
+    cfg
+}
+
+/// Waits until no turn is open and every chat action was delivered.
+///
+/// # Panics
+/// After 60 s / 30 s.
+pub async fn settle(app: &Application) {
+    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
+        .await
+        .expect("the turn ends");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !chat_bridge::outbox_worker::drained(&app.store)
+        .await
+        .expect("store")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "outbox drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,142 @@
+//! D1 through the worker: a channel's 429 (`Retry-After`) delays delivery and loses nothing; a
+//! temporary failure is retried; a permanent one is dead-lettered and stops blocking the thread.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chat_bridge::channel::{
+    BoxFuture, Capabilities, Channel, ChatAction, DeliveryError, Message, Target, Tone,
+};
+use chat_bridge::outbox_worker::{Step, deliver_once};
+use chat_bridge::store::conversations::{self, Key};
+use chat_bridge::store::outbox::{self, Kind, NewAction, RetryPolicy};
+use chat_bridge::store::{Store, now_ms};
+use chat_bridge_tests::on_both;
+
+/// A platform that answers each call with the next scripted result.
+struct Flaky {
+    script: Mutex<Vec<Result<(), DeliveryError>>>,
+    delivered: Mutex<Vec<String>>,
+}
+
+impl Flaky {
+    fn new(mut script: Vec<Result<(), DeliveryError>>) -> Self {
+        script.reverse();
+        Self {
+            script: Mutex::new(script),
+            delivered: Mutex::default(),
+        }
+    }
+    fn next(&self, title: &str) -> Result<(), DeliveryError> {
+        let r = self.script.lock().expect("lock").pop().unwrap_or(Ok(()));
+        if r.is_ok() {
+            self.delivered.lock().expect("lock").push(title.to_owned());
+        }
+        r
+    }
+}
+
+impl Channel for Flaky {
+    fn platform(&self) -> &'static str {
+        "console"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_message_len: 4000,
+            can_edit: true,
+            has_buttons: false,
+            has_threads: true,
+            has_reactions: false,
+        }
+    }
+    fn post<'a>(
+        &'a self,
+        _t: &'a Target,
+        m: &'a Message,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        Box::pin(async move { self.next(&m.title).map(|()| format!("id-{}", m.title)) })
+    }
+    fn edit<'a>(
+        &'a self,
+        _t: &'a Target,
+        _id: &'a str,
+        m: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        Box::pin(async move { self.next(&m.title) })
+    }
+}
+
+async fn enqueue(store: &Store, conv: &str, title: &str) {
+    let target = Target {
+        workspace: "w".into(),
+        channel: "c".into(),
+        thread: "t".into(),
+    };
+    let action = ChatAction::Post {
+        target,
+        key: format!("k:{title}"),
+        message: Message::text(Tone::Neutral, title),
+    };
+    let json = serde_json::to_string(&action).expect("json");
+    let mut c = store.conn().await.expect("conn");
+    outbox::enqueue(
+        &mut c,
+        &NewAction {
+            conversation_id: conv,
+            kind: Kind::Post,
+            coalesce_key: Some(&format!("k:{title}")),
+            action: &json,
+        },
+        now_ms(),
+    )
+    .await
+    .expect("enqueue");
+}
+
+async fn conversation(store: &Store) -> String {
+    let mut c = store.conn().await.expect("conn");
+    let key = Key {
+        platform: "console",
+        workspace: "w",
+        channel: "c",
+        thread: "t",
+    };
+    conversations::find_or_create(&mut c, &key, "u", "t", now_ms())
+        .await
+        .expect("conv")
+        .0
+        .id
+}
+
+on_both! {
+    async fn d1_a_429_delays_delivery_in_order_and_loses_nothing(db) {
+        let conv = conversation(&db.store).await;
+        enqueue(&db.store, &conv, "first").await;
+        enqueue(&db.store, &conv, "second").await;
+        let channel = Flaky::new(vec![Err(DeliveryError::RateLimited(Duration::from_millis(300)))]);
+        let policy = RetryPolicy::default();
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed);
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Idle, "waits out Retry-After; 'second' waits behind 'first'");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered);
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered);
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["first", "second"]);
+        assert!(chat_bridge::outbox_worker::drained(&db.store).await.expect("drained"));
+    }
+
+    async fn d1_temporary_failures_retry_and_permanent_ones_dead_letter_without_blocking(db) {
+        let conv = conversation(&db.store).await;
+        enqueue(&db.store, &conv, "doomed").await;
+        enqueue(&db.store, &conv, "fine").await;
+        let channel = Flaky::new(vec![Err(DeliveryError::Temporary("HTTP 502".into())), Err(DeliveryError::Permanent("channel_not_found".into()))]);
+        let policy = RetryPolicy { base: Duration::from_millis(50), cap: Duration::from_millis(50), max_attempts: 5 };
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed, "permanent: dead-lettered at once");
+        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered, "the thread is not blocked");
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["fine"]);
+        let mut c = db.store.conn().await.expect("conn");
+        let dead = outbox::dead_letters(&mut c, 10).await.expect("dead");
+        assert_eq!((dead.len(), dead[0].last_error.as_deref()), (1, Some("channel_not_found")), "kept and counted, not dropped");
+    }
+}
