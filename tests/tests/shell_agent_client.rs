@@ -168,3 +168,61 @@ async fn l1_without_heartbeats_the_same_silent_turn_stalls() {
         "one stall notice for the one silence"
     );
 }
+
+#[tokio::test]
+async fn many_sessions_share_one_connection_and_each_gets_only_its_own_events() {
+    let rig = rig(100).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut sessions = Vec::new();
+    for _ in 0..6 {
+        sessions.push(
+            rig.client
+                .new_session(dir.path())
+                .await
+                .expect("session")
+                .session,
+        );
+    }
+    let mut prompts = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let (client, s) = (rig.client.clone(), s.clone());
+        prompts.push(tokio::spawn(async move {
+            client
+                .prompt(&s, &format!("sleep 0.{i}; echo session-{i}"))
+                .await
+        }));
+    }
+    for p in prompts {
+        assert_eq!(
+            p.await.expect("join").expect("prompt"),
+            daemon_client::StopReason::EndTurn
+        );
+    }
+    let mut events = rig.events;
+    let mut outputs = std::collections::HashMap::new();
+    let mut ended = 0;
+    while ended < sessions.len() {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("event")
+            .expect("open");
+        match e {
+            DaemonEvent::ToolFinished {
+                session, result, ..
+            } => {
+                outputs.insert(session, result.output);
+            }
+            DaemonEvent::TurnEnded { .. } => ended += 1,
+            _ => {}
+        }
+    }
+    for (i, s) in sessions.iter().enumerate() {
+        assert_eq!(
+            outputs.get(s).map(String::as_str),
+            Some(format!("session-{i}\n").as_str()),
+            "session {i} got its own result"
+        );
+    }
+    assert_eq!(rig.client.stats().reconnects, 0);
+    rig.agent.shutdown().await;
+}
