@@ -5,6 +5,7 @@
 //!   sequences the real daemons cannot be made to produce (drops, silences, garbage).
 //! - [`bridge`]: a test configuration for the bridge and `settle`.
 //! - [`capture`]: reads `../shared/fixtures/acp-qwen-0.24.4/`.
+//! - [`fake_slack`]: the Slack Web API, faked over real HTTP.
 //! - [`db`]: a fresh PostgreSQL database (or SQLite file) per test, and `on_both!`.
 //! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
@@ -12,6 +13,7 @@
 pub mod bridge;
 pub mod capture;
 pub mod db;
+pub mod fake_slack;
 pub mod qwen;
 pub mod raw;
 pub mod recorder;

@@ -6,6 +6,7 @@
 //! outbox can honour them.
 
 pub mod console;
+pub mod slack;
 
 use std::future::Future;
 use std::pin::Pin;

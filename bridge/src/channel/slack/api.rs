@@ -1,0 +1,323 @@
+//! The Slack Web API over HTTPS: every call is a JSON POST with the bot token; the answer's `ok:false`
+//! becomes [`SlackError::Api`] with Slack's error code, a 429 becomes [`SlackError::RateLimited`] with
+//! the `Retry-After` it asked for, and network or 5xx failures [`SlackError::Transport`]. The outbox
+//! turns these into retry decisions via [`SlackError::into_delivery`].
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::blocks::Payload;
+use crate::channel::DeliveryError;
+
+/// Slack's default API base.
+pub const DEFAULT_BASE_URL: &str = "https://slack.com/api";
+
+/// A Slack token: never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SlackToken(String);
+
+impl SlackToken {
+    /// Wraps a secret.
+    #[must_use]
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+}
+
+impl fmt::Debug for SlackToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SlackToken(<redacted>)")
+    }
+}
+
+/// What went wrong calling Slack.
+#[derive(Debug, thiserror::Error)]
+pub enum SlackError {
+    /// Slack asked us to wait.
+    #[error("Slack rate-limited {method} for {retry_after:?}")]
+    RateLimited {
+        /// The method.
+        method: &'static str,
+        /// How long Slack asked us to wait.
+        retry_after: Duration,
+    },
+    /// Slack answered `ok: false`.
+    #[error("Slack refused {method}: {error}")]
+    Api {
+        /// The method.
+        method: &'static str,
+        /// Slack's error code (`channel_not_found`, `invalid_auth`, …).
+        error: String,
+    },
+    /// The request did not get a usable answer.
+    #[error("calling Slack {method} failed: {reason}")]
+    Transport {
+        /// The method.
+        method: &'static str,
+        /// Why (no token, no body content).
+        reason: String,
+    },
+}
+
+/// Slack error codes that will not go away by retrying.
+const PERMANENT: &[&str] = &[
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "msg_too_long",
+    "invalid_blocks",
+    "invalid_blocks_format",
+    "no_text",
+    "message_not_found",
+    "cant_update_message",
+    "edit_window_closed",
+    "not_authed",
+    "invalid_auth",
+    "account_inactive",
+    "token_revoked",
+    "missing_scope",
+    "restricted_action",
+    "user_not_in_channel",
+];
+
+impl SlackError {
+    /// The outbox's view: wait, retry, or give up.
+    #[must_use]
+    pub fn into_delivery(self) -> DeliveryError {
+        match self {
+            Self::RateLimited { retry_after, .. } => DeliveryError::RateLimited(retry_after),
+            Self::Api { ref error, .. } if PERMANENT.contains(&error.as_str()) => {
+                DeliveryError::Permanent(self.to_string())
+            }
+            Self::Api { .. } | Self::Transport { .. } => DeliveryError::Temporary(self.to_string()),
+        }
+    }
+}
+
+/// What `auth.test` says about us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Our user id (to ignore our own messages and spot mentions).
+    pub user_id: String,
+    /// Our bot id.
+    pub bot_id: Option<String>,
+    /// The workspace.
+    pub team_id: String,
+}
+
+/// A Web API client.
+#[derive(Debug, Clone)]
+pub struct WebApi {
+    http: reqwest::Client,
+    base: String,
+    token: SlackToken,
+}
+
+impl WebApi {
+    /// A client for `base` (Slack's, or a test's fake) with the bot token.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built (no TLS provider).
+    pub fn new(base: &str, token: SlackToken) -> Result<Self, SlackError> {
+        daemon_client::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| SlackError::Transport {
+                method: "client",
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    /// Calls `method` with `body` and `token`; returns the answer's JSON when `ok`.
+    async fn call_with(
+        &self,
+        method: &'static str,
+        token: &SlackToken,
+        body: &Value,
+    ) -> Result<Value, SlackError> {
+        let transport = |reason: String| SlackError::Transport { method, reason };
+        let resp = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .bearer_auth(&token.0)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| transport(e.without_url().to_string()))?;
+        let status = resp.status();
+        if status.as_u16() == 429 {
+            let retry_after = resp
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(1);
+            return Err(SlackError::RateLimited {
+                method,
+                retry_after: Duration::from_secs(retry_after.max(1)),
+            });
+        }
+        if !status.is_success() {
+            return Err(transport(format!("HTTP {status}")));
+        }
+        let v: Value = resp
+            .json()
+            .await
+            .map_err(|e| transport(format!("unreadable answer: {}", e.without_url())))?;
+        if v.get("ok").and_then(Value::as_bool) == Some(true) {
+            Ok(v)
+        } else {
+            let error = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown_error")
+                .to_owned();
+            Err(SlackError::Api { method, error })
+        }
+    }
+
+    async fn call(&self, method: &'static str, body: &Value) -> Result<Value, SlackError> {
+        self.call_with(method, &self.token, body).await
+    }
+
+    /// `auth.test`.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn auth_test(&self) -> Result<Identity, SlackError> {
+        let v = self.call("auth.test", &json!({})).await?;
+        let get = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        Ok(Identity {
+            user_id: get("user_id").unwrap_or_default(),
+            bot_id: get("bot_id"),
+            team_id: get("team_id").unwrap_or_default(),
+        })
+    }
+
+    /// `chat.postMessage` as a thread reply; returns the message's `ts`.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn post_message(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        payload: &Payload,
+    ) -> Result<String, SlackError> {
+        let mut body = payload.to_json();
+        body["channel"] = json!(channel);
+        body["thread_ts"] = json!(thread_ts);
+        body["unfurl_links"] = json!(false);
+        let v = self.call("chat.postMessage", &body).await?;
+        v.get("ts")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or(SlackError::Transport {
+                method: "chat.postMessage",
+                reason: "no ts in the answer".into(),
+            })
+    }
+
+    /// `chat.update` of message `ts`.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn update(
+        &self,
+        channel: &str,
+        ts: &str,
+        payload: &Payload,
+    ) -> Result<(), SlackError> {
+        let mut body = payload.to_json();
+        body["channel"] = json!(channel);
+        body["ts"] = json!(ts);
+        self.call("chat.update", &body).await.map(drop)
+    }
+
+    /// `chat.postEphemeral`: a reply only `user` sees.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn post_ephemeral(
+        &self,
+        channel: &str,
+        user: &str,
+        thread_ts: Option<&str>,
+        text: &str,
+    ) -> Result<(), SlackError> {
+        let mut body = json!({"channel": channel, "user": user, "text": text});
+        if let Some(t) = thread_ts {
+            body["thread_ts"] = json!(t);
+        }
+        self.call("chat.postEphemeral", &body).await.map(drop)
+    }
+
+    /// `reactions.add`; adding one that is already there is not an error.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn reactions_add(
+        &self,
+        channel: &str,
+        ts: &str,
+        name: &str,
+    ) -> Result<(), SlackError> {
+        match self
+            .call(
+                "reactions.add",
+                &json!({"channel": channel, "timestamp": ts, "name": name}),
+            )
+            .await
+        {
+            Err(SlackError::Api { error, .. }) if error == "already_reacted" => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// `reactions.remove`; removing one that is not there is not an error.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn reactions_remove(
+        &self,
+        channel: &str,
+        ts: &str,
+        name: &str,
+    ) -> Result<(), SlackError> {
+        match self
+            .call(
+                "reactions.remove",
+                &json!({"channel": channel, "timestamp": ts, "name": name}),
+            )
+            .await
+        {
+            Err(SlackError::Api { error, .. }) if error == "no_reaction" => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// `apps.connections.open` with the app-level token: the Socket Mode WebSocket URL.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn connections_open(&self, app_token: &SlackToken) -> Result<String, SlackError> {
+        let v = self
+            .call_with("apps.connections.open", app_token, &json!({}))
+            .await?;
+        v.get("url")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or(SlackError::Transport {
+                method: "apps.connections.open",
+                reason: "no url in the answer".into(),
+            })
+    }
+}

@@ -1,0 +1,319 @@
+//! Platform-neutral messages → Slack Block Kit, within Slack's limits: a section's text is at most
+//! 3,000 characters, a message at most 50 blocks and about 40,000 characters. Output is split into
+//! several code-block sections at line boundaries (each chunk fenced on its own, so no fence is ever
+//! left open); what still does not fit keeps its tail with a notice. Errors and timeouts go in an
+//! attachment with the danger colour so they stand out in the thread.
+
+use serde_json::{Value, json};
+
+use crate::channel::{Message, Tone};
+
+/// Slack's limit for a section's text.
+pub const SECTION_LIMIT: usize = 3000;
+/// Slack's limit for blocks in one message.
+pub const BLOCK_LIMIT: usize = 50;
+/// What we allow all texts of one message to add up to (Slack's limit is about 40,000).
+pub const MESSAGE_LIMIT: usize = 38_000;
+/// Slack's limit for a button label.
+const BUTTON_LABEL_LIMIT: usize = 75;
+
+/// What `chat.postMessage` / `chat.update` take, besides channel and timestamps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Payload {
+    /// Notification and fallback text.
+    pub text: String,
+    /// Top-level blocks (neutral and running messages).
+    pub blocks: Vec<Value>,
+    /// Coloured attachments (results, errors, warnings), each with its own blocks.
+    pub attachments: Vec<Value>,
+}
+
+impl Payload {
+    /// The JSON fields to merge into an API call.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        json!({"text": self.text, "blocks": self.blocks, "attachments": self.attachments})
+    }
+
+    /// Every block, top-level and in attachments.
+    #[must_use]
+    pub fn all_blocks(&self) -> Vec<&Value> {
+        self.blocks
+            .iter()
+            .chain(
+                self.attachments
+                    .iter()
+                    .flat_map(|a| a["blocks"].as_array().into_iter().flatten()),
+            )
+            .collect()
+    }
+}
+
+/// Escapes `&`, `<` and `>` as Slack's mrkdwn requires.
+#[must_use]
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Splits escaped `code` into chunks of at most `max` characters each, at line ends where possible.
+#[must_use]
+pub fn split_code(code: &str, max: usize) -> Vec<String> {
+    let mut chunks = Vec::new();
+    let mut current = String::new();
+    let mut len = 0usize;
+    for line in code.split_inclusive('\n') {
+        let mut rest = line;
+        loop {
+            let n = rest.chars().count();
+            if len + n <= max {
+                current.push_str(rest);
+                len += n;
+                break;
+            }
+            if len > 0 {
+                chunks.push(std::mem::take(&mut current));
+                len = 0;
+                continue;
+            }
+            // A single line longer than a chunk: cut it.
+            let cut: String = rest.chars().take(max).collect();
+            rest = &rest[cut.len()..];
+            chunks.push(cut);
+        }
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+fn section(text: String) -> Value {
+    json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+}
+
+/// Renders a message as a Slack payload within the limits.
+#[must_use]
+pub fn render(m: &Message) -> Payload {
+    let title = escape(&m.title);
+    let mut blocks = vec![section(truncate_chars(
+        &format!("*{title}*"),
+        SECTION_LIMIT,
+    ))];
+    let mut used = title.len();
+    if let Some(body) = &m.body {
+        let body = truncate_chars(&escape(body), SECTION_LIMIT);
+        used += body.len();
+        blocks.push(section(body));
+    }
+    let footer = m
+        .footer
+        .as_ref()
+        .map(|f| truncate_chars(&escape(f), SECTION_LIMIT));
+    let reserve = 2 + usize::from(footer.is_some()) + usize::from(!m.buttons.is_empty());
+    if let Some(code) = &m.code {
+        // Triple backticks inside output would close the fence early.
+        let code = escape(&code.replace("```", "`\u{200b}``"));
+        let fence_overhead = 8;
+        let mut chunks = split_code(&code, SECTION_LIMIT - fence_overhead);
+        let room_blocks = BLOCK_LIMIT.saturating_sub(blocks.len() + reserve);
+        let room_chars =
+            MESSAGE_LIMIT.saturating_sub(used + footer.as_ref().map_or(0, String::len));
+        let mut kept = Vec::new();
+        let mut total = 0;
+        // Keep the tail: the end of the output is what people need.
+        while let Some(chunk) = chunks.pop() {
+            if kept.len() == room_blocks || total + chunk.len() + fence_overhead > room_chars {
+                let dropped: usize =
+                    chunks.iter().map(|c| c.lines().count()).sum::<usize>() + chunk.lines().count();
+                kept.push(format!("_… {dropped} earlier lines not shown here; the full output is kept (see below)_"));
+                break;
+            }
+            total += chunk.len() + fence_overhead;
+            kept.push(format!("```{}```", chunk.trim_end_matches('\n')));
+        }
+        kept.reverse();
+        blocks.extend(kept.into_iter().map(section));
+    }
+    if let Some(footer) = footer {
+        blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]}));
+    }
+    if !m.buttons.is_empty() {
+        let elements: Vec<Value> = m
+            .buttons
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut e = json!({
+                    "type": "button",
+                    "action_id": format!("choice_{i}"),
+                    "text": {"type": "plain_text", "text": truncate_chars(&b.label, BUTTON_LABEL_LIMIT)},
+                    "value": b.value,
+                });
+                if let Some(style) = &b.style {
+                    e["style"] = json!(style);
+                }
+                e
+            })
+            .collect();
+        blocks.push(json!({"type": "actions", "elements": elements}));
+    }
+    let text = truncate_chars(&m.title, 300);
+    let color = match m.tone {
+        Tone::Error => Some("danger"),
+        Tone::Warning => Some("warning"),
+        Tone::Success => Some("good"),
+        Tone::Neutral | Tone::Running => None,
+    };
+    match color {
+        Some(color) => Payload {
+            text,
+            blocks: Vec::new(),
+            attachments: vec![json!({"color": color, "blocks": blocks})],
+        },
+        None => Payload {
+            text,
+            blocks,
+            attachments: Vec::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::Button;
+
+    fn texts(p: &Payload) -> Vec<String> {
+        p.all_blocks()
+            .iter()
+            .filter_map(|b| b["text"]["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn assert_within_limits(p: &Payload) {
+        let blocks = p.all_blocks();
+        assert!(blocks.len() <= BLOCK_LIMIT, "{} blocks", blocks.len());
+        let t = texts(p);
+        assert!(
+            t.iter().all(|s| s.chars().count() <= SECTION_LIMIT),
+            "a section over 3,000"
+        );
+        assert!(
+            t.iter().map(String::len).sum::<usize>() <= 40_000,
+            "message over 40,000"
+        );
+        for s in t.iter().filter(|s| s.starts_with("```")) {
+            assert!(
+                s.ends_with("```") && s.matches("```").count() == 2,
+                "every code chunk closes its own fence"
+            );
+        }
+    }
+
+    #[test]
+    fn slack_a_timeout_renders_in_a_danger_attachment_with_its_partial_output() {
+        let m = Message {
+            tone: Tone::Error,
+            title: "⏱ make deploy — timed out".into(),
+            body: Some("Command timed out after 2s".into()),
+            code: Some("partial <b>&\n".into()),
+            footer: Some("full output: `chat-bridge history show x`".into()),
+            buttons: Vec::new(),
+        };
+        let p = render(&m);
+        assert!(p.blocks.is_empty());
+        assert_eq!(p.attachments[0]["color"], "danger");
+        let t = texts(&p);
+        assert!(
+            t.contains(&"```partial &lt;b&gt;&amp;```".to_owned()),
+            "{t:?}"
+        );
+        assert_eq!(p.text, "⏱ make deploy — timed out");
+        assert_within_limits(&p);
+    }
+
+    #[test]
+    fn slack_100kb_of_output_becomes_valid_blocks_keeping_the_tail() {
+        let out: String = (1..=12_000)
+            .map(|i| format!("line {i:05} of build output\n"))
+            .collect();
+        assert!(out.len() > 100_000);
+        let m = Message {
+            tone: Tone::Success,
+            title: "✅ cargo build".into(),
+            body: None,
+            code: Some(out),
+            footer: None,
+            buttons: Vec::new(),
+        };
+        let p = render(&m);
+        assert_within_limits(&p);
+        let t = texts(&p);
+        assert!(
+            t.iter().any(|s| s.contains("earlier lines not shown here")),
+            "the cut is told"
+        );
+        assert!(
+            t.last()
+                .is_some_and(|s| s.contains("line 12000 of build output")),
+            "the tail is kept"
+        );
+        assert!(
+            t.iter().filter(|s| s.starts_with("```")).count() > 5,
+            "split into several sections"
+        );
+    }
+
+    #[test]
+    fn slack_buttons_carry_values_and_styles() {
+        let m = Message {
+            tone: Tone::Warning,
+            title: "🔐 approval needed: rm -rf build".into(),
+            body: None,
+            code: None,
+            footer: None,
+            buttons: vec![
+                Button {
+                    value: "perm:1:allow_once".into(),
+                    label: "Allow once".into(),
+                    style: Some("primary".into()),
+                },
+                Button {
+                    value: "perm:1:reject_once".into(),
+                    label: "Reject".into(),
+                    style: Some("danger".into()),
+                },
+            ],
+        };
+        let p = render(&m);
+        let actions = p
+            .all_blocks()
+            .into_iter()
+            .find(|b| b["type"] == "actions")
+            .expect("actions");
+        assert_eq!(actions["elements"][0]["value"], "perm:1:allow_once");
+        assert_eq!(actions["elements"][1]["style"], "danger");
+    }
+
+    #[test]
+    fn split_code_breaks_at_lines_and_cuts_only_overlong_lines() {
+        assert_eq!(split_code("aa\nbb\ncc\n", 6), ["aa\nbb\n", "cc\n"]);
+        let long = "x".repeat(25);
+        let chunks = split_code(&long, 10);
+        assert_eq!(
+            chunks.iter().map(String::len).collect::<Vec<_>>(),
+            [10, 10, 5]
+        );
+    }
+}
