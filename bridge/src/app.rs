@@ -189,3 +189,57 @@ impl Application {
         self.store.close().await;
     }
 }
+
+/// Runs the bridge on Slack (Socket Mode in, Web API out) until `stop`.
+///
+/// # Errors
+/// Missing tokens, Slack refusing the bot token, or anything `Application::build` reports.
+pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
+    use crate::channel::slack::api::{SlackToken, WebApi};
+    use crate::channel::slack::{Slack, events::Access, socket};
+    let bot = cfg
+        .slack
+        .bot_token
+        .clone()
+        .context("CHAT_BRIDGE_SLACK__BOT_TOKEN is not set")?;
+    let app_token = cfg.slack.app_token.clone().context(
+        "CHAT_BRIDGE_SLACK__APP_TOKEN is not set (Socket Mode needs the app-level token)",
+    )?;
+    let api = WebApi::new(&cfg.slack.api_base_url, SlackToken::new(bot))?;
+    let me = api
+        .auth_test()
+        .await
+        .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
+    tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
+    let app = Application::build(cfg, Arc::new(Slack::new(api.clone()))).await?;
+    let access = Access {
+        channels: cfg.slack.allowed_channels.clone(),
+        users: cfg.slack.allowed_users.clone(),
+        allow_dms: cfg.slack.allow_dms,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+    let socket = tokio::spawn(socket::run(
+        api,
+        SlackToken::new(app_token),
+        me.user_id,
+        access,
+        tx,
+        stop.clone(),
+    ));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            m = rx.recv() => match m {
+                Some(m) => {
+                    if let Err(e) = app.core.accept(m).await {
+                        tracing::error!(error = %e, "could not take a Slack event");
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+    let _ = socket.await;
+    app.shutdown().await;
+    Ok(())
+}

@@ -134,6 +134,37 @@ impl Default for Approvals {
     }
 }
 
+/// `[slack]`: set `CHAT_BRIDGE_SLACK__BOT_TOKEN` and `CHAT_BRIDGE_SLACK__APP_TOKEN` to run on Slack.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Slack {
+    /// Bot token `xoxb-…` (environment only).
+    pub bot_token: Option<String>,
+    /// App-level token `xapp-…` for Socket Mode (environment only).
+    pub app_token: Option<String>,
+    /// Web API base; tests point it at a fake.
+    pub api_base_url: String,
+    /// Channels the bridge answers in (empty: every channel it is in).
+    pub allowed_channels: Vec<String>,
+    /// Users who may prompt (empty: everyone who can see it).
+    pub allowed_users: Vec<String>,
+    /// Whether direct messages are answered.
+    pub allow_dms: bool,
+}
+
+impl Default for Slack {
+    fn default() -> Self {
+        Self {
+            bot_token: None,
+            app_token: None,
+            api_base_url: crate::channel::slack::api::DEFAULT_BASE_URL.into(),
+            allowed_channels: Vec::new(),
+            allowed_users: Vec::new(),
+            allow_dms: true,
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -158,6 +189,8 @@ pub struct Config {
     pub approvals: Approvals,
     /// `[redact]`.
     pub redact: Redact,
+    /// `[slack]`.
+    pub slack: Slack,
 }
 
 /// Why the configuration could not be loaded.
@@ -218,8 +251,14 @@ impl Config {
                 })?;
                 let t: toml::Table = toml::from_str(&text)
                     .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
-                if t.get("daemon").and_then(|d| d.get("token")).is_some() {
-                    return Err(ConfigError::SecretInFile("daemon.token"));
+                for (section, key, name) in [
+                    ("daemon", "token", "daemon.token"),
+                    ("slack", "bot_token", "slack.bot_token"),
+                    ("slack", "app_token", "slack.app_token"),
+                ] {
+                    if t.get(section).and_then(|d| d.get(key)).is_some() {
+                        return Err(ConfigError::SecretInFile(name));
+                    }
                 }
                 t
             }

@@ -261,6 +261,9 @@ async fn main() -> ExitCode {
     let result = match load_config(&cli) {
         Err(e) => Err(e),
         Ok(cfg) => match cli.command {
+            None if cfg.slack.bot_token.is_some() => {
+                chat_bridge::app::run_slack(&cfg, shutdown_signal()).await
+            }
             None => run_bridge(&cfg).await,
             Some(Command::ShellAgent(args)) => shell_agent(args).await,
             Some(Command::Migrate) => migrate(&cfg).await,

@@ -1,6 +1,8 @@
-//! A fake Slack Web API: a real HTTP server on loopback that records every call (method, token, JSON
-//! body) and answers like Slack — `{"ok":true,…}`, `{"ok":false,"error":…}`, or a 429 with
-//! `Retry-After` — as the test scripts it.
+//! A fake Slack: the Web API as a real HTTP server on loopback that records every call (method,
+//! token, JSON body) and answers like Slack — `{"ok":true,…}`, `{"ok":false,"error":…}`, or a 429 with
+//! `Retry-After` — as the test scripts it; and Socket Mode as a real WebSocket server that says
+//! `hello`, sends the envelopes the test pushes, records the bridge's acknowledgements, and can send
+//! `disconnect`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +40,11 @@ struct Inner {
     calls: Mutex<Vec<ApiCall>>,
     script: Mutex<HashMap<String, VecDeque<Reply>>>,
     next_ts: AtomicU64,
+    socket_url: Mutex<String>,
+    envelopes: Mutex<VecDeque<Value>>,
+    pushed: tokio::sync::Notify,
+    acks: Mutex<Vec<String>>,
+    sockets: std::sync::atomic::AtomicUsize,
 }
 
 /// The running fake.
@@ -66,7 +73,7 @@ async fn handle(
         auth: auth.clone(),
         body: body.clone(),
     });
-    if !auth.starts_with("Bearer xox") {
+    if !(auth.starts_with("Bearer xox") || auth.starts_with("Bearer xapp-")) {
         return axum::Json(json!({"ok": false, "error": "not_authed"})).into_response();
     }
     let scripted = inner
@@ -84,14 +91,16 @@ async fn handle(
             .into_response(),
         Some(Reply::Error(code)) => axum::Json(json!({"ok": false, "error": code})).into_response(),
         None => {
-            let n = inner.next_ts.fetch_add(1, Ordering::SeqCst) + 1;
-            let ts = format!("1700000000.{n:06}");
             let answer = match method.as_str() {
                 "auth.test" => {
                     json!({"ok": true, "user_id": "UBOT", "bot_id": "BBOT", "team_id": "T1"})
                 }
-                "apps.connections.open" => json!({"ok": true, "url": "ws://127.0.0.1:1/socket"}),
+                "apps.connections.open" => {
+                    json!({"ok": true, "url": inner.socket_url.lock().expect("lock").clone()})
+                }
                 "chat.postMessage" => {
+                    let n = inner.next_ts.fetch_add(1, Ordering::SeqCst) + 1;
+                    let ts = format!("1700000000.{n:06}");
                     json!({"ok": true, "channel": body["channel"], "ts": ts, "message": {"ts": ts}})
                 }
                 "chat.update" => json!({"ok": true, "channel": body["channel"], "ts": body["ts"]}),
@@ -116,7 +125,14 @@ impl FakeSlack {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let socket = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind socket mode");
+        *inner.socket_url.lock().expect("lock") =
+            format!("ws://{}/socket", socket.local_addr().expect("addr"));
+        let sockets = inner.clone();
         let task = tokio::spawn(async move {
+            tokio::spawn(socket_mode(socket, sockets));
             let _ = axum::serve(listener, app).await;
         });
         Self {
@@ -148,6 +164,116 @@ impl FakeSlack {
     pub fn calls(&self) -> Vec<ApiCall> {
         self.inner.calls.lock().expect("lock").clone()
     }
+}
+
+async fn socket_mode(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    while let Ok((tcp, _)) = listener.accept().await {
+        let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+            continue;
+        };
+        inner.sockets.fetch_add(1, Ordering::SeqCst);
+        let hello = json!({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}, "debug_info": {"host": "fake"}});
+        if ws.send(Message::text(hello.to_string())).await.is_err() {
+            continue;
+        }
+        loop {
+            let next = inner.envelopes.lock().expect("lock").pop_front();
+            if let Some(envelope) = next {
+                let is_disconnect = envelope["type"] == "disconnect";
+                if ws.send(Message::text(envelope.to_string())).await.is_err() {
+                    inner.envelopes.lock().expect("lock").push_front(envelope);
+                    break;
+                }
+                if is_disconnect {
+                    let _ = ws.close(None).await;
+                    break;
+                }
+                continue;
+            }
+            tokio::select! {
+                () = inner.pushed.notified() => {}
+                msg = ws.next() => match msg {
+                    Some(Ok(Message::Text(t))) => {
+                        if let Some(id) = serde_json::from_str::<Value>(&t).ok().and_then(|v| v["envelope_id"].as_str().map(str::to_owned)) {
+                            inner.acks.lock().expect("lock").push(id);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    _ => break,
+                },
+            }
+        }
+    }
+}
+
+impl FakeSlack {
+    /// Sends an envelope on the Socket Mode connection (queued until one is open).
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    pub fn push(&self, envelope: Value) {
+        self.inner
+            .envelopes
+            .lock()
+            .expect("lock")
+            .push_back(envelope);
+        self.inner.pushed.notify_one();
+    }
+
+    /// Envelope ids the bridge acknowledged.
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    #[must_use]
+    pub fn acks(&self) -> Vec<String> {
+        self.inner.acks.lock().expect("lock").clone()
+    }
+
+    /// Socket Mode connections opened so far.
+    #[must_use]
+    pub fn sockets(&self) -> usize {
+        self.inner.sockets.load(Ordering::SeqCst)
+    }
+
+    /// Calls of one method.
+    #[must_use]
+    pub fn calls_of(&self, method: &str) -> Vec<ApiCall> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == method)
+            .collect()
+    }
+
+    /// Waits until `pred` holds (30 s at most).
+    ///
+    /// # Panics
+    /// When it does not.
+    pub async fn wait_for(&self, what: &str, pred: impl Fn(&Self) -> bool) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !pred(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:#?}",
+                self.calls()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An `events_api` envelope carrying `event` with `event_id`.
+#[must_use]
+pub fn event_envelope(
+    envelope_id: &str,
+    event_id: &str,
+    retry_attempt: u32,
+    event: Value,
+) -> Value {
+    json!({"envelope_id": envelope_id, "type": "events_api", "accepts_response_payload": false,
+           "retry_attempt": retry_attempt, "retry_reason": if retry_attempt > 0 { "timeout" } else { "" },
+           "payload": {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": event_id, "event": event}})
 }
 
 impl Drop for FakeSlack {

@@ -4,8 +4,71 @@
 //! # Layout
 //! - [`api`]: the Web API client; `ok:false` and 429 `Retry-After` become typed errors.
 //! - [`blocks`]: platform-neutral messages → Block Kit, split to fit Slack's limits.
+//! - [`events`]: Socket Mode envelopes → inbound messages, with the ignore and access rules.
+//! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
 
 pub mod api;
 pub mod blocks;
+pub mod events;
 pub mod signature;
+pub mod socket;
+
+use crate::channel::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
+
+/// The Slack channel: thread replies through the Web API, rendered as Block Kit.
+#[derive(Debug, Clone)]
+pub struct Slack {
+    api: api::WebApi,
+}
+
+impl Slack {
+    /// A channel posting through `api`.
+    #[must_use]
+    pub fn new(api: api::WebApi) -> Self {
+        Self { api }
+    }
+}
+
+impl Channel for Slack {
+    fn platform(&self) -> &'static str {
+        "slack"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_message_len: blocks::MESSAGE_LIMIT,
+            can_edit: true,
+            has_buttons: true,
+            has_threads: true,
+            has_reactions: true,
+        }
+    }
+
+    fn post<'a>(
+        &'a self,
+        target: &'a Target,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .post_message(&target.channel, &target.thread, &blocks::render(message))
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
+
+    fn edit<'a>(
+        &'a self,
+        target: &'a Target,
+        id: &'a str,
+        message: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .update(&target.channel, id, &blocks::render(message))
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
+}

@@ -1,0 +1,296 @@
+//! Socket Mode envelopes → what the bridge does with them. Pure, so every rule is tested on its own:
+//! every envelope with an `envelope_id` is acknowledged first; mentions and DMs start a conversation in
+//! a thread (`thread_ts` = the mention's `ts`); replies in a thread continue it; bot messages (ours
+//! included), edits, deletions and other subtypes are ignored; button clicks become actions; the
+//! A-rules (allowed channels and users, DM policy) decide who may prompt.
+
+use serde_json::Value;
+
+use crate::channel::{Inbound, InboundKind, Target};
+
+/// Who may prompt (A-rules). Empty lists allow everyone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Channel ids the bridge answers in.
+    pub channels: Vec<String>,
+    /// User ids who may prompt.
+    pub users: Vec<String>,
+    /// Whether direct messages are answered.
+    pub allow_dms: bool,
+}
+
+impl Access {
+    fn allows(&self, channel: &str, user: &str, dm: bool) -> bool {
+        let channel_ok = if dm {
+            self.allow_dms
+        } else {
+            self.channels.is_empty() || self.channels.iter().any(|c| c == channel)
+        };
+        channel_ok && (self.users.is_empty() || self.users.iter().any(|u| u == user))
+    }
+}
+
+/// What an envelope means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// `hello`: connected.
+    Hello,
+    /// `disconnect`: open a new connection (reason given).
+    Disconnect(String),
+    /// Hand this to the core.
+    Inbound(Inbound),
+    /// Nothing to do (why, for debug logs; never message text).
+    Ignore(&'static str),
+}
+
+/// The `envelope_id` to acknowledge, if the envelope has one.
+#[must_use]
+pub fn ack_id(envelope: &Value) -> Option<&str> {
+    envelope.get("envelope_id").and_then(Value::as_str)
+}
+
+/// Decides what an envelope means. `me` is our bot user id (from `auth.test`).
+#[must_use]
+pub fn decide(envelope: &Value, me: &str, access: &Access) -> Decision {
+    match envelope.get("type").and_then(Value::as_str) {
+        Some("hello") => Decision::Hello,
+        Some("disconnect") => Decision::Disconnect(
+            envelope
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned(),
+        ),
+        Some("events_api") => event(&envelope["payload"], me, access),
+        Some("interactive") => interactive(&envelope["payload"], envelope, access),
+        _ => Decision::Ignore("envelope type not handled"),
+    }
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+/// Removes our own mention (`<@UBOT>`) from a prompt.
+fn strip_mention(text: &str, me: &str) -> String {
+    text.replace(&format!("<@{me}>"), "").trim().to_owned()
+}
+
+fn event(payload: &Value, me: &str, access: &Access) -> Decision {
+    let ev = &payload["event"];
+    let (Some(event_id), Some(team)) = (s(payload, "event_id"), s(payload, "team_id")) else {
+        return Decision::Ignore("event without event_id or team_id");
+    };
+    if ev.get("bot_id").is_some() || s(ev, "user") == Some(me) {
+        return Decision::Ignore("bot message");
+    }
+    if ev.get("subtype").is_some() {
+        return Decision::Ignore("edits, deletions and other subtypes");
+    }
+    let (Some(user), Some(channel), Some(ts)) = (s(ev, "user"), s(ev, "channel"), s(ev, "ts"))
+    else {
+        return Decision::Ignore("event without user, channel or ts");
+    };
+    let text = s(ev, "text").unwrap_or("");
+    let dm = s(ev, "channel_type") == Some("im");
+    let thread = s(ev, "thread_ts").unwrap_or(ts).to_owned();
+    match s(ev, "type") {
+        Some("app_mention") => {}
+        Some("message") if dm => {}
+        // A mention also arrives as a message event; the app_mention one handles it.
+        Some("message") if text.contains(&format!("<@{me}>")) => {
+            return Decision::Ignore("mention echoed as a message");
+        }
+        // Replies in threads: the core continues them only where a conversation exists.
+        Some("message") if s(ev, "thread_ts").is_some() => {}
+        _ => return Decision::Ignore("not a mention, a DM, or a thread reply"),
+    }
+    if !access.allows(channel, user, dm) {
+        return Decision::Ignore("not allowed by the access rules");
+    }
+    Decision::Inbound(Inbound {
+        event_id: event_id.to_owned(),
+        platform: "slack".into(),
+        target: Target {
+            workspace: team.to_owned(),
+            channel: channel.to_owned(),
+            thread,
+        },
+        user: user.to_owned(),
+        kind: InboundKind::Message(strip_mention(text, me)),
+    })
+}
+
+fn interactive(payload: &Value, envelope: &Value, access: &Access) -> Decision {
+    if s(payload, "type") != Some("block_actions") {
+        return Decision::Ignore("interaction type not handled");
+    }
+    let user = payload["user"]["id"].as_str().unwrap_or("");
+    let channel = payload["channel"]["id"].as_str().unwrap_or("");
+    let team = payload["team"]["id"].as_str().unwrap_or("");
+    let message = &payload["message"];
+    let thread = s(message, "thread_ts")
+        .or_else(|| s(message, "ts"))
+        .unwrap_or("");
+    let Some(value) = payload["actions"][0]["value"].as_str() else {
+        return Decision::Ignore("action without a value");
+    };
+    if user.is_empty() || channel.is_empty() || thread.is_empty() {
+        return Decision::Ignore("action without user, channel or message");
+    }
+    // Access to *decide* is the core's (requester or approver); only the channel rule applies here.
+    if !access.channels.is_empty() && !access.channels.iter().any(|c| c == channel) {
+        return Decision::Ignore("not allowed by the access rules");
+    }
+    let event_id = ack_id(envelope).unwrap_or(value);
+    Decision::Inbound(Inbound {
+        event_id: format!("action:{event_id}"),
+        platform: "slack".into(),
+        target: Target {
+            workspace: team.to_owned(),
+            channel: channel.to_owned(),
+            thread: thread.to_owned(),
+        },
+        user: user.to_owned(),
+        kind: InboundKind::Action(value.to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn envelope(event: Value) -> Value {
+        json!({"envelope_id": "env-1", "type": "events_api", "accepts_response_payload": false, "retry_attempt": 0,
+               "payload": {"type": "event_callback", "team_id": "T1", "event_id": "Ev1", "event": event}})
+    }
+
+    fn open() -> Access {
+        Access {
+            allow_dms: true,
+            ..Access::default()
+        }
+    }
+
+    #[test]
+    fn slack_a_mention_starts_a_thread_at_its_own_ts_without_the_mention() {
+        let e = envelope(
+            json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100", "text": "<@UBOT> run the tests"}),
+        );
+        assert_eq!(ack_id(&e), Some("env-1"));
+        let Decision::Inbound(m) = decide(&e, "UBOT", &open()) else {
+            panic!("inbound")
+        };
+        assert_eq!(
+            (
+                m.event_id.as_str(),
+                m.target.thread.as_str(),
+                m.user.as_str()
+            ),
+            ("Ev1", "1700.000100", "U1")
+        );
+        assert_eq!(m.kind, InboundKind::Message("run the tests".into()));
+    }
+
+    #[test]
+    fn slack_thread_replies_continue_and_dms_follow_the_dm_policy() {
+        let reply = envelope(
+            json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1700.2", "thread_ts": "1700.1", "text": "and now?"}),
+        );
+        assert!(
+            matches!(decide(&reply, "UBOT", &open()), Decision::Inbound(m) if m.target.thread == "1700.1")
+        );
+        let top_level = envelope(
+            json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1700.2", "text": "chatter"}),
+        );
+        assert!(matches!(
+            decide(&top_level, "UBOT", &open()),
+            Decision::Ignore(_)
+        ));
+        let dm = envelope(
+            json!({"type": "message", "channel_type": "im", "user": "U1", "channel": "D1", "ts": "1700.3", "text": "hi"}),
+        );
+        assert!(matches!(decide(&dm, "UBOT", &open()), Decision::Inbound(_)));
+        assert!(
+            matches!(decide(&dm, "UBOT", &Access::default()), Decision::Ignore(_)),
+            "DMs off"
+        );
+    }
+
+    #[test]
+    fn slack_bots_ourselves_edits_deletions_and_mention_echoes_are_ignored() {
+        for ev in [
+            json!({"type": "message", "bot_id": "B9", "user": "U9", "channel": "C1", "ts": "1", "thread_ts": "0"}),
+            json!({"type": "message", "user": "UBOT", "channel": "C1", "ts": "1", "thread_ts": "0"}),
+            json!({"type": "message", "subtype": "message_changed", "channel": "C1", "ts": "1"}),
+            json!({"type": "message", "subtype": "message_deleted", "channel": "C1", "ts": "1"}),
+            json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1", "text": "<@UBOT> hi"}),
+        ] {
+            assert!(
+                matches!(
+                    decide(&envelope(ev.clone()), "UBOT", &open()),
+                    Decision::Ignore(_)
+                ),
+                "{ev}"
+            );
+        }
+    }
+
+    #[test]
+    fn slack_access_rules_limit_channels_and_users() {
+        let access = Access {
+            channels: vec!["C1".into()],
+            users: vec!["U1".into()],
+            allow_dms: false,
+        };
+        let mention = |user: &str, channel: &str| {
+            envelope(
+                json!({"type": "app_mention", "user": user, "channel": channel, "ts": "1", "text": "<@UBOT> x"}),
+            )
+        };
+        assert!(matches!(
+            decide(&mention("U1", "C1"), "UBOT", &access),
+            Decision::Inbound(_)
+        ));
+        assert!(matches!(
+            decide(&mention("U2", "C1"), "UBOT", &access),
+            Decision::Ignore(_)
+        ));
+        assert!(matches!(
+            decide(&mention("U1", "C2"), "UBOT", &access),
+            Decision::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn slack_button_clicks_become_actions_in_their_thread_and_control_envelopes_are_told_apart() {
+        let click = json!({"envelope_id": "env-9", "type": "interactive", "payload": {
+            "type": "block_actions", "user": {"id": "U2"}, "team": {"id": "T1"}, "channel": {"id": "C1"},
+            "message": {"ts": "1700.5", "thread_ts": "1700.1"}, "actions": [{"action_id": "choice_0", "value": "perm:abc:allow_once"}]}});
+        let Decision::Inbound(m) = decide(&click, "UBOT", &open()) else {
+            panic!("inbound")
+        };
+        assert_eq!(
+            (m.target.thread.as_str(), m.kind),
+            ("1700.1", InboundKind::Action("perm:abc:allow_once".into()))
+        );
+        assert_eq!(
+            decide(
+                &json!({"type": "hello", "num_connections": 1}),
+                "UBOT",
+                &open()
+            ),
+            Decision::Hello
+        );
+        assert_eq!(
+            decide(
+                &json!({"type": "disconnect", "reason": "refresh_requested"}),
+                "UBOT",
+                &open()
+            ),
+            Decision::Disconnect("refresh_requested".into())
+        );
+    }
+}

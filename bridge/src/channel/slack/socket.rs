@@ -1,0 +1,104 @@
+//! The Socket Mode connection: `apps.connections.open` for a fresh URL, then every envelope is
+//! acknowledged by its `envelope_id` at once — before any agent work — and handed on. A `disconnect`
+//! (refresh, link disabled, warning), a closed socket or an error opens a new connection; Slack
+//! redelivers anything that was not acknowledged, so nothing is lost.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use super::api::{SlackToken, WebApi};
+use super::events::{self, Access, Decision};
+use crate::channel::Inbound;
+
+/// Runs Socket Mode until `stop`, sending inbound messages to `sink`.
+pub async fn run(
+    api: WebApi,
+    app_token: SlackToken,
+    me: String,
+    access: Access,
+    sink: mpsc::Sender<Inbound>,
+    stop: CancellationToken,
+) {
+    let mut attempt = 0u32;
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        match connection(&api, &app_token, &me, &access, &sink, &stop).await {
+            Ok(reason) => {
+                tracing::info!(%reason, "Slack Socket Mode connection ended; reconnecting");
+                attempt = 0;
+            }
+            Err(e) => {
+                attempt = attempt.saturating_add(1);
+                tracing::warn!(error = %e, attempt, "Slack Socket Mode connection failed");
+            }
+        }
+        let delay = daemon_client::client::backoff_delay(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+            attempt,
+        );
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+async fn connection(
+    api: &WebApi,
+    app_token: &SlackToken,
+    me: &str,
+    access: &Access,
+    sink: &mpsc::Sender<Inbound>,
+    stop: &CancellationToken,
+) -> Result<String, String> {
+    let url = api
+        .connections_open(app_token)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    loop {
+        let frame = tokio::select! {
+            () = stop.cancelled() => {
+                let _ = ws.close(None).await;
+                return Ok("shutting down".into());
+            }
+            f = ws.next() => f,
+        };
+        let text = match frame {
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Close(_))) | None => return Ok("closed by Slack".into()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(format!("socket: {e}")),
+        };
+        let Ok(envelope) = serde_json::from_str::<Value>(&text) else {
+            tracing::warn!("unreadable Socket Mode frame skipped");
+            continue;
+        };
+        // Acknowledge first: Slack expects it within 3 s, whatever the agent does next.
+        if let Some(id) = events::ack_id(&envelope) {
+            ws.send(Message::text(json!({"envelope_id": id}).to_string()))
+                .await
+                .map_err(|e| format!("ack: {e}"))?;
+        }
+        match events::decide(&envelope, me, access) {
+            Decision::Hello => tracing::info!("Slack Socket Mode connected"),
+            Decision::Disconnect(reason) => return Ok(format!("disconnect: {reason}")),
+            Decision::Inbound(m) => {
+                if sink.send(m).await.is_err() {
+                    return Ok("shutting down".into());
+                }
+            }
+            Decision::Ignore(why) => tracing::debug!(why, "Slack envelope ignored"),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The bridge on Slack, end to end: a fake Slack (Web API over HTTP, Socket Mode over a WebSocket)
+//! and the real shell-agent. A mention becomes a thread reply that is edited into the result; every
+//! envelope is acknowledged; a retried event is not a second prompt; a Socket Mode disconnect
+//! mid-turn loses nothing.
+
+use std::time::Duration;
+
+use chat_bridge_tests::bridge::config;
+use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
+use chat_bridge_tests::init_tracing;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn mention(ts: &str, text: &str) -> serde_json::Value {
+    json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": ts, "text": format!("<@UBOT> {text}"), "event_ts": ts})
+}
+
+async fn bridge(
+    fake: &FakeSlack,
+    dir: &std::path::Path,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    init_tracing();
+    let mut cfg = config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.app_token = Some("xapp-1-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_mention_becomes_a_thread_reply_edited_into_the_result_and_a_retry_is_not_a_second_prompt()
+ {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge(&fake, dir.path()).await;
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "sleep 0.3; echo from slack"),
+    ));
+    fake.wait_for("the result edit", |f| {
+        f.calls_of("chat.update")
+            .iter()
+            .any(|c| c.body["text"].as_str().is_some_and(|t| t.starts_with("✅")))
+    })
+    .await;
+    // Slack retries an event it thinks was not delivered: same event_id, retry_attempt 1.
+    fake.push(event_envelope(
+        "env-2",
+        "Ev1",
+        1,
+        mention("1700.000100", "sleep 0.3; echo from slack"),
+    ));
+    fake.wait_for("the retry's ack", |f| {
+        f.acks().contains(&"env-2".to_owned())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    assert_eq!(
+        fake.acks(),
+        ["env-1", "env-2"],
+        "every envelope acknowledged"
+    );
+    let posts = fake.calls_of("chat.postMessage");
+    assert_eq!(
+        posts.len(),
+        1,
+        "one thread reply; the retry started nothing: {posts:#?}"
+    );
+    assert_eq!(
+        posts[0].body["thread_ts"], "1700.000100",
+        "the reply is in the mention's thread"
+    );
+    assert_eq!(posts[0].body["channel"], "C1");
+    assert_eq!(posts[0].body["text"], "⏳ sleep 0.3; echo from slack");
+    let updates = fake.calls_of("chat.update");
+    let last = updates.last().expect("an edit");
+    assert_eq!(
+        last.body["ts"], "1700000000.000001",
+        "the tool message (the first post) is edited in place"
+    );
+    assert_eq!(last.body["attachments"][0]["color"], "good");
+    assert!(
+        last.body.to_string().contains("from slack"),
+        "{}",
+        last.body
+    );
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_a_timeout_is_a_danger_attachment_and_a_socket_disconnect_mid_turn_loses_nothing() {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge(&fake, dir.path()).await;
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "timeout=1s echo partial; sleep 30"),
+    ));
+    fake.wait_for("the tool message", |f| {
+        !f.calls_of("chat.postMessage").is_empty()
+    })
+    .await;
+    // Slack refreshes the connection while the command runs; a reply in the thread arrives on the new one.
+    fake.push(json!({"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake"}}));
+    fake.push(event_envelope("env-2", "Ev2", 0, json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1700.000200", "thread_ts": "1700.000100", "text": "echo second"})));
+    fake.wait_for("both results", |f| {
+        let texts: Vec<String> = f
+            .calls_of("chat.update")
+            .iter()
+            .filter_map(|c| c.body["text"].as_str().map(str::to_owned))
+            .collect();
+        texts.iter().any(|t| t.contains("timed out"))
+            && texts.iter().any(|t| t.starts_with("✅ echo second"))
+    })
+    .await;
+    assert!(fake.sockets() >= 2, "reconnected after the disconnect");
+    assert_eq!(fake.acks(), ["env-1", "env-2"]);
+    let timed_out = fake
+        .calls_of("chat.update")
+        .into_iter()
+        .find(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("timed out"))
+        })
+        .expect("timeout edit");
+    assert_eq!(timed_out.body["attachments"][0]["color"], "danger");
+    assert!(
+        timed_out.body.to_string().contains("```partial```"),
+        "{}",
+        timed_out.body
+    );
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}
