@@ -62,7 +62,25 @@ pub async fn deliver_once(
             return Ok(Step::Failed);
         }
     };
-    let key = action.key().to_owned();
+    let Some(key) = action.key().map(str::to_owned) else {
+        // Ephemeral replies have no message to remember.
+        let ChatAction::Ephemeral { target, user, text } = &action else {
+            return Ok(Step::Idle);
+        };
+        return finish(
+            store,
+            worker,
+            policy,
+            a.id,
+            &a.conversation_id,
+            None,
+            channel
+                .ephemeral(target, user, text)
+                .await
+                .map(|()| String::new()),
+        )
+        .await;
+    };
     let known = {
         let mut c = store.conn().await?;
         message_map::get(&mut c, &a.conversation_id, &key).await?
@@ -86,12 +104,37 @@ pub async fn deliver_once(
             },
             None,
         ) => channel.post(target, message).await,
+        (ChatAction::Ephemeral { .. }, _) => return Ok(Step::Idle),
     };
+    finish(
+        store,
+        worker,
+        policy,
+        a.id,
+        &a.conversation_id,
+        Some(&key),
+        result,
+    )
+    .await
+}
+
+/// Records a delivery's outcome: the platform id and "delivered" together, or a retry.
+async fn finish(
+    store: &Store,
+    worker: &str,
+    policy: &RetryPolicy,
+    id: i64,
+    conversation_id: &str,
+    key: Option<&str>,
+    result: Result<String, DeliveryError>,
+) -> Result<Step, StoreError> {
     match result {
         Ok(platform_id) => {
             let mut tx = store.begin().await?;
-            message_map::put(tx.conn(), &a.conversation_id, &key, &platform_id, now_ms()).await?;
-            outbox::mark_delivered(tx.conn(), a.id, worker, now_ms()).await?;
+            if let Some(key) = key {
+                message_map::put(tx.conn(), conversation_id, key, &platform_id, now_ms()).await?;
+            }
+            outbox::mark_delivered(tx.conn(), id, worker, now_ms()).await?;
             tx.commit().await?;
             Ok(Step::Delivered)
         }
@@ -108,12 +151,12 @@ pub async fn deliver_once(
                 _ => *policy,
             };
             let mut c = store.conn().await?;
-            match outbox::retry(&mut c, a.id, worker, &failure, &policy, now_ms()).await? {
+            match outbox::retry(&mut c, id, worker, &failure, &policy, now_ms()).await? {
                 Retry::DeadLettered => {
-                    tracing::error!(action = a.id, conversation = %a.conversation_id, error = %e, "chat action dead-lettered")
+                    tracing::error!(action = id, conversation = %conversation_id, error = %e, "chat action dead-lettered")
                 }
                 Retry::At(at) => {
-                    tracing::warn!(action = a.id, error = %e, retry_at = at, "chat action will be retried")
+                    tracing::warn!(action = id, error = %e, retry_at = at, "chat action will be retried")
                 }
             }
             Ok(Step::Failed)

@@ -147,3 +147,126 @@ async fn slack_a_timeout_is_a_danger_attachment_and_a_socket_disconnect_mid_turn
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }
+
+fn click(envelope_id: &str, user: &str, value: &str) -> serde_json::Value {
+    json!({"envelope_id": envelope_id, "type": "interactive", "accepts_response_payload": false, "payload": {
+        "type": "block_actions", "user": {"id": user}, "team": {"id": "T1"}, "channel": {"id": "C1"},
+        "message": {"ts": "1700000000.000001", "thread_ts": "1700.000100"},
+        "actions": [{"action_id": "choice_0", "block_id": "b", "value": value, "type": "button"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_approval_clicks_by_an_outsider_get_an_ephemeral_no_and_the_requester_decides() {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    init_tracing();
+    let mut cfg = config(
+        &format!("sqlite://{}", dir.path().join("slack.db").display()),
+        dir.path(),
+    );
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.app_token = Some("xapp-1-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    cfg.shell_agent.require_approval = true;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "echo approved"),
+    ));
+    let buttons = |f: &FakeSlack| -> Option<(String, String)> {
+        f.calls_of("chat.postMessage").into_iter().find_map(|c| {
+            let attachments = c.body["attachments"].as_array()?.clone();
+            let actions = attachments
+                .iter()
+                .flat_map(|a| a["blocks"].as_array().cloned().unwrap_or_default())
+                .find(|b| b["type"] == "actions")?;
+            Some((
+                actions["elements"][0]["value"].as_str()?.to_owned(),
+                actions["elements"][0]["text"]["text"].as_str()?.to_owned(),
+            ))
+        })
+    };
+    fake.wait_for("the approval message", |f| buttons(f).is_some())
+        .await;
+    let (allow, label) = buttons(&fake).expect("buttons");
+    assert_eq!(label, "Allow once");
+
+    fake.push(click("env-2", "U2", &allow));
+    fake.wait_for("the ephemeral refusal", |f| {
+        !f.calls_of("chat.postEphemeral").is_empty()
+    })
+    .await;
+    let eph = &fake.calls_of("chat.postEphemeral")[0];
+    assert_eq!(
+        (eph.body["user"].as_str(), eph.body["thread_ts"].as_str()),
+        (Some("U2"), Some("1700.000100"))
+    );
+    assert!(
+        eph.body["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("not allowed")),
+        "{}",
+        eph.body
+    );
+
+    fake.push(click("env-3", "U1", &allow));
+    fake.wait_for("the command's result", |f| {
+        f.calls_of("chat.update").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ echo approved"))
+        })
+    })
+    .await;
+    let decided = fake
+        .calls_of("chat.update")
+        .into_iter()
+        .find(|c| c.body.to_string().contains("U1 chose: Allow once"));
+    assert!(
+        decided.is_some(),
+        "the approval message says who decided what: {:#?}",
+        fake.calls_of("chat.update")
+    );
+    assert_eq!(fake.acks(), ["env-1", "env-2", "env-3"]);
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_a_429_on_the_result_edit_delays_it_and_loses_nothing() {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge(&fake, dir.path()).await;
+    fake.script(
+        "chat.update",
+        chat_bridge_tests::fake_slack::Reply::RateLimited(1),
+    );
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "echo rate limited"),
+    ));
+    fake.wait_for("the result after the retry", |f| {
+        f.calls_of("chat.update")
+            .iter()
+            .filter(|c| {
+                c.body["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("✅ echo rate limited"))
+            })
+            .count()
+            == 2
+    })
+    .await;
+    let posts = fake.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 1, "no duplicate message");
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}

@@ -131,14 +131,24 @@ pub enum ChatAction {
         #[serde(default)]
         progress: bool,
     },
+    /// A reply only `user` sees (an outsider's click on an approval).
+    Ephemeral {
+        /// The conversation's place.
+        target: Target,
+        /// Who sees it.
+        user: String,
+        /// The text, already redacted.
+        text: String,
+    },
 }
 
 impl ChatAction {
-    /// The logical key.
+    /// The logical message key, for actions that create or edit a message.
     #[must_use]
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> Option<&str> {
         match self {
-            Self::Post { key, .. } | Self::Edit { key, .. } => key,
+            Self::Post { key, .. } | Self::Edit { key, .. } => Some(key),
+            Self::Ephemeral { .. } => None,
         }
     }
 }
@@ -176,6 +186,20 @@ pub trait Channel: Send + Sync {
         id: &'a str,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+    /// A reply only `user` sees; platforms without ephemerals post it as a visible notice.
+    fn ephemeral<'a>(
+        &'a self,
+        target: &'a Target,
+        user: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        let _ = user;
+        Box::pin(async move {
+            self.post(target, &Message::text(Tone::Warning, text))
+                .await
+                .map(drop)
+        })
+    }
 }
 
 /// Something a person did in a channel.

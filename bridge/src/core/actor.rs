@@ -163,6 +163,7 @@ impl Actor {
         let (kind, coalesce) = match action {
             ChatAction::Post { key, .. } => (Kind::Post, Some(key.as_str())),
             ChatAction::Edit { key, .. } => (Kind::Edit, Some(key.as_str())),
+            ChatAction::Ephemeral { .. } => (Kind::Other, None),
         };
         let a = NewAction {
             conversation_id: &self.conv.id,
@@ -814,7 +815,18 @@ impl Actor {
                 .await;
         };
         if user != p.requester && !self.core.cfg.approvers.iter().any(|a| a == user) {
-            return self.notice(Tone::Warning, &format!("{user} is not allowed to answer this approval; only the requester or an approver can.")).await;
+            // Only the clicker hears about it (ephemeral where the platform has it).
+            let text = format!(
+                "{user} is not allowed to answer this approval; only the requester or an approver can."
+            );
+            let action = ChatAction::Ephemeral {
+                target: self.target.clone(),
+                user: user.to_owned(),
+                text: self.core.redactor.redact(&text),
+            };
+            let mut tx = self.begin().await?;
+            self.enqueue(&mut tx, &action).await?;
+            return self.commit(tx).await;
         }
         let Some(p) = self.permissions.remove(id) else {
             return Ok(());

@@ -71,4 +71,18 @@ impl Channel for Slack {
                 .map_err(api::SlackError::into_delivery)
         })
     }
+
+    fn ephemeral<'a>(
+        &'a self,
+        target: &'a Target,
+        user: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .post_ephemeral(&target.channel, user, Some(&target.thread), text)
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
 }
