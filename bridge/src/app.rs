@@ -101,6 +101,7 @@ impl Application {
             approvers: cfg.approvals.approvers.clone(),
             cwd,
             mode: cfg.daemon.mode.clone(),
+            output_cap: channel.capabilities().output_cap,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;

@@ -64,8 +64,17 @@ pub async fn deliver_once(
     };
     let Some(key) = action.key().map(str::to_owned) else {
         // Ephemeral replies have no message to remember.
-        let ChatAction::Ephemeral { target, user, text } = &action else {
-            return Ok(Step::Idle);
+        let delivered = match &action {
+            ChatAction::Ephemeral { target, user, text } => {
+                channel.ephemeral(target, user, text).await
+            }
+            ChatAction::React {
+                target,
+                message_id,
+                name,
+                add,
+            } => channel.react(target, message_id, name, *add).await,
+            ChatAction::Post { .. } | ChatAction::Edit { .. } => return Ok(Step::Idle),
         };
         return finish(
             store,
@@ -74,10 +83,7 @@ pub async fn deliver_once(
             a.id,
             &a.conversation_id,
             None,
-            channel
-                .ephemeral(target, user, text)
-                .await
-                .map(|()| String::new()),
+            delivered.map(|()| String::new()),
         )
         .await;
     };
@@ -104,7 +110,7 @@ pub async fn deliver_once(
             },
             None,
         ) => channel.post(target, message).await,
-        (ChatAction::Ephemeral { .. }, _) => return Ok(Step::Idle),
+        (ChatAction::Ephemeral { .. } | ChatAction::React { .. }, _) => return Ok(Step::Idle),
     };
     finish(
         store,

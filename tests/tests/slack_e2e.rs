@@ -95,6 +95,32 @@ async fn slack_mention_becomes_a_thread_reply_edited_into_the_result_and_a_retry
         "{}",
         last.body
     );
+    fake.wait_for("the outcome reaction", |f| {
+        f.calls_of("reactions.add").len() == 2
+    })
+    .await;
+    let reactions: Vec<(String, String, String)> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method.starts_with("reactions."))
+        .map(|c| {
+            (
+                c.method,
+                c.body["name"].as_str().unwrap_or("").to_owned(),
+                c.body["timestamp"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let on_mention = |m: &str, n: &str| (m.to_owned(), n.to_owned(), "1700.000100".to_owned());
+    assert_eq!(
+        reactions,
+        [
+            on_mention("reactions.add", "eyes"),
+            on_mention("reactions.remove", "eyes"),
+            on_mention("reactions.add", "white_check_mark")
+        ],
+        "👀 on receipt, then the outcome on the person's message"
+    );
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }
@@ -267,6 +293,66 @@ async fn slack_a_429_on_the_result_edit_delays_it_and_loses_nothing() {
     .await;
     let posts = fake.calls_of("chat.postMessage");
     assert_eq!(posts.len(), 1, "no duplicate message");
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_a_100kb_output_becomes_a_valid_message_split_into_sections_keeping_the_tail() {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge(&fake, dir.path()).await;
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "seq 1 20000"),
+    ));
+    let result = |f: &FakeSlack| {
+        f.calls_of("chat.update").into_iter().find(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ seq 1 20000"))
+        })
+    };
+    fake.wait_for("the result", |f| result(f).is_some()).await;
+    let body = result(&fake).expect("result").body;
+    let blocks: Vec<serde_json::Value> = body["attachments"][0]["blocks"]
+        .as_array()
+        .expect("blocks")
+        .clone();
+    let texts: Vec<String> = blocks
+        .iter()
+        .filter_map(|b| b["text"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert!(blocks.len() <= 50, "{} blocks", blocks.len());
+    assert!(
+        texts.iter().all(|t| t.chars().count() <= 3000),
+        "every section within 3,000"
+    );
+    assert!(
+        texts.iter().map(String::len).sum::<usize>() <= 40_000,
+        "the message within 40,000"
+    );
+    let code: Vec<&String> = texts.iter().filter(|t| t.starts_with("```")).collect();
+    assert!(
+        code.len() >= 5,
+        "split into several code sections: {}",
+        code.len()
+    );
+    assert!(
+        code.iter().all(|t| t.ends_with("```")),
+        "each section closes its own fence"
+    );
+    assert!(
+        code.last().is_some_and(|t| t.contains("19999\n20000")),
+        "the tail is kept"
+    );
+    assert!(
+        texts.iter().any(|t| t.contains("earlier lines not shown")),
+        "the cut is told"
+    );
+    assert_eq!(fake.calls_of("chat.postMessage").len(), 1);
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }

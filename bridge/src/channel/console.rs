@@ -55,6 +55,7 @@ pub fn inbound(line: &str) -> Inbound {
         platform: "console".into(),
         target: target(),
         user: user(),
+        message_id: None,
         kind: InboundKind::Message(line.to_owned()),
     }
 }
@@ -129,6 +130,7 @@ impl Channel for Console {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 1 << 20,
+            output_cap: 3500,
             can_edit: false,
             has_buttons: false,
             has_threads: false,

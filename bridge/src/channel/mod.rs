@@ -22,6 +22,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Capabilities {
     /// Longest message text.
     pub max_message_len: usize,
+    /// How much of a tool's output a result message shows (the tail; the rest stays in the store).
+    pub output_cap: usize,
     /// Messages can be edited in place.
     pub can_edit: bool,
     /// Messages can carry buttons.
@@ -131,6 +133,17 @@ pub enum ChatAction {
         #[serde(default)]
         progress: bool,
     },
+    /// Adds or removes a reaction on a person's message (👀 on receipt, the outcome at the end).
+    React {
+        /// The conversation's place.
+        target: Target,
+        /// The platform's id of the person's message.
+        message_id: String,
+        /// The reaction's name (`eyes`, `white_check_mark`).
+        name: String,
+        /// Add (true) or remove (false).
+        add: bool,
+    },
     /// A reply only `user` sees (an outsider's click on an approval).
     Ephemeral {
         /// The conversation's place.
@@ -148,7 +161,7 @@ impl ChatAction {
     pub fn key(&self) -> Option<&str> {
         match self {
             Self::Post { key, .. } | Self::Edit { key, .. } => Some(key),
-            Self::Ephemeral { .. } => None,
+            Self::Ephemeral { .. } | Self::React { .. } => None,
         }
     }
 }
@@ -186,6 +199,17 @@ pub trait Channel: Send + Sync {
         id: &'a str,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+    /// Adds or removes a reaction; platforms without reactions ignore it.
+    fn react<'a>(
+        &'a self,
+        target: &'a Target,
+        message_id: &'a str,
+        name: &'a str,
+        add: bool,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        let _ = (target, message_id, name, add);
+        Box::pin(async { Ok(()) })
+    }
     /// A reply only `user` sees; platforms without ephemerals post it as a visible notice.
     fn ephemeral<'a>(
         &'a self,
@@ -213,6 +237,8 @@ pub struct Inbound {
     pub target: Target,
     /// Who (platform user id).
     pub user: String,
+    /// The platform's id of the person's message (for reactions), when it has one.
+    pub message_id: Option<String>,
     /// What.
     pub kind: InboundKind,
 }

@@ -40,6 +40,8 @@ struct TurnState {
     answer: String,
     resumed: bool,
     prompt_seq: u64,
+    /// The person's message that asked for this turn (for the outcome reaction).
+    user_message: Option<String>,
 }
 
 #[derive(Debug)]
@@ -59,7 +61,7 @@ struct Actor {
     session: Option<SessionId>,
     session_ready: bool,
     turn: Option<TurnState>,
-    queue: VecDeque<(String, String)>,
+    queue: VecDeque<(String, String, Option<String>)>,
     permissions: HashMap<String, PendingPermission>,
     notices: u64,
     prompt_seq: u64,
@@ -163,7 +165,7 @@ impl Actor {
         let (kind, coalesce) = match action {
             ChatAction::Post { key, .. } => (Kind::Post, Some(key.as_str())),
             ChatAction::Edit { key, .. } => (Kind::Edit, Some(key.as_str())),
-            ChatAction::Ephemeral { .. } => (Kind::Other, None),
+            ChatAction::Ephemeral { .. } | ChatAction::React { .. } => (Kind::Other, None),
         };
         let a = NewAction {
             conversation_id: &self.conv.id,
@@ -207,6 +209,15 @@ impl Actor {
             target: self.target.clone(),
             key,
             message,
+        }
+    }
+
+    fn react(&self, message_id: &str, name: &str, add: bool) -> ChatAction {
+        ChatAction::React {
+            target: self.target.clone(),
+            message_id: message_id.to_owned(),
+            name: name.to_owned(),
+            add,
         }
     }
 
@@ -266,12 +277,23 @@ impl Actor {
                         _ => {}
                     }
                 }
-                self.prompt(m.user, text).await
+                self.prompt(m.user, text, m.message_id).await
             }
         }
     }
 
-    async fn prompt(&mut self, user: String, text: String) -> Result<()> {
+    async fn prompt(
+        &mut self,
+        user: String,
+        text: String,
+        message_id: Option<String>,
+    ) -> Result<()> {
+        if let Some(id) = &message_id {
+            // 👀: the message was taken (it may wait in the queue).
+            let mut tx = self.begin().await?;
+            self.enqueue(&mut tx, &self.react(id, "eyes", true)).await?;
+            self.commit(tx).await?;
+        }
         if self.turn.is_some() {
             if self.queue.len() >= self.core.cfg.queue_cap {
                 let n = self.queue.len();
@@ -279,15 +301,20 @@ impl Actor {
                     .notice(Tone::Warning, &format!("The queue is full ({n} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."))
                     .await;
             }
-            self.queue.push_back((user, text));
+            self.queue.push_back((user, text, message_id));
             self.core.busy_add(1);
             return Ok(());
         }
         self.core.busy_add(1);
-        self.start_turn(user, text).await
+        self.start_turn(user, text, message_id).await
     }
 
-    async fn start_turn(&mut self, user: String, text: String) -> Result<()> {
+    async fn start_turn(
+        &mut self,
+        user: String,
+        text: String,
+        message_id: Option<String>,
+    ) -> Result<()> {
         let session = match self.ensure_session().await {
             Ok(s) => s,
             Err(e) => {
@@ -311,6 +338,9 @@ impl Actor {
         self.prompt_seq += 1;
         let seq = self.prompt_seq;
         self.turn = Some(TurnState::new(row, &self.core, false, seq));
+        if let Some(t) = self.turn.as_mut() {
+            t.user_message = message_id;
+        }
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         tokio::spawn(async move {
             let r = client.prompt(&session, &text).await;
@@ -670,7 +700,14 @@ impl Actor {
             Some(&db_id),
         )
         .await?;
-        let msg = render::tool_finished(&self.core.redactor, &title, &result, took, &db_id);
+        let msg = render::tool_finished(
+            &self.core.redactor,
+            &title,
+            &result,
+            took,
+            &db_id,
+            self.core.cfg.output_cap,
+        );
         self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
             .await?;
         self.commit(tx).await?;
@@ -920,12 +957,24 @@ impl Actor {
             self.enqueue(&mut tx, &self.post(format!("answer:{}", turn.row.id), msg))
                 .await?;
         }
+        if let Some(id) = &turn.user_message {
+            let outcome = match status {
+                "ended" => "white_check_mark",
+                "cancelled" => "black_square_for_stop",
+                "stalled" => "warning",
+                _ => "x",
+            };
+            self.enqueue(&mut tx, &self.react(id, "eyes", false))
+                .await?;
+            self.enqueue(&mut tx, &self.react(id, outcome, true))
+                .await?;
+        }
         self.commit(tx).await?;
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
         let _ended = BusyGuard(self.core.clone());
-        if let Some((user, text)) = self.queue.pop_front() {
+        if let Some((user, text, message_id)) = self.queue.pop_front() {
             // Counted as busy when it was queued; that count now belongs to its turn.
-            self.start_turn(user, text).await?;
+            self.start_turn(user, text, message_id).await?;
         }
         Ok(())
     }
@@ -1063,6 +1112,7 @@ impl TurnState {
             answer: String::new(),
             resumed,
             prompt_seq,
+            user_message: None,
         }
     }
 

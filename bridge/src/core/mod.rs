@@ -62,6 +62,8 @@ pub struct CoreConfig {
     pub mode: Option<String>,
     /// Users who may answer anyone's permission requests.
     pub approvers: Vec<String>,
+    /// How much tool output a result message shows (from the channel's capabilities).
+    pub output_cap: usize,
 }
 
 impl Default for CoreConfig {
@@ -77,6 +79,7 @@ impl Default for CoreConfig {
             cwd: PathBuf::from("."),
             mode: None,
             approvers: Vec::new(),
+            output_cap: render::CHAT_OUTPUT_CAP,
         }
     }
 }

@@ -9,7 +9,8 @@ use daemon_client::{Outcome, PermissionOption, ToolResult};
 use super::redact::Redactor;
 use crate::channel::{Button, Message, Tone};
 
-/// Chat-side output cap: the tail is kept, the full output is in the store (R2, R3).
+/// Chat-side output cap when the channel does not say: the tail is kept, the full output is in the
+/// store (R2, R3).
 pub const CHAT_OUTPUT_CAP: usize = 3500;
 
 /// Keeps the last `cap` bytes of `output` (on a line boundary when possible), saying what was cut.
@@ -61,13 +62,14 @@ pub fn tool_finished(
     result: &ToolResult,
     took: Option<Duration>,
     tool_call_id: &str,
+    output_cap: usize,
 ) -> Message {
     let title = r.redact(title);
     let took = took
         .map(|d| format!(" — {}", human_duration(d)))
         .unwrap_or_default();
     let output = r.redact(result.output.trim_end());
-    let code = (!output.trim().is_empty()).then(|| cap_output(&output, CHAT_OUTPUT_CAP));
+    let code = (!output.trim().is_empty()).then(|| cap_output(&output, output_cap));
     let pointer = format!(
         "full output: `chat-bridge history show {tool_call_id}` · GET /api/v1/tool-calls/{tool_call_id}"
     );
@@ -196,6 +198,7 @@ mod tests {
             &result(Outcome::TimedOut, "partial\n"),
             None,
             "tc-1",
+            CHAT_OUTPUT_CAP,
         );
         assert_eq!(m.tone, Tone::Error);
         assert!(m.title.starts_with("⏱ sleep 30 — timed out"));
@@ -216,6 +219,7 @@ mod tests {
             &result(Outcome::TimedOut, ""),
             None,
             "tc-1",
+            CHAT_OUTPUT_CAP,
         );
         assert_eq!(m.code, None);
         assert!(
@@ -233,6 +237,7 @@ mod tests {
             &result(Outcome::Completed, "a\nb\n"),
             Some(Duration::from_secs(2)),
             "x",
+            CHAT_OUTPUT_CAP,
         );
         assert_eq!(
             (ok.tone, ok.title.as_str(), ok.code.as_deref()),
@@ -244,6 +249,7 @@ mod tests {
             &result(Outcome::Cancelled, ""),
             None,
             "x",
+            CHAT_OUTPUT_CAP,
         );
         assert_eq!(stop.tone, Tone::Neutral);
         assert!(stop.title.starts_with("⏹"));
@@ -268,6 +274,7 @@ mod tests {
             &result(Outcome::Completed, "xoxb-123456789012-abcdefghijkl"),
             None,
             "x",
+            CHAT_OUTPUT_CAP,
         );
         assert_eq!(m.code.as_deref(), Some("[redacted]"));
     }

@@ -117,6 +117,7 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
             thread,
         },
         user: user.to_owned(),
+        message_id: Some(ts.to_owned()),
         kind: InboundKind::Message(strip_mention(text, me)),
     })
 }
@@ -152,6 +153,7 @@ fn interactive(payload: &Value, envelope: &Value, access: &Access) -> Decision {
             thread: thread.to_owned(),
         },
         user: user.to_owned(),
+        message_id: None,
         kind: InboundKind::Action(value.to_owned()),
     })
 }

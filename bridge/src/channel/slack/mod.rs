@@ -38,6 +38,7 @@ impl Channel for Slack {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: blocks::MESSAGE_LIMIT,
+            output_cap: 30_000,
             can_edit: true,
             has_buttons: true,
             has_threads: true,
@@ -83,6 +84,27 @@ impl Channel for Slack {
                 .post_ephemeral(&target.channel, user, Some(&target.thread), text)
                 .await
                 .map_err(api::SlackError::into_delivery)
+        })
+    }
+
+    fn react<'a>(
+        &'a self,
+        target: &'a Target,
+        message_id: &'a str,
+        name: &'a str,
+        add: bool,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        Box::pin(async move {
+            let r = if add {
+                self.api
+                    .reactions_add(&target.channel, message_id, name)
+                    .await
+            } else {
+                self.api
+                    .reactions_remove(&target.channel, message_id, name)
+                    .await
+            };
+            r.map_err(api::SlackError::into_delivery)
         })
     }
 }
