@@ -203,9 +203,18 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
         .bot_token
         .clone()
         .context("CHAT_BRIDGE_SLACK__BOT_TOKEN is not set")?;
-    let app_token = cfg.slack.app_token.clone().context(
-        "CHAT_BRIDGE_SLACK__APP_TOKEN is not set (Socket Mode needs the app-level token)",
-    )?;
+    let http = match cfg.slack.mode.as_str() {
+        "socket" => false,
+        "http" => true,
+        other => anyhow::bail!("slack.mode must be socket or http, not {other:?}"),
+    };
+    let app_token = if http {
+        None
+    } else {
+        Some(cfg.slack.app_token.clone().context(
+            "CHAT_BRIDGE_SLACK__APP_TOKEN is not set (Socket Mode needs the app-level token)",
+        )?)
+    };
     let api = WebApi::new(&cfg.slack.api_base_url, SlackToken::new(bot))?;
     let me = api
         .auth_test()
@@ -219,14 +228,35 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
         allow_dms: cfg.slack.allow_dms,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let socket = tokio::spawn(socket::run(
-        api,
-        SlackToken::new(app_token),
-        me.user_id,
-        access,
-        tx,
-        stop.clone(),
-    ));
+    let inbound: tokio::task::JoinHandle<()> = match app_token {
+        Some(app_token) => tokio::spawn(socket::run(
+            api,
+            SlackToken::new(app_token),
+            me.user_id,
+            access,
+            tx,
+            stop.clone(),
+        )),
+        None => {
+            let secret = cfg.slack.signing_secret.clone().context("CHAT_BRIDGE_SLACK__SIGNING_SECRET is not set (the http mode verifies every request)")?;
+            let listen = cfg
+                .slack
+                .listen
+                .parse()
+                .with_context(|| format!("slack.listen {:?}", cfg.slack.listen))?;
+            let (_, task) = crate::channel::slack::http_mode::serve(
+                listen,
+                &secret,
+                me.user_id,
+                access,
+                tx,
+                stop.clone(),
+            )
+            .await
+            .with_context(|| format!("listening on {}", cfg.slack.listen))?;
+            task
+        }
+    };
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -240,7 +270,7 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
             },
         }
     }
-    let _ = socket.await;
+    let _ = inbound.await;
     app.shutdown().await;
     Ok(())
 }

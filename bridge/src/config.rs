@@ -150,6 +150,12 @@ pub struct Slack {
     pub allowed_users: Vec<String>,
     /// Whether direct messages are answered.
     pub allow_dms: bool,
+    /// `socket` (Socket Mode; needs the app token) or `http` (the Events API; needs the signing secret).
+    pub mode: String,
+    /// Where the `http` mode listens for Slack's requests.
+    pub listen: String,
+    /// The app's signing secret, for the `http` mode (environment only).
+    pub signing_secret: Option<String>,
 }
 
 impl Default for Slack {
@@ -161,6 +167,9 @@ impl Default for Slack {
             allowed_channels: Vec::new(),
             allowed_users: Vec::new(),
             allow_dms: true,
+            mode: "socket".into(),
+            listen: "0.0.0.0:3000".into(),
+            signing_secret: None,
         }
     }
 }
@@ -255,6 +264,7 @@ impl Config {
                     ("daemon", "token", "daemon.token"),
                     ("slack", "bot_token", "slack.bot_token"),
                     ("slack", "app_token", "slack.app_token"),
+                    ("slack", "signing_secret", "slack.signing_secret"),
                 ] {
                     if t.get(section).and_then(|d| d.get(key)).is_some() {
                         return Err(ConfigError::SecretInFile(name));

@@ -356,3 +356,117 @@ async fn slack_a_100kb_output_becomes_a_valid_message_split_into_sections_keepin
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_runs_mentions() {
+    use chat_bridge::channel::slack::signature::sign;
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    init_tracing();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut cfg = config(
+        &format!("sqlite://{}", dir.path().join("slack.db").display()),
+        dir.path(),
+    );
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    cfg.slack.mode = "http".into();
+    cfg.slack.listen = format!("127.0.0.1:{port}");
+    cfg.slack.signing_secret = Some("s3cret".into());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    daemon_client::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/slack/events");
+    let now = || (chat_bridge::store::now_ms() / 1000).to_string();
+    let send = |body: String, ts: String, sig: String| {
+        http.post(&url)
+            .header("x-slack-request-timestamp", ts)
+            .header("x-slack-signature", sig)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // The server comes up once the bridge is built.
+    let challenge = json!({"type": "url_verification", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "token": "x"}).to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        let ts = now();
+        match send(
+            challenge.clone(),
+            ts.clone(),
+            sign(b"s3cret", &ts, challenge.as_bytes()),
+        )
+        .await
+        {
+            Ok(r) => break r,
+            Err(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the Events API endpoint came up"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(answer.status(), 200);
+    let v: serde_json::Value = answer.json().await.expect("json");
+    assert_eq!(
+        v["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    );
+
+    let event =
+        json!({"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": "Ev1",
+                       "event": mention("1700.000100", "echo over http")})
+        .to_string();
+    let ts = now();
+    let tampered = event.replace("over http", "over HTTP");
+    let r = send(tampered, ts.clone(), sign(b"s3cret", &ts, event.as_bytes()))
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 401, "a tampered body is refused");
+    let stale = (chat_bridge::store::now_ms() / 1000 - 600).to_string();
+    let r = send(
+        event.clone(),
+        stale.clone(),
+        sign(b"s3cret", &stale, event.as_bytes()),
+    )
+    .await
+    .expect("send");
+    assert_eq!(r.status(), 401, "a stale timestamp is refused");
+    assert!(
+        fake.calls_of("chat.postMessage").is_empty(),
+        "refused requests start nothing"
+    );
+
+    let r = send(
+        event.clone(),
+        ts.clone(),
+        sign(b"s3cret", &ts, event.as_bytes()),
+    )
+    .await
+    .expect("send");
+    assert_eq!(r.status(), 200);
+    fake.wait_for("the result", |f| {
+        f.calls_of("chat.update").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ echo over http"))
+        })
+    })
+    .await;
+    assert_eq!(
+        fake.calls_of("chat.postMessage")[0].body["thread_ts"],
+        "1700.000100"
+    );
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}

@@ -5,12 +5,14 @@
 //! - [`api`]: the Web API client; `ok:false` and 429 `Retry-After` become typed errors.
 //! - [`blocks`]: platform-neutral messages → Block Kit, split to fit Slack's limits.
 //! - [`events`]: Socket Mode envelopes → inbound messages, with the ignore and access rules.
+//! - [`http_mode`]: the HTTP Events API mode — signed requests only, `url_verification`.
 //! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
 
 pub mod api;
 pub mod blocks;
 pub mod events;
+pub mod http_mode;
 pub mod signature;
 pub mod socket;
 

@@ -1,0 +1,137 @@
+//! The HTTP Events API mode, for workspaces that disallow Socket Mode: Slack POSTs events to
+//! `/slack/events` (JSON) and interactions to `/slack/interactive` (form-encoded `payload`). Every
+//! request's v0 signature is checked against the signing secret before anything else (401 otherwise);
+//! `url_verification` is answered with its challenge; everything else is acknowledged with 200 at once
+//! and handed on — the same rules as Socket Mode decide what it means.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{self, Access, Decision};
+use super::signature;
+use crate::channel::Inbound;
+
+struct Shared {
+    secret: Vec<u8>,
+    me: String,
+    access: Access,
+    sink: mpsc::Sender<Inbound>,
+}
+
+fn verified(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), signature::SignatureError> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let now = crate::store::now_ms() / 1000;
+    signature::verify(
+        &shared.secret,
+        header("x-slack-request-timestamp"),
+        body,
+        header("x-slack-signature"),
+        now,
+    )
+}
+
+fn refuse(e: signature::SignatureError) -> Response {
+    tracing::warn!(error = %e, "Slack request refused");
+    (StatusCode::UNAUTHORIZED, e.to_string()).into_response()
+}
+
+async fn hand_on(shared: &Shared, envelope: &Value) {
+    if let Decision::Inbound(m) = events::decide(envelope, &shared.me, &shared.access) {
+        let _ = shared.sink.send(m).await;
+    }
+}
+
+async fn on_event(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(e) = verified(&shared, &headers, &body) {
+        return refuse(e);
+    }
+    let Ok(payload) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "the body is not JSON").into_response();
+    };
+    match payload.get("type").and_then(Value::as_str) {
+        Some("url_verification") => {
+            axum::Json(json!({"challenge": payload["challenge"]})).into_response()
+        }
+        Some("event_callback") => {
+            hand_on(&shared, &json!({"type": "events_api", "payload": payload})).await;
+            StatusCode::OK.into_response()
+        }
+        _ => StatusCode::OK.into_response(),
+    }
+}
+
+async fn on_interactive(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = verified(&shared, &headers, &body) {
+        return refuse(e);
+    }
+    let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let Some(payload) = form
+        .iter()
+        .find(|(k, _)| k == "payload")
+        .and_then(|(_, v)| serde_json::from_str::<Value>(v).ok())
+    else {
+        return (StatusCode::BAD_REQUEST, "no payload").into_response();
+    };
+    let id = payload.get("trigger_id").cloned().unwrap_or(Value::Null);
+    hand_on(
+        &shared,
+        &json!({"type": "interactive", "envelope_id": id, "payload": payload}),
+    )
+    .await;
+    StatusCode::OK.into_response()
+}
+
+/// Serves the Events API on `listen` until `stop`; returns the bound address once listening.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve(
+    listen: SocketAddr,
+    signing_secret: &str,
+    me: String,
+    access: Access,
+    sink: mpsc::Sender<Inbound>,
+    stop: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let shared = Arc::new(Shared {
+        secret: signing_secret.as_bytes().to_vec(),
+        me,
+        access,
+        sink,
+    });
+    let app = Router::new()
+        .route("/slack/events", axum::routing::post(on_event))
+        .route("/slack/interactive", axum::routing::post(on_interactive))
+        .with_state(shared);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+    });
+    tracing::info!(%addr, "Slack Events API listening on /slack/events and /slack/interactive");
+    Ok((addr, task))
+}
