@@ -470,3 +470,33 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_replies_in_threads_the_bridge_does_not_own_are_ignored() {
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge(&fake, dir.path()).await;
+    let stranger = json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1700.000900", "thread_ts": "1700.000800", "text": "echo not for the bot"});
+    fake.push(event_envelope("env-1", "Ev1", 0, stranger));
+    // A mention afterwards shows the connection is live and everything before it was handled.
+    fake.push(event_envelope(
+        "env-2",
+        "Ev2",
+        0,
+        mention("1700.001000", "echo for the bot"),
+    ));
+    fake.wait_for("the mention's result", |f| {
+        f.calls_of("chat.update").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ echo for the bot"))
+        })
+    })
+    .await;
+    assert_eq!(fake.acks(), ["env-1", "env-2"], "both acknowledged");
+    let posts = fake.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 1, "only the mention got a reply: {posts:#?}");
+    assert_eq!(posts[0].body["thread_ts"], "1700.001000");
+    stop.cancel();
+    task.await.expect("join").expect("clean shutdown");
+}

@@ -56,6 +56,7 @@ pub fn inbound(line: &str) -> Inbound {
         target: target(),
         user: user(),
         message_id: None,
+        opens: true,
         kind: InboundKind::Message(line.to_owned()),
     }
 }

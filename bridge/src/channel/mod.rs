@@ -239,6 +239,9 @@ pub struct Inbound {
     pub user: String,
     /// The platform's id of the person's message (for reactions), when it has one.
     pub message_id: Option<String>,
+    /// Whether this may start a conversation (a mention, a DM, the console); otherwise it only
+    /// continues a thread the bridge already owns.
+    pub opens: bool,
     /// What.
     pub kind: InboundKind,
 }

@@ -207,8 +207,19 @@ impl Core {
             channel: &msg.target.channel,
             thread: &msg.target.thread,
         };
-        let (conv, _) =
-            conversations::find_or_create(&mut c, &key, &msg.user, &title, now_ms()).await?;
+        let conv = if msg.opens {
+            conversations::find_or_create(&mut c, &key, &msg.user, &title, now_ms())
+                .await?
+                .0
+        } else {
+            match conversations::find(&mut c, &key).await? {
+                Some(conv) => conv,
+                None => {
+                    tracing::debug!(platform = %msg.platform, "reply in a thread the bridge does not own ignored");
+                    return Ok(());
+                }
+            }
+        };
         drop(c);
         // In flight until the actor has handled it (it then counts the turn it opened or queued).
         self.busy_add(1);

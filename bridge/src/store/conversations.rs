@@ -90,6 +90,22 @@ pub async fn find_or_create(
     Ok((conv, inserted))
 }
 
+/// The conversation for `key`, if there is one.
+///
+/// # Errors
+/// Database errors.
+pub async fn find(c: &mut AnyConnection, key: &Key<'_>) -> Result<Option<Conversation>> {
+    Ok(sqlx::query_as::<_, Conversation>(sql(format!(
+        "SELECT {COLUMNS} FROM conversations WHERE platform = $1 AND workspace = $2 AND channel = $3 AND thread = $4"
+    )))
+    .bind(key.platform)
+    .bind(key.workspace)
+    .bind(key.channel)
+    .bind(key.thread)
+    .fetch_optional(c)
+    .await?)
+}
+
 /// The conversation with `id`.
 ///
 /// # Errors

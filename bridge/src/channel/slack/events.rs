@@ -94,17 +94,17 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
     let text = s(ev, "text").unwrap_or("");
     let dm = s(ev, "channel_type") == Some("im");
     let thread = s(ev, "thread_ts").unwrap_or(ts).to_owned();
-    match s(ev, "type") {
-        Some("app_mention") => {}
-        Some("message") if dm => {}
+    let opens = match s(ev, "type") {
+        Some("app_mention") => true,
+        Some("message") if dm => true,
         // A mention also arrives as a message event; the app_mention one handles it.
         Some("message") if text.contains(&format!("<@{me}>")) => {
             return Decision::Ignore("mention echoed as a message");
         }
         // Replies in threads: the core continues them only where a conversation exists.
-        Some("message") if s(ev, "thread_ts").is_some() => {}
+        Some("message") if s(ev, "thread_ts").is_some() => false,
         _ => return Decision::Ignore("not a mention, a DM, or a thread reply"),
-    }
+    };
     if !access.allows(channel, user, dm) {
         return Decision::Ignore("not allowed by the access rules");
     }
@@ -118,6 +118,7 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
         },
         user: user.to_owned(),
         message_id: Some(ts.to_owned()),
+        opens,
         kind: InboundKind::Message(strip_mention(text, me)),
     })
 }
@@ -154,6 +155,7 @@ fn interactive(payload: &Value, envelope: &Value, access: &Access) -> Decision {
         },
         user: user.to_owned(),
         message_id: None,
+        opens: false,
         kind: InboundKind::Action(value.to_owned()),
     })
 }
