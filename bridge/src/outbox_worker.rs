@@ -23,6 +23,60 @@ pub enum Step {
     Delivered,
     /// An action failed and was rescheduled (or dead-lettered).
     Failed,
+    /// A progress-line edit was dropped to keep within its budget (a later edit or the result
+    /// supersedes it).
+    Skipped,
+}
+
+/// The budget for progress-line edits: at most one per platform channel per `every`, and none while
+/// that channel is rate-limited — so they never delay results, which have no such limit.
+#[derive(Debug)]
+pub struct ProgressBudget {
+    every: Duration,
+    next: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+}
+
+impl ProgressBudget {
+    /// One progress edit per channel per `every`.
+    #[must_use]
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every,
+            next: std::sync::Mutex::default(),
+        }
+    }
+
+    /// No limit (tests that step the worker by hand).
+    #[must_use]
+    pub fn unlimited() -> Self {
+        Self::new(Duration::ZERO)
+    }
+
+    fn take(&self, channel: &str) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut next = self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match next.get(channel) {
+            Some(at) if *at > now => false,
+            _ => {
+                next.insert(channel.to_owned(), now + self.every);
+                true
+            }
+        }
+    }
+
+    fn back_off(&self, channel: &str, d: Duration) {
+        let mut next = self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        next.insert(
+            channel.to_owned(),
+            tokio::time::Instant::now() + d.max(self.every),
+        );
+    }
 }
 
 /// Delivers one due action, if any.
@@ -34,6 +88,20 @@ pub async fn deliver_once(
     channel: &dyn Channel,
     worker: &str,
     policy: &RetryPolicy,
+) -> Result<Step, StoreError> {
+    deliver_once_budgeted(store, channel, worker, policy, &ProgressBudget::unlimited()).await
+}
+
+/// Delivers one due action, keeping progress-line edits within `budget`.
+///
+/// # Errors
+/// Store errors (the action stays pending and is retried).
+pub async fn deliver_once_budgeted(
+    store: &Store,
+    channel: &dyn Channel,
+    worker: &str,
+    policy: &RetryPolicy,
+    budget: &ProgressBudget,
 ) -> Result<Step, StoreError> {
     let claimed = {
         let mut c = store.conn().await?;
@@ -62,6 +130,21 @@ pub async fn deliver_once(
             return Ok(Step::Failed);
         }
     };
+    let progress_channel = match &action {
+        ChatAction::Edit {
+            target,
+            progress: true,
+            ..
+        } => Some(target.channel.clone()),
+        _ => None,
+    };
+    if let Some(ch) = &progress_channel
+        && !budget.take(ch)
+    {
+        let mut c = store.conn().await?;
+        outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        return Ok(Step::Skipped);
+    }
     let Some(key) = action.key().map(str::to_owned) else {
         // Ephemeral replies have no message to remember.
         let delivered = match &action {
@@ -112,6 +195,13 @@ pub async fn deliver_once(
         ) => channel.post(target, message).await,
         (ChatAction::Ephemeral { .. } | ChatAction::React { .. }, _) => return Ok(Step::Idle),
     };
+    if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
+        // A progress edit never waits in line ahead of results: drop it and rest the channel.
+        budget.back_off(ch, *d);
+        let mut c = store.conn().await?;
+        outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        return Ok(Step::Skipped);
+    }
     finish(
         store,
         worker,
@@ -181,9 +271,10 @@ pub async fn run(
     policy: RetryPolicy,
 ) {
     let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
+    let budget = ProgressBudget::new(Duration::from_secs(3));
     loop {
-        match deliver_once(&store, channel.as_ref(), &worker, &policy).await {
-            Ok(Step::Delivered | Step::Failed) => continue,
+        match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
+            Ok(Step::Delivered | Step::Failed | Step::Skipped) => continue,
             Ok(Step::Idle) => {}
             Err(e) => tracing::warn!(error = %e, "outbox step failed; retrying"),
         }
@@ -195,8 +286,8 @@ pub async fn run(
     }
     let until = tokio::time::Instant::now() + drain;
     while tokio::time::Instant::now() < until {
-        match deliver_once(&store, channel.as_ref(), &worker, &policy).await {
-            Ok(Step::Delivered | Step::Failed) => {}
+        match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
+            Ok(Step::Delivered | Step::Failed | Step::Skipped) => {}
             Ok(Step::Idle) | Err(_) => break,
         }
     }

@@ -141,3 +141,62 @@ on_both! {
         assert_eq!((dead.len(), dead[0].last_error.as_deref()), (1, Some("channel_not_found")), "kept and counted, not dropped");
     }
 }
+
+async fn enqueue_edit(store: &Store, conv: &str, key: &str, title: &str, progress: bool) {
+    let target = Target {
+        workspace: "w".into(),
+        channel: "c".into(),
+        thread: "t".into(),
+    };
+    let action = ChatAction::Edit {
+        target,
+        key: key.into(),
+        message: Message::text(Tone::Running, title),
+        progress,
+    };
+    let json = serde_json::to_string(&action).expect("json");
+    let mut c = store.conn().await.expect("conn");
+    outbox::enqueue(
+        &mut c,
+        &NewAction {
+            conversation_id: conv,
+            kind: Kind::Edit,
+            coalesce_key: Some(key),
+            action: &json,
+        },
+        now_ms(),
+    )
+    .await
+    .expect("enqueue");
+}
+
+on_both! {
+    async fn progress_edits_have_a_smaller_budget_and_never_delay_results(db) {
+        use chat_bridge::outbox_worker::{ProgressBudget, deliver_once_budgeted};
+        let conv = conversation(&db.store).await;
+        // A result edit behind a pending progress edit of the *same* message replaces it (coalescing);
+        // the budget is about progress edits of other messages in the same channel.
+        enqueue_edit(&db.store, &conv, "tool:a", "progress a", true).await;
+        enqueue_edit(&db.store, &conv, "tool:b", "progress b", true).await;
+        enqueue_edit(&db.store, &conv, "tool:z", "result a", false).await;
+        let channel = Flaky::new(Vec::new());
+        let budget = ProgressBudget::new(Duration::from_secs(60));
+        let policy = RetryPolicy::default();
+        let mut steps = Vec::new();
+        for _ in 0..3 {
+            steps.push(deliver_once_budgeted(&db.store, &channel, "w", &policy, &budget).await.expect("step"));
+        }
+        assert_eq!(steps, [Step::Delivered, Step::Skipped, Step::Delivered], "one progress edit per channel per window; results always");
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["progress a", "result a"]);
+
+        // A 429 on a progress edit drops it and rests the channel's progress; the result still goes at once.
+        enqueue_edit(&db.store, &conv, "tool:c", "progress c", true).await;
+        enqueue_edit(&db.store, &conv, "tool:d", "result c", false).await;
+        let channel = Flaky::new(vec![Err(DeliveryError::RateLimited(Duration::from_secs(30)))]);
+        let budget = ProgressBudget::new(Duration::ZERO);
+        assert_eq!(deliver_once_budgeted(&db.store, &channel, "w", &policy, &budget).await.expect("step"), Step::Skipped);
+        assert_eq!(deliver_once_budgeted(&db.store, &channel, "w", &policy, &budget).await.expect("step"), Step::Delivered);
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["result c"]);
+        assert!(chat_bridge::outbox_worker::drained(&db.store).await.expect("drained"));
+    }
+}
