@@ -67,31 +67,36 @@ impl Channel for Flaky {
     }
 }
 
-async fn enqueue(store: &Store, conv: &str, title: &str) {
-    let target = Target {
+fn target() -> Target {
+    Target {
         workspace: "w".into(),
         channel: "c".into(),
         thread: "t".into(),
+    }
+}
+
+/// Queues `action` the way the core does (coalescing on its message key).
+async fn queue(store: &Store, conv: &str, action: &ChatAction, kind: Kind) {
+    let json = serde_json::to_string(action).expect("json");
+    let mut c = store.conn().await.expect("conn");
+    let new = NewAction {
+        conversation_id: conv,
+        kind,
+        coalesce_key: action.key(),
+        action: &json,
     };
+    outbox::enqueue(&mut c, &new, now_ms())
+        .await
+        .expect("enqueue");
+}
+
+async fn enqueue(store: &Store, conv: &str, title: &str) {
     let action = ChatAction::Post {
-        target,
+        target: target(),
         key: format!("k:{title}"),
         message: Message::text(Tone::Neutral, title),
     };
-    let json = serde_json::to_string(&action).expect("json");
-    let mut c = store.conn().await.expect("conn");
-    outbox::enqueue(
-        &mut c,
-        &NewAction {
-            conversation_id: conv,
-            kind: Kind::Post,
-            coalesce_key: Some(&format!("k:{title}")),
-            action: &json,
-        },
-        now_ms(),
-    )
-    .await
-    .expect("enqueue");
+    queue(store, conv, &action, Kind::Post).await;
 }
 
 async fn conversation(store: &Store) -> String {
@@ -143,31 +148,13 @@ on_both! {
 }
 
 async fn enqueue_edit(store: &Store, conv: &str, key: &str, title: &str, progress: bool) {
-    let target = Target {
-        workspace: "w".into(),
-        channel: "c".into(),
-        thread: "t".into(),
-    };
     let action = ChatAction::Edit {
-        target,
+        target: target(),
         key: key.into(),
         message: Message::text(Tone::Running, title),
         progress,
     };
-    let json = serde_json::to_string(&action).expect("json");
-    let mut c = store.conn().await.expect("conn");
-    outbox::enqueue(
-        &mut c,
-        &NewAction {
-            conversation_id: conv,
-            kind: Kind::Edit,
-            coalesce_key: Some(key),
-            action: &json,
-        },
-        now_ms(),
-    )
-    .await
-    .expect("enqueue");
+    queue(store, conv, &action, Kind::Edit).await;
 }
 
 on_both! {
