@@ -33,6 +33,8 @@ pub struct Application {
     router: JoinHandle<()>,
     /// Where the daemon is (for the banner).
     pub daemon_url: String,
+    /// Where the HTTP server listens, when `http.listen` is set.
+    pub http_addr: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for Application {
@@ -124,6 +126,28 @@ impl Application {
             Duration::from_secs(10),
             RetryPolicy::default(),
         ));
+        let http_addr = match &cfg.http.listen {
+            Some(listen) => {
+                let listener = tokio::net::TcpListener::bind(listen.as_str())
+                    .await
+                    .with_context(|| format!("http.listen {listen}"))?;
+                let addr = listener.local_addr()?;
+                let router = crate::http::router(crate::http::HttpState::new(
+                    store.clone(),
+                    core.clone(),
+                    cfg.http.api_token.clone(),
+                ));
+                let stop_http = stop.clone();
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, router)
+                        .with_graceful_shutdown(async move { stop_http.cancelled().await })
+                        .await;
+                });
+                tracing::info!(%addr, "HTTP listening: /healthz /readyz /api/v1");
+                Some(addr)
+            }
+            None => None,
+        };
         let resumed = core.resume_open_turns().await?;
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
@@ -137,6 +161,7 @@ impl Application {
             outbox,
             router,
             daemon_url: url,
+            http_addr,
         })
     }
 

@@ -174,6 +174,16 @@ impl Default for Slack {
     }
 }
 
+/// `[http]`: health, readiness and the history API.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Http {
+    /// Where to listen (`0.0.0.0:8080`); unset: no HTTP server.
+    pub listen: Option<String>,
+    /// Bearer token for `/api/v1` (environment only); unset: the API answers 401.
+    pub api_token: Option<String>,
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -200,6 +210,8 @@ pub struct Config {
     pub redact: Redact,
     /// `[slack]`.
     pub slack: Slack,
+    /// `[http]`.
+    pub http: Http,
 }
 
 /// Why the configuration could not be loaded.
@@ -265,6 +277,7 @@ impl Config {
                     ("slack", "bot_token", "slack.bot_token"),
                     ("slack", "app_token", "slack.app_token"),
                     ("slack", "signing_secret", "slack.signing_secret"),
+                    ("http", "api_token", "http.api_token"),
                 ] {
                     if t.get(section).and_then(|d| d.get(key)).is_some() {
                         return Err(ConfigError::SecretInFile(name));

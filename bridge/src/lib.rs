@@ -8,11 +8,13 @@
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
 //! - [`app`]: wiring it all together; the embedded default.
 //! - [`history_cli`]: `chat-bridge history`.
+//! - [`http`]: `/healthz`, `/readyz` and the history API.
 
 pub mod app;
 pub mod channel;
 pub mod config;
 pub mod core;
 pub mod history_cli;
+pub mod http;
 pub mod outbox_worker;
 pub mod store;

@@ -111,6 +111,8 @@ pub struct Core {
     pub(crate) busy: AtomicUsize,
     pub(crate) idle: Notify,
     shutdown: CancellationToken,
+    /// Whether the daemon connection is up (for `/readyz`).
+    pub daemon_connected: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -135,6 +137,7 @@ impl Core {
             busy: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown,
+            daemon_connected: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -238,10 +241,12 @@ impl Core {
             };
             match &event {
                 DaemonEvent::Disconnected { reason } => {
+                    self.daemon_connected.store(false, Ordering::SeqCst);
                     tracing::warn!(%reason, "daemon connection lost; reconnecting");
                     continue;
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
+                    self.daemon_connected.store(true, Ordering::SeqCst);
                     tracing::info!(
                         resumed = resumed.len(),
                         lost = lost.len(),
@@ -250,6 +255,7 @@ impl Core {
                     continue;
                 }
                 DaemonEvent::Closed { reason } => {
+                    self.daemon_connected.store(false, Ordering::SeqCst);
                     tracing::error!(%reason, "daemon connection closed");
                     continue;
                 }

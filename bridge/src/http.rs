@@ -1,0 +1,246 @@
+//! The HTTP side: `/healthz` (the process is alive), `/readyz` (store reachable and daemon connected —
+//! 503 with a JSON body saying which is not), and the history API under `/api/v1`, bearer-protected with
+//! `http.api_token`. Errors are JSON with stable codes (`unauthorized`, `bad_request`, `bad_cursor`,
+//! `not_found`, `unavailable`); a store failure's cause goes to the log, never to the client.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::core::Core;
+use crate::store::history::{self, Filter, HistoryError};
+use crate::store::{Store, tool_calls};
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    store: Store,
+    core: Arc<Core>,
+    api_token: Option<String>,
+}
+
+impl HttpState {
+    /// State over the bridge's store and core; `api_token` unset disables the API (401).
+    #[must_use]
+    pub fn new(store: Store, core: Arc<Core>, api_token: Option<String>) -> Self {
+        Self {
+            store,
+            core,
+            api_token,
+        }
+    }
+}
+
+/// An API error: its `Display` is the public message.
+#[derive(Debug)]
+struct ApiError(StatusCode, &'static str, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            axum::Json(json!({"error": {"code": self.1, "message": self.2}})),
+        )
+            .into_response()
+    }
+}
+
+fn store_failed(e: &dyn std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "history API store failure");
+    ApiError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the store is not answering; try again".into(),
+    )
+}
+
+fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = &state.api_token else {
+        return Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the API is disabled: set http.api_token".into(),
+        ));
+    };
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Constant-time enough for a bearer check: compare all bytes regardless of where they differ.
+    let ok = given.is_some_and(|g| {
+        g.len() == expected.len()
+            && g.bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |a, (x, y)| a | (x ^ y))
+                == 0
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token".into(),
+        ))
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<HttpState>) -> Response {
+    let store = state.store.ping().await;
+    let daemon = state.core.daemon_connected.load(Ordering::SeqCst);
+    let ready = store && daemon;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(json!({"ready": ready, "store": store, "daemon": daemon, "role": "active"})),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ListParams {
+    platform: Option<String>,
+    channel: Option<String>,
+    user: Option<String>,
+    status: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let Query(p) =
+        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+    if let Some(l) = p.limit
+        && !(1..=500).contains(&l)
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "limit must be between 1 and 500".into(),
+        ));
+    }
+    let filter = Filter {
+        platform: p.platform,
+        channel: p.channel,
+        user: p.user,
+        since: p.since,
+        until: p.until,
+        status: p.status,
+        cursor: p.cursor,
+        limit: p.limit,
+    };
+    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    match history::list(&mut c, &filter).await {
+        Ok(page) => Ok(axum::Json(page).into_response()),
+        Err(HistoryError::BadCursor(e)) => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "bad_cursor",
+            e.to_string(),
+        )),
+        Err(HistoryError::Store(e)) => Err(store_failed(&e)),
+    }
+}
+
+async fn conversation(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    match history::detail(&mut c, &id)
+        .await
+        .map_err(|e| store_failed(&e))?
+    {
+        Some(d) => Ok(axum::Json(d).into_response()),
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no conversation {id}"),
+        )),
+    }
+}
+
+async fn tool_call(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    match tool_calls::get(&mut c, &id)
+        .await
+        .map_err(|e| store_failed(&e))?
+    {
+        Some(t) => Ok(axum::Json(t).into_response()),
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no tool call {id}"),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchParams {
+    q: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn search(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    params: Result<Query<SearchParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let Query(p) =
+        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+    let q = p.q.filter(|q| !q.trim().is_empty()).ok_or_else(|| {
+        ApiError(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "q is required".into(),
+        )
+    })?;
+    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let hits = history::search(&mut c, &q, p.limit.unwrap_or(50))
+        .await
+        .map_err(|e| store_failed(&e))?;
+    Ok(axum::Json(json!({"hits": hits})).into_response())
+}
+
+/// The router.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(healthz))
+        .route("/readyz", axum::routing::get(readyz))
+        .route("/api/v1/conversations", axum::routing::get(list))
+        .route(
+            "/api/v1/conversations/{id}",
+            axum::routing::get(conversation),
+        )
+        .route("/api/v1/tool-calls/{id}", axum::routing::get(tool_call))
+        .route("/api/v1/search", axum::routing::get(search))
+        .with_state(state)
+}

@@ -1,0 +1,73 @@
+//! `/healthz`, `/readyz` and the bearer-protected history API over real HTTP, on both backends; the
+//! pointer in a timeout's message (R3) leads to the full output.
+
+use std::sync::Arc;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{Tone, console};
+use chat_bridge_tests::bridge::{config, settle};
+use chat_bridge_tests::on_both;
+use chat_bridge_tests::recorder::Recorder;
+use serde_json::Value;
+
+on_both! {
+    async fn http_health_readiness_and_the_history_api_with_auth_and_bad_parameters(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.http.listen = Some("127.0.0.1:0".into());
+        cfg.http.api_token = Some("api-secret".into());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("timeout=1s echo partial; sleep 30")).await.expect("accept");
+        app.core.accept(console::inbound("echo Hello History")).await.expect("accept");
+        settle(&app).await;
+        daemon_client::install_crypto_provider();
+        let base = format!("http://{}", app.http_addr.expect("listening"));
+        let http = reqwest::Client::new();
+        let get = |path: &str, token: Option<&str>| {
+            let mut r = http.get(format!("{base}{path}"));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            r.send()
+        };
+        let code = |v: &Value| v["error"]["code"].as_str().unwrap_or("").to_owned();
+
+        let r = get("/healthz", None).await.expect("healthz");
+        assert_eq!((r.status().as_u16(), r.text().await.expect("body")), (200, "ok".to_owned()));
+        let r = get("/readyz", None).await.expect("readyz");
+        assert_eq!(r.status(), 200);
+        let ready: Value = r.json().await.expect("json");
+        assert_eq!((ready["store"].as_bool(), ready["daemon"].as_bool()), (Some(true), Some(true)));
+
+        for token in [None, Some("wrong")] {
+            let r = get("/api/v1/conversations", token).await.expect("list");
+            assert_eq!(r.status(), 401, "{token:?}");
+            assert_eq!(code(&r.json().await.expect("json")), "unauthorized");
+        }
+        let t = Some("api-secret");
+        let page: Value = get("/api/v1/conversations", t).await.expect("list").json().await.expect("json");
+        let conv = page["items"][0]["id"].as_str().expect("a conversation").to_owned();
+        for (path, want) in [("/api/v1/conversations?limit=0", "bad_request"), ("/api/v1/conversations?limit=abc", "bad_request"), ("/api/v1/conversations?cursor=nonsense", "bad_cursor"), ("/api/v1/search", "bad_request")] {
+            let r = get(path, t).await.expect("bad");
+            assert_eq!(r.status(), 400, "{path}");
+            assert_eq!(code(&r.json().await.expect("json")), want, "{path}");
+        }
+        let detail: Value = get(&format!("/api/v1/conversations/{conv}"), t).await.expect("detail").json().await.expect("json");
+        assert_eq!(detail["tool_calls"].as_array().map(Vec::len), Some(2));
+        let r = get("/api/v1/conversations/nope", t).await.expect("404");
+        assert_eq!(r.status(), 404);
+        assert_eq!(code(&r.json().await.expect("json")), "not_found");
+
+        // R3: the timeout's message points at its full output; the pointer works.
+        let timeout = rec.latest().into_iter().map(|(_, m)| m).find(|m| m.tone == Tone::Error).expect("timeout message");
+        let footer = timeout.footer.expect("pointer");
+        let path = footer.split("GET ").nth(1).expect("an API path").trim().to_owned();
+        let call: Value = get(&path, t).await.expect("tool call").json().await.expect("json");
+        assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("timed_out"), Some("partial\n")));
+
+        let hits: Value = get("/api/v1/search?q=hello%20history", t).await.expect("search").json().await.expect("json");
+        assert!(hits["hits"].as_array().is_some_and(|h| h.iter().any(|x| x["field"] == "prompt")), "{hits}");
+        app.shutdown().await;
+    }
+}
