@@ -53,6 +53,7 @@ impl Application {
     /// The first thing that could not start, in words for the operator.
     pub async fn build(cfg: &Config, channel: Arc<dyn Channel>) -> anyhow::Result<Self> {
         daemon_client::install_crypto_provider();
+        let _ = crate::metrics::handle();
         let store = Store::open(&cfg.database.url).await?;
         {
             // This process is the one active replica: claims left by a previous run are void.

@@ -95,6 +95,33 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+async fn prometheus(State(state): State<HttpState>) -> Response {
+    // Queue figures are read at scrape time, so they are never stale.
+    if let Ok(mut c) = state.store.conn().await
+        && let Ok(stats) = crate::store::outbox::stats(&mut c, crate::store::now_ms()).await
+    {
+        metrics::gauge!("chatbridge_outbox_pending").set(stats.pending as f64);
+        metrics::gauge!("chatbridge_outbox_oldest_pending_age_seconds")
+            .set(stats.oldest_pending_age_ms as f64 / 1000.0);
+        metrics::gauge!("chatbridge_outbox_dead_letters").set(stats.dead as f64);
+    }
+    metrics::gauge!("chatbridge_daemon_connected").set(
+        if state.core.daemon_connected.load(Ordering::SeqCst) {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    match crate::metrics::handle() {
+        Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics are not available in this process",
+        )
+            .into_response(),
+    }
+}
+
 async fn readyz(State(state): State<HttpState>) -> Response {
     let store = state.store.ping().await;
     let daemon = state.core.daemon_connected.load(Ordering::SeqCst);
@@ -235,6 +262,7 @@ pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", axum::routing::get(healthz))
         .route("/readyz", axum::routing::get(readyz))
+        .route("/metrics", axum::routing::get(prometheus))
         .route("/api/v1/conversations", axum::routing::get(list))
         .route(
             "/api/v1/conversations/{id}",

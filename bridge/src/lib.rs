@@ -8,7 +8,8 @@
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
 //! - [`app`]: wiring it all together; the embedded default.
 //! - [`history_cli`]: `chat-bridge history`.
-//! - [`http`]: `/healthz`, `/readyz` and the history API.
+//! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
+//! - [`metrics`]: the Prometheus recorder.
 
 pub mod app;
 pub mod channel;
@@ -16,5 +17,6 @@ pub mod config;
 pub mod core;
 pub mod history_cli;
 pub mod http;
+pub mod metrics;
 pub mod outbox_worker;
 pub mod store;

@@ -143,6 +143,7 @@ pub async fn deliver_once_budgeted(
     {
         let mut c = store.conn().await?;
         outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
     }
     let Some(key) = action.key().map(str::to_owned) else {
@@ -174,6 +175,8 @@ pub async fn deliver_once_budgeted(
         let mut c = store.conn().await?;
         message_map::get(&mut c, &a.conversation_id, &key).await?
     };
+    let started = std::time::Instant::now();
+    let method = if known.is_some() { "edit" } else { "post" };
     let result = match (&action, known) {
         (
             ChatAction::Post {
@@ -195,11 +198,14 @@ pub async fn deliver_once_budgeted(
         ) => channel.post(target, message).await,
         (ChatAction::Ephemeral { .. } | ChatAction::React { .. }, _) => return Ok(Step::Idle),
     };
+    metrics::histogram!("chatbridge_chat_api_seconds", "platform" => channel.platform(), "method" => method)
+        .record(started.elapsed().as_secs_f64());
     if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
         // A progress edit never waits in line ahead of results: drop it and rest the channel.
         budget.back_off(ch, *d);
         let mut c = store.conn().await?;
         outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
     }
     finish(
@@ -232,6 +238,7 @@ async fn finish(
             }
             outbox::mark_delivered(tx.conn(), id, worker, now_ms()).await?;
             tx.commit().await?;
+            metrics::counter!("chatbridge_deliveries_total", "result" => "ok").increment(1);
             Ok(Step::Delivered)
         }
         Err(e) => {
@@ -249,9 +256,18 @@ async fn finish(
             let mut c = store.conn().await?;
             match outbox::retry(&mut c, id, worker, &failure, &policy, now_ms()).await? {
                 Retry::DeadLettered => {
+                    metrics::counter!("chatbridge_deliveries_total", "result" => "dead_lettered")
+                        .increment(1);
                     tracing::error!(action = id, conversation = %conversation_id, error = %e, "chat action dead-lettered")
                 }
                 Retry::At(at) => {
+                    let result = if matches!(failure, Failure::RateLimited { .. }) {
+                        "rate_limited"
+                    } else {
+                        "retried"
+                    };
+                    metrics::counter!("chatbridge_deliveries_total", "result" => result)
+                        .increment(1);
                     tracing::warn!(action = id, error = %e, retry_at = at, "chat action will be retried")
                 }
             }

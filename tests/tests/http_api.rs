@@ -68,6 +68,22 @@ on_both! {
 
         let hits: Value = get("/api/v1/search?q=hello%20history", t).await.expect("search").json().await.expect("json");
         assert!(hits["hits"].as_array().is_some_and(|h| h.iter().any(|x| x["field"] == "prompt")), "{hits}");
+        let r = get("/metrics", None).await.expect("metrics");
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.expect("body");
+        for name in [
+            "chatbridge_daemon_events_total{kind=\"tool_progress\"}",
+            "chatbridge_tool_results_total{outcome=\"timed_out\"}",
+            "chatbridge_turn_duration_seconds",
+            "chatbridge_deliveries_total{result=\"ok\"}",
+            "chatbridge_chat_api_seconds",
+            "chatbridge_outbox_pending",
+            "chatbridge_outbox_oldest_pending_age_seconds",
+            "chatbridge_daemon_connected 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
+        }
+        assert!(!text.contains("partial") && !text.contains("Hello History"), "no label carries user text or output");
         app.shutdown().await;
     }
 }

@@ -711,6 +711,8 @@ impl Actor {
         self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
             .await?;
         self.commit(tx).await?;
+        metrics::counter!("chatbridge_tool_results_total", "outcome" => result.outcome.as_str())
+            .increment(1);
         // R4: ids and the short outcome only — never output or prompt text.
         tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
         Ok(())
@@ -971,6 +973,9 @@ impl Actor {
         }
         self.commit(tx).await?;
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
+        let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
+        metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
+            .record(took);
         let _ended = BusyGuard(self.core.clone());
         if let Some((user, text, message_id)) = self.queue.pop_front() {
             // Counted as busy when it was queued; that count now belongs to its turn.
@@ -1071,6 +1076,7 @@ impl Actor {
         };
         let resumed = turn.resumed;
         tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
+        metrics::counter!("chatbridge_stalls_total").increment(1);
         if resumed {
             self.notice(Tone::Warning, &format!("No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted.", human_duration(stall.silent_for))).await?;
             return self.end_turn(None, Some("interrupted")).await;

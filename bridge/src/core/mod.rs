@@ -198,6 +198,7 @@ impl Core {
             == inbound::Seen::Duplicate
         {
             tracing::debug!(platform = %msg.platform, event = %msg.event_id, "duplicate inbound event ignored");
+            metrics::counter!("chatbridge_inbound_duplicates_total", "platform" => msg.platform.clone()).increment(1);
             return Ok(());
         }
         let title: String = match &msg.kind {
@@ -239,6 +240,8 @@ impl Core {
                 () = self.shutdown.cancelled() => return,
                 e = events.recv() => match e { Some(e) => e, None => return },
             };
+            metrics::counter!("chatbridge_daemon_events_total", "kind" => event.name())
+                .increment(1);
             match &event {
                 DaemonEvent::Disconnected { reason } => {
                     self.daemon_connected.store(false, Ordering::SeqCst);
@@ -247,6 +250,7 @@ impl Core {
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
                     self.daemon_connected.store(true, Ordering::SeqCst);
+                    metrics::counter!("chatbridge_daemon_reconnects_total").increment(1);
                     tracing::info!(
                         resumed = resumed.len(),
                         lost = lost.len(),
