@@ -189,6 +189,18 @@ async fn list(
     }
 }
 
+/// The item as JSON, or a `not_found` error naming what was missing.
+fn found<T: serde::Serialize>(item: Option<T>, what: &str, id: &str) -> Result<Response, ApiError> {
+    match item {
+        Some(item) => Ok(axum::Json(item).into_response()),
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no {what} {id}"),
+        )),
+    }
+}
+
 async fn conversation(
     State(state): State<HttpState>,
     headers: HeaderMap,
@@ -196,17 +208,10 @@ async fn conversation(
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
-    match history::detail(&mut c, &id)
+    let detail = history::detail(&mut c, &id)
         .await
-        .map_err(|e| store_failed(&e))?
-    {
-        Some(d) => Ok(axum::Json(d).into_response()),
-        None => Err(ApiError(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no conversation {id}"),
-        )),
-    }
+        .map_err(|e| store_failed(&e))?;
+    found(detail, "conversation", &id)
 }
 
 async fn tool_call(
@@ -216,17 +221,10 @@ async fn tool_call(
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
-    match tool_calls::get(&mut c, &id)
+    let call = tool_calls::get(&mut c, &id)
         .await
-        .map_err(|e| store_failed(&e))?
-    {
-        Some(t) => Ok(axum::Json(t).into_response()),
-        None => Err(ApiError(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no tool call {id}"),
-        )),
-    }
+        .map_err(|e| store_failed(&e))?;
+    found(call, "tool call", &id)
 }
 
 #[derive(Debug, Deserialize)]

@@ -22,11 +22,24 @@ async fn bridge(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    bridge_with(fake, dir, |_| {}).await
+}
+
+/// Runs the bridge on the fake Slack (Socket Mode) after `tweak` adjusts its configuration.
+async fn bridge_with(
+    fake: &FakeSlack,
+    dir: &std::path::Path,
+    tweak: impl FnOnce(&mut chat_bridge::config::Config),
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     init_tracing();
     let mut cfg = config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
     cfg.slack.bot_token = Some("xoxb-test".into());
     cfg.slack.app_token = Some("xapp-1-test".into());
     cfg.slack.api_base_url = fake.base_url.clone();
+    tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
@@ -185,20 +198,10 @@ fn click(envelope_id: &str, user: &str, value: &str) -> serde_json::Value {
 async fn slack_approval_clicks_by_an_outsider_get_an_ephemeral_no_and_the_requester_decides() {
     let fake = FakeSlack::start().await;
     let dir = tempfile::tempdir().expect("tmp");
-    init_tracing();
-    let mut cfg = config(
-        &format!("sqlite://{}", dir.path().join("slack.db").display()),
-        dir.path(),
-    );
-    cfg.slack.bot_token = Some("xoxb-test".into());
-    cfg.slack.app_token = Some("xapp-1-test".into());
-    cfg.slack.api_base_url = fake.base_url.clone();
-    cfg.shell_agent.require_approval = true;
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
-    });
+    let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
+        cfg.shell_agent.require_approval = true
+    })
+    .await;
     fake.push(event_envelope(
         "env-1",
         "Ev1",
@@ -368,20 +371,13 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
         .local_addr()
         .expect("addr")
         .port();
-    let mut cfg = config(
-        &format!("sqlite://{}", dir.path().join("slack.db").display()),
-        dir.path(),
-    );
-    cfg.slack.bot_token = Some("xoxb-test".into());
-    cfg.slack.api_base_url = fake.base_url.clone();
-    cfg.slack.mode = "http".into();
-    cfg.slack.listen = format!("127.0.0.1:{port}");
-    cfg.slack.signing_secret = Some("s3cret".into());
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
-    });
+    let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
+        cfg.slack.app_token = None;
+        cfg.slack.mode = "http".into();
+        cfg.slack.listen = format!("127.0.0.1:{port}");
+        cfg.slack.signing_secret = Some("s3cret".into());
+    })
+    .await;
     daemon_client::install_crypto_provider();
     let http = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/slack/events");

@@ -270,16 +270,7 @@ impl WebApi {
         ts: &str,
         name: &str,
     ) -> Result<(), SlackError> {
-        match self
-            .call(
-                "reactions.add",
-                &json!({"channel": channel, "timestamp": ts, "name": name}),
-            )
-            .await
-        {
-            Err(SlackError::Api { error, .. }) if error == "already_reacted" => Ok(()),
-            other => other.map(drop),
-        }
+        self.reaction(channel, ts, name, true).await
     }
 
     /// `reactions.remove`; removing one that is not there is not an error.
@@ -292,14 +283,33 @@ impl WebApi {
         ts: &str,
         name: &str,
     ) -> Result<(), SlackError> {
+        self.reaction(channel, ts, name, false).await
+    }
+
+    /// Adds or removes a reaction; the state already being as asked is not an error.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn reaction(
+        &self,
+        channel: &str,
+        ts: &str,
+        name: &str,
+        add: bool,
+    ) -> Result<(), SlackError> {
+        let (method, harmless) = if add {
+            ("reactions.add", "already_reacted")
+        } else {
+            ("reactions.remove", "no_reaction")
+        };
         match self
             .call(
-                "reactions.remove",
+                method,
                 &json!({"channel": channel, "timestamp": ts, "name": name}),
             )
             .await
         {
-            Err(SlackError::Api { error, .. }) if error == "no_reaction" => Ok(()),
+            Err(SlackError::Api { error, .. }) if error == harmless => Ok(()),
             other => other.map(drop),
         }
     }

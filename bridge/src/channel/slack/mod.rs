@@ -97,16 +97,10 @@ impl Channel for Slack {
         add: bool,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
-            let r = if add {
-                self.api
-                    .reactions_add(&target.channel, message_id, name)
-                    .await
-            } else {
-                self.api
-                    .reactions_remove(&target.channel, message_id, name)
-                    .await
-            };
-            r.map_err(api::SlackError::into_delivery)
+            self.api
+                .reaction(&target.channel, message_id, name, add)
+                .await
+                .map_err(api::SlackError::into_delivery)
         })
     }
 }
