@@ -204,6 +204,28 @@ impl Application {
         Ok(())
     }
 
+    /// Hands inbound chat events to the core until `stop` or the sender closes.
+    async fn pump(
+        &self,
+        rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Inbound>,
+        stop: &CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                m = rx.recv() => match m {
+                    Some(m) => {
+                        let platform = m.platform.clone();
+                        if let Err(e) = self.core.accept(m).await {
+                            tracing::error!(error = %e, %platform, "could not take a chat event");
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+    }
+
     /// Stops taking work, delivers what is due (bounded), and closes connections.
     pub async fn shutdown(self) {
         self.stop.cancel();
@@ -283,20 +305,53 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
             task
         }
     };
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            m = rx.recv() => match m {
-                Some(m) => {
-                    if let Err(e) = app.core.accept(m).await {
-                        tracing::error!(error = %e, "could not take a Slack event");
-                    }
-                }
-                None => break,
-            },
-        }
-    }
+    app.pump(&mut rx, &stop).await;
     let _ = inbound.await;
     app.shutdown().await;
     Ok(())
+}
+
+/// Runs the bridge on Discord (serenity's gateway in, its REST client out) until `stop`.
+///
+/// # Errors
+/// A missing or refused token, the gateway giving up, or anything `Application::build` reports.
+pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
+    use crate::channel::discord::{self, Gateway, events::Access};
+    let token = cfg
+        .discord
+        .token
+        .clone()
+        .context("CHAT_BRIDGE_DISCORD__TOKEN is not set")?;
+    let http = discord::http(&token, &cfg.discord.api_base_url);
+    let me = http.get_current_user().await.map_err(|e| {
+        anyhow::anyhow!("Discord refused the bot token or could not be reached ({e}); check CHAT_BRIDGE_DISCORD__TOKEN and discord.api_base_url")
+    })?;
+    tracing::info!(user = %me.id, "Discord accepted the bot token");
+    let access = Access {
+        channels: cfg.discord.allowed_channels.clone(),
+        users: cfg.discord.allowed_users.clone(),
+        roles: cfg.discord.allowed_roles.clone(),
+        allow_dms: cfg.discord.allow_dms,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+    let gateway = Gateway::build(http, access, tx)
+        .await
+        .context("starting the Discord gateway client")?;
+    let app = Application::build(cfg, Arc::new(gateway.channel.clone())).await?;
+    let gateway_stop = stop.child_token();
+    let mut gateway_task = tokio::spawn(gateway.run(gateway_stop.clone()));
+    let result = tokio::select! {
+        () = app.pump(&mut rx, &stop) => Ok(()),
+        r = &mut gateway_task => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(anyhow::anyhow!("the Discord gateway task failed: {e}")),
+        },
+    };
+    gateway_stop.cancel();
+    if !gateway_task.is_finished() {
+        let _ = gateway_task.await;
+    }
+    app.shutdown().await;
+    result
 }

@@ -174,6 +174,39 @@ impl Default for Slack {
     }
 }
 
+/// `[discord]`: set `CHAT_BRIDGE_DISCORD__TOKEN` to run on Discord.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Discord {
+    /// Bot token (environment only).
+    pub token: Option<String>,
+    /// REST base (`https://discord.com`); the gateway URL comes from its `/gateway` answer, so
+    /// tests point both at a fake.
+    pub api_base_url: String,
+    /// Channel ids the bridge answers in (empty: every channel it can read).
+    pub allowed_channels: Vec<String>,
+    /// User ids who may prompt (empty: everyone who can see it).
+    pub allowed_users: Vec<String>,
+    /// Role ids whose members may prompt (empty: no role needed). With `allowed_users` too, either
+    /// admits.
+    pub allowed_roles: Vec<String>,
+    /// Whether direct messages are answered.
+    pub allow_dms: bool,
+}
+
+impl Default for Discord {
+    fn default() -> Self {
+        Self {
+            token: None,
+            api_base_url: crate::channel::discord::DEFAULT_BASE_URL.into(),
+            allowed_channels: Vec::new(),
+            allowed_users: Vec::new(),
+            allowed_roles: Vec::new(),
+            allow_dms: true,
+        }
+    }
+}
+
 /// `[http]`: health, readiness and the history API.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -210,6 +243,8 @@ pub struct Config {
     pub redact: Redact,
     /// `[slack]`.
     pub slack: Slack,
+    /// `[discord]`.
+    pub discord: Discord,
     /// `[http]`.
     pub http: Http,
 }
@@ -230,7 +265,8 @@ pub enum ConfigError {
     Invalid(String),
     /// A secret was put where secrets do not belong.
     #[error(
-        "{0} is a secret: set it with CHAT_BRIDGE_DAEMON__TOKEN or daemon.token_file, not in the config file"
+        "{0} is a secret: set it with the environment variable {var}, not in the config file",
+        var = secret_env_var(.0)
     )]
     SecretInFile(&'static str),
 }
@@ -244,6 +280,11 @@ pub struct Flags {
     pub daemon_url: Option<String>,
     /// `--daemon-token`.
     pub daemon_token: Option<String>,
+}
+
+/// `discord.token` → `CHAT_BRIDGE_DISCORD__TOKEN`.
+fn secret_env_var(key: &str) -> String {
+    format!("CHAT_BRIDGE_{}", key.to_uppercase().replace('.', "__"))
 }
 
 fn env_value(raw: &str) -> toml::Value {
@@ -277,6 +318,7 @@ impl Config {
                     ("slack", "bot_token", "slack.bot_token"),
                     ("slack", "app_token", "slack.app_token"),
                     ("slack", "signing_secret", "slack.signing_secret"),
+                    ("discord", "token", "discord.token"),
                     ("http", "api_token", "http.api_token"),
                 ] {
                     if t.get(section).and_then(|d| d.get(key)).is_some() {
@@ -395,6 +437,13 @@ mod tests {
         assert!(
             matches!(err, ConfigError::SecretInFile("daemon.token")),
             "{err}"
+        );
+        std::fs::write(&path, "[discord]\ntoken = \"oops\"\n").expect("write");
+        let err = Config::load(Some(&path), env(&[]), &Flags::default()).expect_err("refused");
+        assert!(
+            err.to_string().contains("CHAT_BRIDGE_DISCORD__TOKEN")
+                && !err.to_string().contains("oops"),
+            "names the variable, never the value: {err}"
         );
         let token = dir.path().join("token");
         std::fs::write(&token, "from-file\n").expect("write");

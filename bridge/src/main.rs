@@ -261,6 +261,14 @@ async fn main() -> ExitCode {
     let result = match load_config(&cli) {
         Err(e) => Err(e),
         Ok(cfg) => match cli.command {
+            None if cfg.discord.token.is_some() && cfg.slack.bot_token.is_some() => {
+                Err(anyhow::anyhow!(
+                    "both CHAT_BRIDGE_SLACK__BOT_TOKEN and CHAT_BRIDGE_DISCORD__TOKEN are set; one process serves one platform — run one replica set per platform"
+                ))
+            }
+            None if cfg.discord.token.is_some() => {
+                chat_bridge::app::run_discord(&cfg, shutdown_signal()).await
+            }
             None if cfg.slack.bot_token.is_some() => {
                 chat_bridge::app::run_slack(&cfg, shutdown_signal()).await
             }

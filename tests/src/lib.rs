@@ -6,6 +6,7 @@
 //! - [`bridge`]: a test configuration for the bridge and `settle`.
 //! - [`capture`]: reads `../shared/fixtures/acp-qwen-0.24.4/`.
 //! - [`fake_slack`]: the Slack Web API, faked over real HTTP.
+//! - [`fake_discord`]: Discord's REST API and gateway, faked over real HTTP and WebSocket.
 //! - [`db`]: a fresh PostgreSQL database (or SQLite file) per test, and `on_both!`.
 //! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
@@ -13,6 +14,7 @@
 pub mod bridge;
 pub mod capture;
 pub mod db;
+pub mod fake_discord;
 pub mod fake_slack;
 pub mod qwen;
 pub mod raw;

@@ -6,7 +6,9 @@
 //! outbox can honour them.
 
 pub mod console;
+pub mod discord;
 pub mod slack;
+pub mod text;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use crate::channel::text::{fenced_tail, truncate_chars};
 use crate::channel::{Message, Tone};
 
 /// Slack's limit for a section's text.
@@ -57,47 +58,6 @@ pub fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-fn truncate_chars(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// Splits escaped `code` into chunks of at most `max` characters each, at line ends where possible.
-#[must_use]
-pub fn split_code(code: &str, max: usize) -> Vec<String> {
-    let mut chunks = Vec::new();
-    let mut current = String::new();
-    let mut len = 0usize;
-    for line in code.split_inclusive('\n') {
-        let mut rest = line;
-        loop {
-            let n = rest.chars().count();
-            if len + n <= max {
-                current.push_str(rest);
-                len += n;
-                break;
-            }
-            if len > 0 {
-                chunks.push(std::mem::take(&mut current));
-                len = 0;
-                continue;
-            }
-            // A single line longer than a chunk: cut it.
-            let cut: String = rest.chars().take(max).collect();
-            rest = &rest[cut.len()..];
-            chunks.push(cut);
-        }
-    }
-    if !current.is_empty() {
-        chunks.push(current);
-    }
-    chunks
-}
-
 fn section(text: String) -> Value {
     json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
 }
@@ -122,28 +82,14 @@ pub fn render(m: &Message) -> Payload {
         .map(|f| truncate_chars(&escape(f), SECTION_LIMIT));
     let reserve = 2 + usize::from(footer.is_some()) + usize::from(!m.buttons.is_empty());
     if let Some(code) = &m.code {
-        // Triple backticks inside output would close the fence early.
-        let code = escape(&code.replace("```", "`\u{200b}``"));
-        let fence_overhead = 8;
-        let mut chunks = split_code(&code, SECTION_LIMIT - fence_overhead);
         let room_blocks = BLOCK_LIMIT.saturating_sub(blocks.len() + reserve);
         let room_chars =
             MESSAGE_LIMIT.saturating_sub(used + footer.as_ref().map_or(0, String::len));
-        let mut kept = Vec::new();
-        let mut total = 0;
-        // Keep the tail: the end of the output is what people need.
-        while let Some(chunk) = chunks.pop() {
-            if kept.len() == room_blocks || total + chunk.len() + fence_overhead > room_chars {
-                let dropped: usize =
-                    chunks.iter().map(|c| c.lines().count()).sum::<usize>() + chunk.lines().count();
-                kept.push(format!("_… {dropped} earlier lines not shown here; the full output is kept (see below)_"));
-                break;
-            }
-            total += chunk.len() + fence_overhead;
-            kept.push(format!("```{}```", chunk.trim_end_matches('\n')));
-        }
-        kept.reverse();
-        blocks.extend(kept.into_iter().map(section));
+        blocks.extend(
+            fenced_tail(&escape(code), SECTION_LIMIT, room_blocks, room_chars)
+                .into_iter()
+                .map(section),
+        );
     }
     if let Some(footer) = footer {
         blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]}));
@@ -236,7 +182,7 @@ mod tests {
         assert_eq!(p.attachments[0]["color"], "danger");
         let t = texts(&p);
         assert!(
-            t.contains(&"```partial &lt;b&gt;&amp;```".to_owned()),
+            t.contains(&"```\npartial &lt;b&gt;&amp;```".to_owned()),
             "{t:?}"
         );
         assert_eq!(p.text, "⏱ make deploy — timed out");
@@ -304,16 +250,5 @@ mod tests {
             .expect("actions");
         assert_eq!(actions["elements"][0]["value"], "perm:1:allow_once");
         assert_eq!(actions["elements"][1]["style"], "danger");
-    }
-
-    #[test]
-    fn split_code_breaks_at_lines_and_cuts_only_overlong_lines() {
-        assert_eq!(split_code("aa\nbb\ncc\n", 6), ["aa\nbb\n", "cc\n"]);
-        let long = "x".repeat(25);
-        let chunks = split_code(&long, 10);
-        assert_eq!(
-            chunks.iter().map(String::len).collect::<Vec<_>>(),
-            [10, 10, 5]
-        );
     }
 }

@@ -1,0 +1,375 @@
+//! Gateway dispatches → what the bridge does with them. Pure, so every rule is tested on its own:
+//! bots (ourselves included) and non-chat message types are ignored; a mention in an allowed channel
+//! opens a conversation in a thread created from that message (the thread's id is the message's id);
+//! messages in a thread continue the conversation the bridge owns there; DMs follow the DM policy;
+//! button clicks become actions (the core decides who may answer an approval). The A-rules: channel,
+//! user and role allowlists — empty lists allow everyone.
+
+use serenity::model::application::ComponentInteraction;
+use serenity::model::channel::{Message, MessageType};
+use serenity::model::id::UserId;
+
+use crate::channel::{Inbound, InboundKind, Target};
+
+/// The `workspace` of DM conversations (they belong to no guild).
+pub const DM_WORKSPACE: &str = "@me";
+
+/// Who may prompt (A-rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Channel ids where a mention opens a conversation (empty: every channel).
+    pub channels: Vec<String>,
+    /// User ids who may prompt.
+    pub users: Vec<String>,
+    /// Role ids whose members may prompt.
+    pub roles: Vec<String>,
+    /// Whether direct messages are answered.
+    pub allow_dms: bool,
+}
+
+impl Access {
+    fn person_allowed(&self, user: &str, roles: &[String]) -> bool {
+        if self.users.is_empty() && self.roles.is_empty() {
+            return true;
+        }
+        self.users.iter().any(|u| u == user) || roles.iter().any(|r| self.roles.contains(r))
+    }
+
+    fn channel_allowed(&self, channel: &str) -> bool {
+        self.channels.is_empty() || self.channels.iter().any(|c| c == channel)
+    }
+}
+
+/// What a dispatch means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// A mention in a guild channel: create a thread named `name` from the message (its id becomes
+    /// the thread's), then hand `inbound` to the core. If the message is already in a thread, the
+    /// conversation lives in that thread instead.
+    Open {
+        /// The channel the mention was posted in.
+        parent: String,
+        /// The thread name (1–100 characters, from the prompt).
+        name: String,
+        /// The message, targeted at the thread to be created.
+        inbound: Inbound,
+    },
+    /// Hand this to the core.
+    Inbound(Inbound),
+    /// Nothing to do (why, for debug logs; never message text).
+    Ignore(&'static str),
+}
+
+/// Removes mentions of us (`<@id>`, `<@!id>`) from a prompt.
+fn strip_mention(text: &str, me: UserId) -> String {
+    text.replace(&format!("<@{me}>"), "")
+        .replace(&format!("<@!{me}>"), "")
+        .trim()
+        .to_owned()
+}
+
+/// A thread name from a prompt: its first line, 1–100 characters.
+#[must_use]
+pub fn thread_name(prompt: &str) -> String {
+    let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let name: String = line.trim().chars().take(100).collect();
+    if name.is_empty() {
+        "chat-bridge session".into()
+    } else {
+        name
+    }
+}
+
+/// Decides what a `MESSAGE_CREATE` means. `me` is our bot user (from READY).
+#[must_use]
+pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
+    if msg.author.bot || msg.author.id == me {
+        return Decision::Ignore("bot message");
+    }
+    if !matches!(msg.kind, MessageType::Regular | MessageType::InlineReply) {
+        return Decision::Ignore("not a chat message (system message, thread starter, …)");
+    }
+    let user = msg.author.id.to_string();
+    let roles: Vec<String> = msg
+        .member
+        .as_ref()
+        .map(|m| m.roles.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    if !access.person_allowed(&user, &roles) {
+        return Decision::Ignore("not allowed by the access rules");
+    }
+    let channel = msg.channel_id.to_string();
+    let text = strip_mention(&msg.content, me);
+    let inbound = |workspace: String, thread: String, opens: bool| Inbound {
+        event_id: format!("message:{}", msg.id),
+        platform: "discord".into(),
+        target: Target {
+            workspace,
+            channel: thread.clone(),
+            thread,
+        },
+        user: user.clone(),
+        message_id: Some(msg.id.to_string()),
+        opens,
+        kind: InboundKind::Message(text.clone()),
+    };
+    let Some(guild) = msg.guild_id else {
+        if !access.allow_dms {
+            return Decision::Ignore("direct messages are off (discord.allow_dms)");
+        }
+        // A DM channel is one conversation.
+        return Decision::Inbound(inbound(DM_WORKSPACE.into(), channel.clone(), true));
+    };
+    let mentioned = msg.mentions.iter().any(|u| u.id == me)
+        || msg.content.contains(&format!("<@{me}>"))
+        || msg.content.contains(&format!("<@!{me}>"));
+    if !mentioned {
+        // A reply in a thread: the core continues it only where a conversation exists.
+        return Decision::Inbound(inbound(guild.to_string(), channel, false));
+    }
+    if !access.channel_allowed(&channel) {
+        return Decision::Ignore("channel not in discord.allowed_channels");
+    }
+    if text.is_empty() {
+        return Decision::Ignore("a mention without a prompt");
+    }
+    Decision::Open {
+        parent: channel,
+        name: thread_name(&text),
+        inbound: inbound(guild.to_string(), msg.id.to_string(), true),
+    }
+}
+
+/// Decides what a button click (`INTERACTION_CREATE`, message component) means. Clicks are not
+/// filtered by the allowlists: the core decides who may answer an approval and tells the others.
+#[must_use]
+pub fn decide_click(i: &ComponentInteraction) -> Decision {
+    let user = i
+        .member
+        .as_ref()
+        .map_or(i.user.id, |m| m.user.id)
+        .to_string();
+    let channel = i.channel_id.to_string();
+    let workspace = i
+        .guild_id
+        .map_or_else(|| DM_WORKSPACE.to_owned(), |g| g.to_string());
+    if i.data.custom_id.is_empty() {
+        return Decision::Ignore("component without a custom_id");
+    }
+    Decision::Inbound(Inbound {
+        event_id: format!("interaction:{}", i.id),
+        platform: "discord".into(),
+        target: Target {
+            workspace,
+            channel: channel.clone(),
+            thread: channel,
+        },
+        user,
+        message_id: Some(i.message.id.to_string()),
+        opens: false,
+        kind: InboundKind::Action(i.data.custom_id.clone()),
+    })
+}
+
+/// A reaction name (as the core says it) → the emoji Discord takes.
+#[must_use]
+pub fn emoji(name: &str) -> &str {
+    match name {
+        "eyes" => "👀",
+        "white_check_mark" => "✅",
+        "x" => "❌",
+        "warning" => "⚠️",
+        "black_square_for_stop" => "⏹️",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const ME: u64 = 900;
+
+    fn message(v: Value) -> Message {
+        let mut base = json!({
+            "id": "1001", "channel_id": "10", "guild_id": "1",
+            "author": {"id": "501", "username": "ana", "discriminator": "0", "avatar": null, "global_name": "Ana"},
+            "member": {"roles": ["77"], "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
+            "content": "<@900> ls -la", "timestamp": "2026-11-29T10:00:00.000000+00:00",
+            "edited_timestamp": null, "tts": false, "mention_everyone": false,
+            "mentions": [{"id": "900", "username": "bridge", "discriminator": "0", "avatar": null, "bot": true}],
+            "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0,
+        });
+        if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+            for (k, val) in o {
+                b.insert(k.clone(), val.clone());
+            }
+        }
+        serde_json::from_value(base).expect("a real-shaped MESSAGE_CREATE")
+    }
+
+    fn open(d: Decision) -> (String, String, Inbound) {
+        match d {
+            Decision::Open {
+                parent,
+                name,
+                inbound,
+            } => (parent, name, inbound),
+            other => panic!("expected Open, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn discord_a_mention_opens_a_thread_named_from_the_prompt() {
+        let (parent, name, inbound) = open(decide_message(
+            &message(json!({})),
+            UserId::new(ME),
+            &Access::default(),
+        ));
+        assert_eq!(parent, "10");
+        assert_eq!(name, "ls -la");
+        assert_eq!(
+            inbound.target.channel, "1001",
+            "the thread's id is the message's"
+        );
+        assert_eq!(inbound.target.thread, "1001");
+        assert_eq!(inbound.target.workspace, "1");
+        assert_eq!(inbound.kind, InboundKind::Message("ls -la".into()));
+        assert_eq!(inbound.event_id, "message:1001");
+        assert!(inbound.opens);
+        let long = format!("<@900> {}\nsecond line", "y".repeat(300));
+        let (_, name, _) = open(decide_message(
+            &message(json!({"content": long})),
+            UserId::new(ME),
+            &Access::default(),
+        ));
+        assert_eq!(name.chars().count(), 100);
+        assert_eq!(thread_name("   \n"), "chat-bridge session");
+    }
+
+    #[test]
+    fn discord_bots_ourselves_and_system_messages_are_ignored() {
+        let bot = json!({"author": {"id": "502", "username": "other", "discriminator": "0", "avatar": null, "bot": true}});
+        assert_eq!(
+            decide_message(&message(bot), UserId::new(ME), &Access::default()),
+            Decision::Ignore("bot message")
+        );
+        let us = json!({"author": {"id": "900", "username": "bridge", "discriminator": "0", "avatar": null}});
+        assert_eq!(
+            decide_message(&message(us), UserId::new(ME), &Access::default()),
+            Decision::Ignore("bot message")
+        );
+        let join = json!({"type": 7});
+        assert!(matches!(
+            decide_message(&message(join), UserId::new(ME), &Access::default()),
+            Decision::Ignore(_)
+        ));
+        let bare = json!({"content": "<@900>"});
+        assert!(matches!(
+            decide_message(&message(bare), UserId::new(ME), &Access::default()),
+            Decision::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn discord_thread_replies_continue_and_dms_follow_the_policy() {
+        let reply = json!({"channel_id": "1001", "content": "and now pwd", "mentions": []});
+        match decide_message(&message(reply), UserId::new(ME), &Access::default()) {
+            Decision::Inbound(i) => {
+                assert!(!i.opens, "only continues a conversation the bridge owns");
+                assert_eq!(
+                    (i.target.channel.as_str(), i.target.thread.as_str()),
+                    ("1001", "1001")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let dm = || {
+            message(
+                json!({"guild_id": null, "member": null, "channel_id": "55", "content": "uptime", "mentions": []}),
+            )
+        };
+        let on = Access {
+            allow_dms: true,
+            ..Access::default()
+        };
+        match decide_message(&dm(), UserId::new(ME), &on) {
+            Decision::Inbound(i) => {
+                assert!(i.opens);
+                assert_eq!(i.target.workspace, DM_WORKSPACE);
+                assert_eq!(i.target.thread, "55");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decide_message(&dm(), UserId::new(ME), &Access::default()),
+            Decision::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn discord_a_rules_channel_user_and_role_allowlists() {
+        let me = UserId::new(ME);
+        let channels = Access {
+            channels: vec!["11".into()],
+            ..Access::default()
+        };
+        assert!(matches!(
+            decide_message(&message(json!({})), me, &channels),
+            Decision::Ignore(_)
+        ));
+        let users = Access {
+            users: vec!["999".into()],
+            ..Access::default()
+        };
+        assert!(matches!(
+            decide_message(&message(json!({})), me, &users),
+            Decision::Ignore(_)
+        ));
+        let by_role = Access {
+            users: vec!["999".into()],
+            roles: vec!["77".into()],
+            ..Access::default()
+        };
+        assert!(
+            matches!(
+                decide_message(&message(json!({})), me, &by_role),
+                Decision::Open { .. }
+            ),
+            "a listed role admits"
+        );
+        let wrong_role = Access {
+            roles: vec!["78".into()],
+            ..Access::default()
+        };
+        assert!(matches!(
+            decide_message(&message(json!({})), me, &wrong_role),
+            Decision::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn discord_a_click_becomes_an_action_with_the_clicker() {
+        let i: ComponentInteraction = serde_json::from_value(json!({
+            "id": "7001", "application_id": "900", "type": 3, "token": "tok", "version": 1,
+            "guild_id": "1", "channel_id": "1001", "locale": "en-US", "entitlements": [],
+            "attachment_size_limit": 10_485_760,
+            "data": {"custom_id": "perm:req-1:allow", "component_type": 2},
+            "member": {"user": {"id": "501", "username": "ana", "discriminator": "0", "avatar": null},
+                       "roles": [], "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
+            "message": message(json!({"id": "3003", "channel_id": "1001", "content": "", "mentions": []})),
+        }))
+        .expect("a real-shaped INTERACTION_CREATE");
+        match decide_click(&i) {
+            Decision::Inbound(inb) => {
+                assert_eq!(inb.user, "501");
+                assert_eq!(inb.kind, InboundKind::Action("perm:req-1:allow".into()));
+                assert_eq!(inb.target.thread, "1001");
+                assert_eq!(inb.event_id, "interaction:7001");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(emoji("eyes"), "👀");
+    }
+}

@@ -1,0 +1,125 @@
+//! Text helpers every chat adapter shares: cutting to a character limit and splitting command
+//! output into fenced code chunks that each stay under a platform's limit (no fence is ever left
+//! open; when not everything fits, the tail is kept — the end of the output is what people need).
+
+/// `s` cut to at most `max` characters, with `…` when it was cut.
+#[must_use]
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Splits escaped `code` into chunks of at most `max` characters each, at line ends where possible.
+#[must_use]
+pub fn split_code(code: &str, max: usize) -> Vec<String> {
+    let mut chunks = Vec::new();
+    let mut current = String::new();
+    let mut len = 0usize;
+    for line in code.split_inclusive('\n') {
+        let mut rest = line;
+        loop {
+            let n = rest.chars().count();
+            if len + n <= max {
+                current.push_str(rest);
+                len += n;
+                break;
+            }
+            if len > 0 {
+                chunks.push(std::mem::take(&mut current));
+                len = 0;
+                continue;
+            }
+            // A single line longer than a chunk: cut it.
+            let cut: String = rest.chars().take(max).collect();
+            rest = &rest[cut.len()..];
+            chunks.push(cut);
+        }
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+/// Fences `code` in chunks of at most `chunk_limit` characters each (fences included), at most
+/// `room_chunks` chunks and `room_chars` characters in all. When the output does not fit, the tail
+/// is kept and the first item says how many earlier lines are not shown.
+#[must_use]
+pub fn fenced_tail(
+    code: &str,
+    chunk_limit: usize,
+    room_chunks: usize,
+    room_chars: usize,
+) -> Vec<String> {
+    // Triple backticks inside output would close the fence early.
+    let code = code.replace("```", "`\u{200b}``");
+    let fence_overhead = 8;
+    let mut chunks = split_code(&code, chunk_limit.saturating_sub(fence_overhead).max(1));
+    let notice_room = 100;
+    let mut kept = Vec::new();
+    let mut total = 0;
+    while let Some(chunk) = chunks.pop() {
+        let last_room = if chunks.is_empty() { 0 } else { notice_room };
+        if kept.len() + usize::from(!chunks.is_empty()) >= room_chunks.max(1)
+            || total + chunk.len() + fence_overhead + last_room > room_chars
+        {
+            let dropped: usize =
+                chunks.iter().map(|c| c.lines().count()).sum::<usize>() + chunk.lines().count();
+            kept.push(format!(
+                "_… {dropped} earlier lines not shown here; the full output is kept (see below)_"
+            ));
+            break;
+        }
+        total += chunk.len() + fence_overhead;
+        kept.push(format!("```\n{}```", chunk.trim_end_matches('\n')));
+    }
+    kept.reverse();
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_code_breaks_at_lines_and_cuts_only_overlong_lines() {
+        assert_eq!(split_code("aa\nbb\ncc\n", 6), ["aa\nbb\n", "cc\n"]);
+        let long = "x".repeat(25);
+        let chunks = split_code(&long, 10);
+        assert_eq!(
+            chunks.iter().map(String::len).collect::<Vec<_>>(),
+            [10, 10, 5]
+        );
+    }
+
+    #[test]
+    fn fenced_tail_keeps_the_end_within_every_limit_and_says_what_it_left_out() {
+        let code: String = (1..=2000).map(|i| format!("line {i}\n")).collect();
+        let out = fenced_tail(&code, 500, 5, 1800);
+        assert!(out.len() <= 5, "{}", out.len());
+        assert!(out.iter().map(String::len).sum::<usize>() <= 1800);
+        assert!(
+            out[0].starts_with("_… ") && out[0].contains("earlier lines"),
+            "{}",
+            out[0]
+        );
+        for chunk in &out[1..] {
+            assert!(
+                chunk.starts_with("```\n") && chunk.ends_with("```") && chunk.len() <= 500,
+                "{chunk}"
+            );
+        }
+        assert!(
+            out.last().is_some_and(|c| c.contains("line 2000")),
+            "the tail is kept"
+        );
+        // Everything fits: no notice, and a fence inside output cannot close ours.
+        let out = fenced_tail("a\n```\nb\n", 500, 5, 1800);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].matches("```").count(), 2, "{}", out[0]);
+    }
+}
