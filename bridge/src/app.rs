@@ -17,8 +17,11 @@ use crate::config::Config;
 use crate::core::redact::Redactor;
 use crate::core::{Core, CoreConfig};
 use crate::outbox_worker;
+use crate::replica::{self, Role, Status, Watch};
 use crate::store::Store;
 use crate::store::outbox::RetryPolicy;
+
+const LEASE_LOST: &str = "another replica took the leader lease while this one could not reach the database; stopped acting (restart it to stand by)";
 
 /// A running bridge.
 pub struct Application {
@@ -26,11 +29,15 @@ pub struct Application {
     pub core: Arc<Core>,
     /// The store.
     pub store: Store,
+    /// This replica's role and readiness.
+    pub status: Arc<Status>,
     agent: Option<ShellAgent>,
     client: DaemonClient,
     stop: CancellationToken,
     outbox: JoinHandle<()>,
     router: JoinHandle<()>,
+    http: Option<Http>,
+    lease: Watch,
     /// Where the daemon is (for the banner).
     pub daemon_url: String,
     /// Where the HTTP server listens, when `http.listen` is set.
@@ -45,16 +52,115 @@ impl std::fmt::Debug for Application {
     }
 }
 
+/// The HTTP server of a replica (it runs from start-up to exit, standby or active).
+#[derive(Debug)]
+struct Http {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Http {
+    async fn start(
+        cfg: &Config,
+        store: &Store,
+        status: &Arc<Status>,
+    ) -> anyhow::Result<Option<(Self, std::net::SocketAddr)>> {
+        let Some(listen) = &cfg.http.listen else {
+            return Ok(None);
+        };
+        let listener = tokio::net::TcpListener::bind(listen.as_str())
+            .await
+            .with_context(|| format!("http.listen {listen}"))?;
+        let addr = listener.local_addr()?;
+        let router = crate::http::router(crate::http::HttpState::new(
+            store.clone(),
+            status.clone(),
+            cfg.http.api_token.clone(),
+        ));
+        let stop = CancellationToken::new();
+        let stop_http = stop.clone();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop_http.cancelled().await })
+                .await;
+        });
+        tracing::info!(%addr, "HTTP listening: /healthz /readyz /metrics /api/v1");
+        Ok(Some((Self { stop, task }, addr)))
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
 impl Application {
     /// Connects everything and starts the background tasks; open turns from a previous run are
-    /// resumed (D3).
+    /// resumed (D3). Waits as a standby while another replica is active.
     ///
     /// # Errors
     /// The first thing that could not start, in words for the operator.
     pub async fn build(cfg: &Config, channel: Arc<dyn Channel>) -> anyhow::Result<Self> {
+        Self::build_until(cfg, channel, &CancellationToken::new())
+            .await?
+            .context("stopped before this replica became active")
+    }
+
+    /// [`Application::build`], or `None` when `stop` comes while this replica stands by.
+    ///
+    /// # Errors
+    /// The first thing that could not start, in words for the operator.
+    pub async fn build_until(
+        cfg: &Config,
+        channel: Arc<dyn Channel>,
+        stop_waiting: &CancellationToken,
+    ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
         let _ = crate::metrics::handle();
         let store = Store::open(&cfg.database.url).await?;
+        let status = Arc::new(Status::default());
+        let (http, http_addr) = match Http::start(cfg, &store, &status).await? {
+            Some((h, a)) => (Some(h), Some(a)),
+            None => (None, None),
+        };
+        let lease =
+            match replica::acquire(&store, &status, cfg.service.leader_retry, stop_waiting).await {
+                Ok(Some(lease)) => lease,
+                other => {
+                    if let Some(http) = http {
+                        http.stop().await;
+                    }
+                    store.close().await;
+                    return match other {
+                        Ok(_) => Ok(None),
+                        Err(e) => Err(e.into()),
+                    };
+                }
+            };
+        let lease = Watch::start(store.clone(), lease, cfg.service.leader_check);
+        match Self::activate(cfg, channel, store.clone(), status.clone(), lease).await {
+            Ok(mut app) => {
+                app.http = http;
+                app.http_addr = http_addr;
+                Ok(Some(app))
+            }
+            Err(e) => {
+                if let Some(http) = http {
+                    http.stop().await;
+                }
+                store.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn activate(
+        cfg: &Config,
+        channel: Arc<dyn Channel>,
+        store: Store,
+        status: Arc<Status>,
+        lease: Watch,
+    ) -> anyhow::Result<Self> {
         {
             // This process is the one active replica: claims left by a previous run are void.
             let mut c = store.conn().await?;
@@ -121,34 +227,14 @@ impl Application {
         let router = tokio::spawn(core.clone().route_events(events));
         let outbox = tokio::spawn(outbox_worker::run(
             store.clone(),
-            channel,
+            channel.clone(),
             wake,
             stop.clone(),
-            Duration::from_secs(10),
+            cfg.service.drain_timeout,
             RetryPolicy::default(),
         ));
-        let http_addr = match &cfg.http.listen {
-            Some(listen) => {
-                let listener = tokio::net::TcpListener::bind(listen.as_str())
-                    .await
-                    .with_context(|| format!("http.listen {listen}"))?;
-                let addr = listener.local_addr()?;
-                let router = crate::http::router(crate::http::HttpState::new(
-                    store.clone(),
-                    core.clone(),
-                    cfg.http.api_token.clone(),
-                ));
-                let stop_http = stop.clone();
-                tokio::spawn(async move {
-                    let _ = axum::serve(listener, router)
-                        .with_graceful_shutdown(async move { stop_http.cancelled().await })
-                        .await;
-                });
-                tracing::info!(%addr, "HTTP listening: /healthz /readyz /api/v1");
-                Some(addr)
-            }
-            None => None,
-        };
+        status.attach(core.clone(), channel);
+        status.set_role(Role::Active);
         let resumed = core.resume_open_turns().await?;
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
@@ -156,14 +242,22 @@ impl Application {
         Ok(Self {
             core,
             store,
+            status,
             agent,
             client,
             stop,
             outbox,
             router,
+            http: None,
+            lease,
             daemon_url: url,
-            http_addr,
+            http_addr: None,
         })
+    }
+
+    /// Resolves when this replica must stop acting because another took the leader lease.
+    pub async fn lease_lost(&self) {
+        self.lease.lost.cancelled().await;
     }
 
     /// Feeds console lines until `input` ends (or `stop`), then waits for the last turn to finish and
@@ -180,6 +274,7 @@ impl Application {
         loop {
             let line = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
+                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                 l = lines.next_line() => l.context("reading the console")?,
             };
             let Some(line) = line else { break };
@@ -193,6 +288,7 @@ impl Application {
         }
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
+            () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
             () = self.core.wait_idle() => {}
         }
         while !outbox_worker::drained(&self.store).await? {
@@ -205,14 +301,18 @@ impl Application {
     }
 
     /// Hands inbound chat events to the core until `stop` or the sender closes.
+    ///
+    /// # Errors
+    /// Another replica took the leader lease.
     async fn pump(
         &self,
         rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Inbound>,
         stop: &CancellationToken,
-    ) {
+    ) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
+                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                 m = rx.recv() => match m {
                     Some(m) => {
                         let platform = m.platform.clone();
@@ -224,16 +324,30 @@ impl Application {
                 },
             }
         }
+        Ok(())
     }
 
-    /// Stops taking work, delivers what is due (bounded), and closes connections.
+    /// Stops taking work (`/readyz` says `stopping`), delivers what is due (bounded by
+    /// `service.drain_timeout`), closes connections and gives the leader lease up.
     pub async fn shutdown(self) {
+        self.status.set_role(Role::Stopping);
         self.stop.cancel();
         let _ = self.outbox.await;
+        match outbox_worker::drained(&self.store).await {
+            Ok(true) => tracing::info!("outbox drained"),
+            Ok(false) => tracing::warn!(
+                "stopping with chat messages not yet delivered; the next active replica delivers them"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
+        }
         self.router.abort();
         self.client.close();
         if let Some(agent) = self.agent {
             agent.shutdown().await;
+        }
+        self.lease.release().await;
+        if let Some(http) = self.http {
+            http.stop().await;
         }
         self.store.close().await;
     }
@@ -269,7 +383,11 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
         .await
         .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
     tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
-    let app = Application::build(cfg, Arc::new(Slack::new(api.clone()))).await?;
+    let slack = Slack::new(api.clone());
+    let connected = slack.connection_flag();
+    let Some(app) = Application::build_until(cfg, Arc::new(slack), &stop).await? else {
+        return Ok(());
+    };
     let access = Access {
         channels: cfg.slack.allowed_channels.clone(),
         users: cfg.slack.allowed_users.clone(),
@@ -284,6 +402,7 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
             access,
             tx,
             stop.clone(),
+            connected,
         )),
         None => {
             let secret = cfg.slack.signing_secret.clone().context("CHAT_BRIDGE_SLACK__SIGNING_SECRET is not set (the http mode verifies every request)")?;
@@ -305,10 +424,11 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
             task
         }
     };
-    app.pump(&mut rx, &stop).await;
+    let result = app.pump(&mut rx, &stop).await;
+    stop.cancel();
     let _ = inbound.await;
     app.shutdown().await;
-    Ok(())
+    result
 }
 
 /// Runs the bridge on Discord (serenity's gateway in, its REST client out) until `stop`.
@@ -337,11 +457,14 @@ pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Resul
     let gateway = Gateway::build(http, access, tx)
         .await
         .context("starting the Discord gateway client")?;
-    let app = Application::build(cfg, Arc::new(gateway.channel.clone())).await?;
+    let Some(app) = Application::build_until(cfg, Arc::new(gateway.channel.clone()), &stop).await?
+    else {
+        return Ok(());
+    };
     let gateway_stop = stop.child_token();
     let mut gateway_task = tokio::spawn(gateway.run(gateway_stop.clone()));
     let result = tokio::select! {
-        () = app.pump(&mut rx, &stop) => Ok(()),
+        r = app.pump(&mut rx, &stop) => r,
         r = &mut gateway_task => match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e),

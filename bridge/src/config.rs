@@ -217,6 +217,31 @@ pub struct Http {
     pub api_token: Option<String>,
 }
 
+/// `[service]`: replicas and shutdown (D5).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Service {
+    /// How often a standby replica tries to take the leader lease.
+    #[serde(deserialize_with = "duration")]
+    pub leader_retry: Duration,
+    /// How often the active replica checks that it still holds the lease.
+    #[serde(deserialize_with = "duration")]
+    pub leader_check: Duration,
+    /// How long a SIGTERM waits for the outbox to drain before closing connections.
+    #[serde(deserialize_with = "duration")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Self {
+            leader_retry: Duration::from_secs(2),
+            leader_check: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -247,6 +272,8 @@ pub struct Config {
     pub discord: Discord,
     /// `[http]`.
     pub http: Http,
+    /// `[service]`.
+    pub service: Service,
 }
 
 /// Why the configuration could not be loaded.

@@ -1,10 +1,9 @@
-//! The HTTP side: `/healthz` (the process is alive), `/readyz` (store reachable and daemon connected —
+//! The HTTP side: `/healthz` (the process is alive), `/readyz` (this replica's role; store, daemon and chat platform —
 //! 503 with a JSON body saying which is not), and the history API under `/api/v1`, bearer-protected with
 //! `http.api_token`. Errors are JSON with stable codes (`unauthorized`, `bad_request`, `bad_cursor`,
 //! `not_found`, `unavailable`); a store failure's cause goes to the log, never to the client.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -13,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::Core;
+use crate::replica::Status;
 use crate::store::history::{self, Filter, HistoryError};
 use crate::store::{Store, tool_calls};
 
@@ -21,17 +20,18 @@ use crate::store::{Store, tool_calls};
 #[derive(Debug, Clone)]
 pub struct HttpState {
     store: Store,
-    core: Arc<Core>,
+    status: Arc<Status>,
     api_token: Option<String>,
 }
 
 impl HttpState {
-    /// State over the bridge's store and core; `api_token` unset disables the API (401).
+    /// State over the bridge's store and this replica's status; `api_token` unset disables the API
+    /// (401).
     #[must_use]
-    pub fn new(store: Store, core: Arc<Core>, api_token: Option<String>) -> Self {
+    pub fn new(store: Store, status: Arc<Status>, api_token: Option<String>) -> Self {
         Self {
             store,
-            core,
+            status,
             api_token,
         }
     }
@@ -106,7 +106,7 @@ async fn prometheus(State(state): State<HttpState>) -> Response {
         metrics::gauge!("chatbridge_outbox_dead_letters").set(stats.dead as f64);
     }
     metrics::gauge!("chatbridge_daemon_connected").set(
-        if state.core.daemon_connected.load(Ordering::SeqCst) {
+        if state.status.daemon_connected() == Some(true) {
             1.0
         } else {
             0.0
@@ -123,19 +123,13 @@ async fn prometheus(State(state): State<HttpState>) -> Response {
 }
 
 async fn readyz(State(state): State<HttpState>) -> Response {
-    let store = state.store.ping().await;
-    let daemon = state.core.daemon_connected.load(Ordering::SeqCst);
-    let ready = store && daemon;
+    let (ready, body) = state.status.readiness(&state.store).await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        axum::Json(json!({"ready": ready, "store": store, "daemon": daemon, "role": "active"})),
-    )
-        .into_response()
+    (status, axum::Json(body)).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -248,11 +242,27 @@ async fn search(
             "q is required".into(),
         )
     })?;
+    if let Some(l) = p.limit
+        && !(1..=500).contains(&l)
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "limit must be between 1 and 500".into(),
+        ));
+    }
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     let hits = history::search(&mut c, &q, p.limit.unwrap_or(50))
         .await
         .map_err(|e| store_failed(&e))?;
     Ok(axum::Json(json!({"hits": hits})).into_response())
+}
+
+/// The OpenAPI document of this API (`docs/openapi.json`, built in).
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+async fn openapi() -> Response {
+    ([("content-type", "application/json")], OPENAPI).into_response()
 }
 
 /// The router.
@@ -268,5 +278,6 @@ pub fn router(state: HttpState) -> Router {
         )
         .route("/api/v1/tool-calls/{id}", axum::routing::get(tool_call))
         .route("/api/v1/search", axum::routing::get(search))
+        .route("/api/v1/openapi.json", axum::routing::get(openapi))
         .with_state(state)
 }

@@ -19,4 +19,5 @@ pub mod history_cli;
 pub mod http;
 pub mod metrics;
 pub mod outbox_worker;
+pub mod replica;
 pub mod store;

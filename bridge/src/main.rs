@@ -239,7 +239,10 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
 
 async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let app = Application::build(cfg, Arc::new(Console::stdout())).await?;
+    let stop = shutdown_signal();
+    let Some(app) = Application::build_until(cfg, Arc::new(Console::stdout()), &stop).await? else {
+        return Ok(());
+    };
     if std::io::stdin().is_terminal() {
         println!(
             "chat-bridge — agent at {} · database {} · type a shell command, /help for commands, Ctrl-D to quit",
@@ -247,15 +250,30 @@ async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
             app.store.url()
         );
     }
-    let stop = shutdown_signal();
     let input = tokio::io::BufReader::new(tokio::io::stdin());
     let result = app.run_console(input, stop).await;
     app.shutdown().await;
     result
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("chat-bridge: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run());
+    // A console read still blocked on stdin (SIGTERM with stdin open) must not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match load_config(&cli) {

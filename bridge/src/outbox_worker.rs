@@ -300,12 +300,17 @@ pub async fn run(
             () = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
     }
+    // Draining (SIGTERM): deliver what is pending, waiting out retry delays and rate limits, until
+    // nothing is left or `drain` has passed; what is left stays in the store for the next replica.
     let until = tokio::time::Instant::now() + drain;
     while tokio::time::Instant::now() < until {
         match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
-            Ok(Step::Delivered | Step::Failed | Step::Skipped) => {}
-            Ok(Step::Idle) | Err(_) => break,
+            Ok(Step::Delivered | Step::Failed | Step::Skipped) => continue,
+            Ok(Step::Idle) if drained(&store).await.unwrap_or(true) => break,
+            Ok(Step::Idle) => {}
+            Err(e) => tracing::warn!(error = %e, "outbox step failed while draining"),
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use shell_agent::{AgentConfig, ShellAgent};
 
+mod support;
+
 fn bridge(db: &str, agent: &ShellAgent, cwd: &std::path::Path, stdin: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
         .current_dir(cwd)
@@ -132,22 +134,7 @@ async fn d3_sigkill_mid_command_then_restart_delivers_the_result_exactly_once_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d3_sigkill_mid_command_then_restart_delivers_the_result_exactly_once_on_postgres() {
-    let admin_url =
-        std::env::var("DATABASE_URL").expect("DATABASE_URL (scripts/test provides one)");
-    let admin = chat_bridge::store::Store::connect(&admin_url)
-        .await
-        .expect("admin");
-    let name = format!("cb_d3_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(admin.pool())
-        .await
-        .expect("create");
-    let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
-    kill_mid_command_and_restart(&format!("{base}/{name}")).await;
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-    )))
-    .execute(admin.pool())
-    .await;
-    admin.close().await;
+    let db = support::FreshDb::create("cb_d3").await;
+    kill_mid_command_and_restart(&db.url).await;
+    db.drop_now().await;
 }

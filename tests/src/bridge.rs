@@ -16,6 +16,7 @@ pub fn config(url: &str, cwd: &std::path::Path) -> Config {
     cfg.shell_agent.default_timeout = Duration::ZERO;
     cfg.liveness.idle = Duration::from_millis(500);
     cfg.liveness.progress_after = Duration::from_secs(60);
+    cfg.service.drain_timeout = Duration::from_secs(5);
     cfg
 }
 

@@ -39,6 +39,7 @@ on_both! {
         assert_eq!(r.status(), 200);
         let ready: Value = r.json().await.expect("json");
         assert_eq!((ready["store"].as_bool(), ready["daemon"].as_bool()), (Some(true), Some(true)));
+        assert_eq!((ready["role"].as_str(), ready["channel"]["platform"].as_str()), (Some("active"), Some("console")));
 
         for token in [None, Some("wrong")] {
             let r = get("/api/v1/conversations", token).await.expect("list");
@@ -48,7 +49,7 @@ on_both! {
         let t = Some("api-secret");
         let page: Value = get("/api/v1/conversations", t).await.expect("list").json().await.expect("json");
         let conv = page["items"][0]["id"].as_str().expect("a conversation").to_owned();
-        for (path, want) in [("/api/v1/conversations?limit=0", "bad_request"), ("/api/v1/conversations?limit=abc", "bad_request"), ("/api/v1/conversations?cursor=nonsense", "bad_cursor"), ("/api/v1/search", "bad_request")] {
+        for (path, want) in [("/api/v1/conversations?limit=0", "bad_request"), ("/api/v1/conversations?limit=abc", "bad_request"), ("/api/v1/conversations?cursor=nonsense", "bad_cursor"), ("/api/v1/search", "bad_request"), ("/api/v1/search?q=x&limit=501", "bad_request")] {
             let r = get(path, t).await.expect("bad");
             assert_eq!(r.status(), 400, "{path}");
             assert_eq!(code(&r.json().await.expect("json")), want, "{path}");
@@ -80,10 +81,30 @@ on_both! {
             "chatbridge_outbox_pending",
             "chatbridge_outbox_oldest_pending_age_seconds",
             "chatbridge_daemon_connected 1",
+            "chatbridge_heartbeats_total",
+            "chatbridge_replica_active",
         ] {
             assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
         }
         assert!(!text.contains("partial") && !text.contains("Hello History"), "no label carries user text or output");
+
+        // The OpenAPI document is served, without a token, and matches the router both ways.
+        let r = get("/api/v1/openapi.json", None).await.expect("openapi");
+        assert_eq!(r.status(), 200);
+        let spec: Value = r.json().await.expect("json");
+        assert_eq!(spec["openapi"], "3.1.0");
+        let served: Vec<String> = spec["paths"].as_object().expect("paths").keys().cloned().collect();
+        let routes = ["/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/conversations", "/api/v1/conversations/{id}", "/api/v1/tool-calls/{id}", "/api/v1/search"];
+        assert_eq!(served.len(), routes.len(), "{served:?}");
+        for route in routes {
+            assert!(served.iter().any(|p| p == route), "{route} is not documented");
+            let r = get(&route.replace("{id}", "nope").replace("search", "search?q=x"), t).await.expect("documented path");
+            if r.status() == 404 {
+                assert_eq!(code(&r.json().await.expect("a JSON 404, not a missing route")), "not_found", "{route}");
+            } else {
+                assert_eq!(r.status(), 200, "{route}");
+            }
+        }
         app.shutdown().await;
     }
 }

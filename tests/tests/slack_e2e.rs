@@ -496,3 +496,78 @@ async fn slack_replies_in_threads_the_bridge_does_not_own_are_ignored() {
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_reports_stopping_takes_no_new_prompt_and_drains_a_rate_limited_result() {
+    daemon_client::install_crypto_provider();
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
+        cfg.http.listen = Some(format!("127.0.0.1:{port}"));
+        cfg.service.drain_timeout = Duration::from_secs(15);
+    })
+    .await;
+    fake.script(
+        "chat.update",
+        chat_bridge_tests::fake_slack::Reply::RateLimited(2),
+    );
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "echo drained"),
+    ));
+    fake.wait_for("the rate-limited result edit", |f| {
+        !f.calls_of("chat.update").is_empty()
+    })
+    .await;
+    // What SIGTERM does (main's signal handler cancels this token).
+    stop.cancel();
+    fake.push(event_envelope(
+        "env-2",
+        "Ev2",
+        0,
+        mention("1700.000200", "echo too late"),
+    ));
+    let http = reqwest::Client::new();
+    let mut saw_stopping = false;
+    while !task.is_finished() {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap_or_default();
+            if body["role"] == "stopping" {
+                assert_eq!(status, 503, "a stopping replica is not ready: {body}");
+                saw_stopping = true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.await.expect("join").expect("clean shutdown");
+    assert!(saw_stopping, "/readyz said stopping while draining");
+    let results = fake
+        .calls_of("chat.update")
+        .iter()
+        .filter(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ echo drained"))
+        })
+        .count();
+    assert_eq!(results, 2, "the refused edit was delivered while draining");
+    assert!(
+        !fake
+            .calls()
+            .iter()
+            .any(|c| c.body.to_string().contains("too late")),
+        "no new prompt after SIGTERM"
+    );
+}

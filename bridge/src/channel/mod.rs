@@ -201,6 +201,11 @@ pub trait Channel: Send + Sync {
         id: &'a str,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+    /// Whether the platform connection is up (for `/readyz`); channels without a connection of
+    /// their own are always up.
+    fn connected(&self) -> bool {
+        true
+    }
     /// Adds or removes a reaction; platforms without reactions ignore it.
     fn react<'a>(
         &'a self,

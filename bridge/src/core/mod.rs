@@ -243,6 +243,16 @@ impl Core {
             metrics::counter!("chatbridge_daemon_events_total", "kind" => event.name())
                 .increment(1);
             match &event {
+                // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
+                DaemonEvent::ToolProgress { .. } => {
+                    metrics::counter!("chatbridge_heartbeats_total").increment(1);
+                }
+                DaemonEvent::Malformed { .. } => {
+                    metrics::counter!("chatbridge_malformed_frames_total").increment(1);
+                }
+                _ => {}
+            }
+            match &event {
                 DaemonEvent::Disconnected { reason } => {
                     self.daemon_connected.store(false, Ordering::SeqCst);
                     tracing::warn!(%reason, "daemon connection lost; reconnecting");

@@ -154,12 +154,6 @@ impl Discord {
         Self { http, state }
     }
 
-    /// Whether the gateway session is up.
-    #[must_use]
-    pub fn connected(&self) -> bool {
-        self.state.connected.load(Ordering::SeqCst)
-    }
-
     /// Where a person's message lives: the mention that started a thread is in its parent channel
     /// (the thread's id is that message's id).
     async fn channel_of(&self, target: &Target, message_id: &str) -> Result<String, DeliveryError> {
@@ -222,6 +216,10 @@ impl Discord {
 impl Channel for Discord {
     fn platform(&self) -> &'static str {
         "discord"
+    }
+
+    fn connected(&self) -> bool {
+        self.state.connected.load(Ordering::SeqCst)
     }
 
     fn capabilities(&self) -> Capabilities {

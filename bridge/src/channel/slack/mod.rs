@@ -16,25 +16,42 @@ pub mod http_mode;
 pub mod signature;
 pub mod socket;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::channel::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
 
 /// The Slack channel: thread replies through the Web API, rendered as Block Kit.
 #[derive(Debug, Clone)]
 pub struct Slack {
     api: api::WebApi,
+    connected: Arc<AtomicBool>,
 }
 
 impl Slack {
-    /// A channel posting through `api`.
+    /// A channel posting through `api`; connected until a Socket Mode connection says otherwise.
     #[must_use]
     pub fn new(api: api::WebApi) -> Self {
-        Self { api }
+        Self {
+            api,
+            connected: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// The flag Socket Mode keeps: up between `hello` and the connection's end.
+    #[must_use]
+    pub fn connection_flag(&self) -> Arc<AtomicBool> {
+        self.connected.clone()
     }
 }
 
 impl Channel for Slack {
     fn platform(&self) -> &'static str {
         "slack"
+    }
+
+    fn connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
     }
 
     fn capabilities(&self) -> Capabilities {

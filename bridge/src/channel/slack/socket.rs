@@ -3,6 +3,8 @@
 //! (refresh, link disabled, warning), a closed socket or an error opens a new connection; Slack
 //! redelivers anything that was not acknowledged, so nothing is lost.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -23,13 +25,17 @@ pub async fn run(
     access: Access,
     sink: mpsc::Sender<Inbound>,
     stop: CancellationToken,
+    connected: Arc<AtomicBool>,
 ) {
     let mut attempt = 0u32;
+    connected.store(false, Ordering::SeqCst);
     loop {
         if stop.is_cancelled() {
             return;
         }
-        match connection(&api, &app_token, &me, &access, &sink, &stop).await {
+        let ended = connection(&api, &app_token, &me, &access, &sink, &stop, &connected).await;
+        connected.store(false, Ordering::SeqCst);
+        match ended {
             Ok(reason) => {
                 tracing::info!(%reason, "Slack Socket Mode connection ended; reconnecting");
                 attempt = 0;
@@ -58,6 +64,7 @@ async fn connection(
     access: &Access,
     sink: &mpsc::Sender<Inbound>,
     stop: &CancellationToken,
+    connected: &AtomicBool,
 ) -> Result<String, String> {
     let url = api
         .connections_open(app_token)
@@ -91,7 +98,10 @@ async fn connection(
                 .map_err(|e| format!("ack: {e}"))?;
         }
         match events::decide(&envelope, me, access) {
-            Decision::Hello => tracing::info!("Slack Socket Mode connected"),
+            Decision::Hello => {
+                connected.store(true, Ordering::SeqCst);
+                tracing::info!("Slack Socket Mode connected");
+            }
             Decision::Disconnect(reason) => return Ok(format!("disconnect: {reason}")),
             Decision::Inbound(m) => {
                 if sink.send(m).await.is_err() {

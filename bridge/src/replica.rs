@@ -1,0 +1,244 @@
+//! One replica's part in D5: exactly one replica on a database is active (holds the leader lease:
+//! a Postgres advisory lock on a dedicated connection); the others stand by, serve `/healthz`,
+//! `/readyz` (role `standby`) and the history API, and try again every `service.leader_retry`.
+//! A replica that is killed loses its connection and with it the lock, so a standby takes over
+//! within one retry interval.
+//!
+//! The active replica checks its lease every `service.leader_check`. When the lease connection is
+//! lost (a database restart), it takes the lock again on a new connection and carries on; only if
+//! another replica got it first does it stop acting at once ([`Watch::lost`]) — one active replica,
+//! never two.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::Channel;
+use crate::core::Core;
+use crate::store::leader::{self, LOCK_KEY, Lease};
+use crate::store::{Store, StoreError};
+
+/// What this replica is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    /// Opening the store, not yet contending.
+    Starting = 0,
+    /// Waiting for the leader lease.
+    Standby = 1,
+    /// Holding the lease: connected to the daemon and the chat platform.
+    Active = 2,
+    /// Shutting down (SIGTERM): draining, taking no new work.
+    Stopping = 3,
+}
+
+impl Role {
+    /// The name `/readyz` reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Standby => "standby",
+            Self::Active => "active",
+            Self::Stopping => "stopping",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Standby,
+            2 => Self::Active,
+            3 => Self::Stopping,
+            _ => Self::Starting,
+        }
+    }
+}
+
+/// The replica's state as `/readyz` and `/metrics` see it.
+#[derive(Default)]
+pub struct Status {
+    role: AtomicU8,
+    core: OnceLock<Arc<Core>>,
+    channel: OnceLock<Arc<dyn Channel>>,
+}
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Status")
+            .field("role", &self.role())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long `/readyz` waits for the store before calling it unreachable.
+const STORE_PING_LIMIT: Duration = Duration::from_secs(2);
+
+impl Status {
+    /// The current role.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        Role::from_u8(self.role.load(Ordering::SeqCst))
+    }
+
+    /// Changes the role.
+    pub fn set_role(&self, role: Role) {
+        self.role.store(role as u8, Ordering::SeqCst);
+        metrics::gauge!("chatbridge_replica_active").set(if role == Role::Active {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
+    /// The core and channel of the active replica, for readiness.
+    pub fn attach(&self, core: Arc<Core>, channel: Arc<dyn Channel>) {
+        let _ = self.core.set(core);
+        let _ = self.channel.set(channel);
+    }
+
+    /// Whether the daemon is connected (`None` when this replica is not active).
+    #[must_use]
+    pub fn daemon_connected(&self) -> Option<bool> {
+        self.core
+            .get()
+            .map(|c| c.daemon_connected.load(Ordering::SeqCst))
+    }
+
+    /// Readiness and the JSON body saying why: a standby is ready when the store answers (it can
+    /// take over); the active replica when the store, the daemon and the chat platform all do.
+    pub async fn readiness(&self, store: &Store) -> (bool, Value) {
+        let role = self.role();
+        let store_ok = tokio::time::timeout(STORE_PING_LIMIT, store.ping())
+            .await
+            .unwrap_or(false);
+        let daemon = self.daemon_connected();
+        let channel = self
+            .channel
+            .get()
+            .map(|c| json!({"platform": c.platform(), "connected": c.connected()}));
+        let channel_ok = self.channel.get().is_none_or(|c| c.connected());
+        let ready = match role {
+            Role::Standby => store_ok,
+            Role::Active => store_ok && daemon == Some(true) && channel_ok,
+            Role::Starting | Role::Stopping => false,
+        };
+        (
+            ready,
+            json!({"ready": ready, "role": role.name(), "store": store_ok, "daemon": daemon, "channel": channel}),
+        )
+    }
+}
+
+/// Stands by until this replica holds the leader lease (`None` if `stop` comes first).
+///
+/// # Errors
+/// Never for an unreachable database (it keeps trying and says so); only for what retrying cannot
+/// fix.
+pub async fn acquire(
+    store: &Store,
+    status: &Status,
+    retry: Duration,
+    stop: &CancellationToken,
+) -> Result<Option<Lease>, StoreError> {
+    status.set_role(Role::Standby);
+    let mut said = false;
+    loop {
+        match leader::try_acquire(store, LOCK_KEY).await {
+            Ok(Some(lease)) => {
+                tracing::info!("this replica holds the leader lease: active");
+                return Ok(Some(lease));
+            }
+            Ok(None) => {
+                if !said {
+                    tracing::info!(
+                        retry_secs = retry.as_secs_f64(),
+                        "another replica is active; standing by"
+                    );
+                    said = true;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reach the database to take the leader lease; retrying")
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(None),
+            () = tokio::time::sleep(retry) => {}
+        }
+    }
+}
+
+/// The lease holder's watch.
+#[derive(Debug)]
+pub struct Watch {
+    /// Cancelled when another replica took the lease: stop acting at once.
+    pub lost: CancellationToken,
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Watch {
+    /// Watches `lease` every `every`.
+    #[must_use]
+    pub fn start(store: Store, lease: Lease, every: Duration) -> Self {
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(watch(store, lease, every, lost.clone(), stop.clone()));
+        Self { lost, task, stop }
+    }
+
+    /// Gives the lease up (shutdown).
+    pub async fn release(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+async fn watch(
+    store: Store,
+    mut lease: Lease,
+    every: Duration,
+    lost: CancellationToken,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => {
+                lease.release().await;
+                return;
+            }
+            () = tokio::time::sleep(every) => {}
+        }
+        if lease.check().await {
+            continue;
+        }
+        tracing::warn!("the leader lease's database connection is gone; taking the lease again");
+        loop {
+            match leader::try_acquire(&store, LOCK_KEY).await {
+                Ok(Some(again)) => {
+                    tracing::info!("leader lease taken again; still active");
+                    lease = again;
+                    break;
+                }
+                Ok(None) => {
+                    tracing::error!(
+                        "another replica took the leader lease while this one could not reach the database; stopping"
+                    );
+                    lost.cancel();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "database unreachable; still acting as the active replica and retrying");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(every) => {}
+                    }
+                }
+            }
+        }
+    }
+}

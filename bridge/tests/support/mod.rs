@@ -1,0 +1,43 @@
+//! Shared by the binary-level tests: a fresh PostgreSQL database per test.
+
+/// A new database on the server `DATABASE_URL` names (`scripts/test` provides one); dropped with
+/// [`FreshDb::drop_now`].
+pub struct FreshDb {
+    /// Its URL.
+    pub url: String,
+    name: String,
+    admin: chat_bridge::store::Store,
+}
+
+impl FreshDb {
+    /// Creates it.
+    pub async fn create(prefix: &str) -> Self {
+        let admin_url =
+            std::env::var("DATABASE_URL").expect("DATABASE_URL (scripts/test provides one)");
+        let admin = chat_bridge::store::Store::connect(&admin_url)
+            .await
+            .expect("admin connection");
+        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(admin.pool())
+            .await
+            .expect("create database");
+        let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
+        Self {
+            url: format!("{base}/{name}"),
+            name,
+            admin,
+        }
+    }
+
+    /// Drops it (connections still open are closed by force).
+    pub async fn drop_now(self) {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(self.admin.pool())
+        .await;
+        self.admin.close().await;
+    }
+}
