@@ -221,6 +221,10 @@ pub struct Http {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Service {
+    /// The chat platform: `auto` (Discord or Slack when its token is set, else the console),
+    /// `console`, `slack` or `discord` — explicit in deployments, so a missing token is an error
+    /// rather than a console that reads a closed stdin.
+    pub platform: String,
     /// How often a standby replica tries to take the leader lease.
     #[serde(deserialize_with = "duration")]
     pub leader_retry: Duration,
@@ -235,6 +239,7 @@ pub struct Service {
 impl Default for Service {
     fn default() -> Self {
         Self {
+            platform: "auto".into(),
             leader_retry: Duration::from_secs(2),
             leader_check: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(20),

@@ -31,6 +31,65 @@ pub fn fmt_time(ms: i64) -> String {
     )
 }
 
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A point in time for `--since` / `--until`: unix milliseconds, a UTC date (`2026-11-29`), a UTC
+/// time (`2026-11-29T14:05:00Z` or `2026-11-29 14:05:00Z`), or a duration ago (`90m`, `24h`, `7d`).
+///
+/// # Errors
+/// Anything else, with the forms it takes.
+pub fn parse_time(s: &str, now_ms: i64) -> anyhow::Result<i64> {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && s.len() > 8 {
+        return s.parse().context("unix milliseconds");
+    }
+    if let Some(days) = s.strip_suffix('d')
+        && let Ok(n) = days.parse::<i64>()
+    {
+        return Ok(now_ms - n * 86_400_000);
+    }
+    if let Ok(d) = shell_agent::parse_duration(s) {
+        return Ok(now_ms - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    }
+    let bad = || {
+        anyhow::anyhow!(
+            "{s:?} is not a time: use 2026-11-29, 2026-11-29T14:05:00Z, unix milliseconds, or a duration ago like 24h or 7d"
+        )
+    };
+    let (date, time) = match s.split_once(['T', ' ']) {
+        Some((d, t)) => (d, Some(t.trim_end_matches('Z'))),
+        None => (s, None),
+    };
+    let num = |p: Option<&str>| p.and_then(|p| p.parse::<i64>().ok()).ok_or_else(bad);
+    let mut parts = date.split('-');
+    let (y, m, d) = (num(parts.next())?, num(parts.next())?, num(parts.next())?);
+    if parts.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let secs = match time {
+        None => 0,
+        Some(t) => {
+            let mut hms = t.split(':');
+            let (h, mi) = (num(hms.next())?, num(hms.next())?);
+            let sec = hms.next().map_or(Ok(0), |x| num(Some(x)))?;
+            if h > 23 || mi > 59 || sec > 60 {
+                return Err(bad());
+            }
+            h * 3600 + mi * 60 + sec
+        }
+    };
+    Ok((days_from_civil(y, m, d) * 86_400 + secs) * 1000)
+}
+
 /// `history list`.
 ///
 /// # Errors
@@ -159,5 +218,27 @@ mod tests {
             "2000-02-29 00:00:00Z",
             "leap day"
         );
+    }
+
+    #[test]
+    fn since_and_until_take_dates_times_unix_ms_and_durations_ago() {
+        let now = 1_795_983_578_686;
+        let p = |s: &str| super::parse_time(s, now).expect(s);
+        assert_eq!(super::fmt_time(p("2026-11-29")), "2026-11-29 00:00:00Z");
+        assert_eq!(
+            super::fmt_time(p("2000-02-29T13:05:09Z")),
+            "2000-02-29 13:05:09Z"
+        );
+        assert_eq!(
+            super::fmt_time(p("2026-11-29 20:19:38Z")),
+            "2026-11-29 20:19:38Z"
+        );
+        assert_eq!(p("1795983578686"), 1_795_983_578_686);
+        assert_eq!(p("24h"), now - 86_400_000);
+        assert_eq!(p("7d"), now - 7 * 86_400_000);
+        for bad in ["yesterday", "2026-13-01", "2026-11-29T25:00:00Z", "2026-11"] {
+            let err = super::parse_time(bad, now).expect_err(bad).to_string();
+            assert!(err.contains("24h"), "{err}");
+        }
     }
 }

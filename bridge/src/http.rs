@@ -152,14 +152,8 @@ async fn list(
     authorize(&state, &headers)?;
     let Query(p) =
         params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
-    if let Some(l) = p.limit
-        && !(1..=500).contains(&l)
-    {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "limit must be between 1 and 500".into(),
-        ));
+    if p.limit.is_some() {
+        limit(p.limit)?;
     }
     let filter = Filter {
         platform: p.platform,
@@ -242,20 +236,47 @@ async fn search(
             "q is required".into(),
         )
     })?;
-    if let Some(l) = p.limit
-        && !(1..=500).contains(&l)
-    {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "limit must be between 1 and 500".into(),
-        ));
-    }
+    let limit = limit(p.limit)?;
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
-    let hits = history::search(&mut c, &q, p.limit.unwrap_or(50))
+    let hits = history::search(&mut c, &q, limit)
         .await
         .map_err(|e| store_failed(&e))?;
     Ok(axum::Json(json!({"hits": hits})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct LimitParams {
+    limit: Option<i64>,
+}
+
+fn limit(l: Option<i64>) -> Result<i64, ApiError> {
+    match l {
+        None => Ok(50),
+        Some(l) if (1..=500).contains(&l) => Ok(l),
+        Some(_) => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "limit must be between 1 and 500".into(),
+        )),
+    }
+}
+
+/// Chat actions the outbox gave up on (the platform refused them for good), newest first. What they
+/// carried is in the conversation's history either way.
+async fn dead_letters(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    params: Result<Query<LimitParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let Query(p) =
+        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+    let limit = limit(p.limit)?;
+    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let dead = crate::store::outbox::dead_letters(&mut c, limit)
+        .await
+        .map_err(|e| store_failed(&e))?;
+    Ok(axum::Json(json!({"dead_letters": dead})).into_response())
 }
 
 /// The OpenAPI document of this API (`docs/openapi.json`, built in).
@@ -278,6 +299,7 @@ pub fn router(state: HttpState) -> Router {
         )
         .route("/api/v1/tool-calls/{id}", axum::routing::get(tool_call))
         .route("/api/v1/search", axum::routing::get(search))
+        .route("/api/v1/dead-letters", axum::routing::get(dead_letters))
         .route("/api/v1/openapi.json", axum::routing::get(openapi))
         .with_state(state)
 }

@@ -44,6 +44,9 @@ enum Command {
     ShellAgent(ShellAgentArgs),
     /// Apply the database migrations (also done at start-up); safe to run again.
     Migrate,
+    /// Reads the configuration (file, environment, flags) and says what it would run; exits 1 with
+    /// the reason when it is invalid. Secrets are never printed.
+    CheckConfig,
     /// Read past sessions.
     #[command(subcommand)]
     History(HistoryCommand),
@@ -62,9 +65,15 @@ enum HistoryCommand {
         /// Who started it.
         #[arg(long)]
         user: Option<String>,
-        /// `active` or `closed`.
+        /// The conversation's state (`active`).
         #[arg(long)]
         status: Option<String>,
+        /// Started at or after: `2026-11-29`, `2026-11-29T14:05:00Z`, unix ms, or `24h` / `7d` ago.
+        #[arg(long)]
+        since: Option<String>,
+        /// Started before (same forms as `--since`).
+        #[arg(long)]
+        until: Option<String>,
         /// Page size.
         #[arg(long, default_value_t = 50)]
         limit: i64,
@@ -137,6 +146,34 @@ fn init_logging() {
 }
 
 /// Cancelled on SIGTERM or Ctrl-C.
+/// Which platform to serve: `service.platform`, or by the tokens set when it is `auto`.
+fn platform(cfg: &Config) -> anyhow::Result<&'static str> {
+    let slack = cfg.slack.bot_token.is_some();
+    let discord = cfg.discord.token.is_some();
+    match cfg.service.platform.as_str() {
+        "auto" => match (slack, discord) {
+            (true, true) => anyhow::bail!(
+                "both CHAT_BRIDGE_SLACK__BOT_TOKEN and CHAT_BRIDGE_DISCORD__TOKEN are set; one process serves one platform (set service.platform, or run one deployment per platform)"
+            ),
+            (true, false) => Ok("slack"),
+            (false, true) => Ok("discord"),
+            (false, false) => Ok("console"),
+        },
+        "slack" if !slack => {
+            anyhow::bail!("service.platform is slack but CHAT_BRIDGE_SLACK__BOT_TOKEN is not set")
+        }
+        "discord" if !discord => {
+            anyhow::bail!("service.platform is discord but CHAT_BRIDGE_DISCORD__TOKEN is not set")
+        }
+        "slack" => Ok("slack"),
+        "discord" => Ok("discord"),
+        "console" => Ok("console"),
+        other => {
+            anyhow::bail!("service.platform must be auto, console, slack or discord, not {other:?}")
+        }
+    }
+}
+
 fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
@@ -194,6 +231,20 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     )?)
 }
 
+fn check_config(cfg: &Config) -> anyhow::Result<()> {
+    let platform = platform(cfg)?;
+    println!(
+        "configuration ok: platform {platform}; database {}; daemon {}; http {}",
+        chat_bridge::store::mask_url(&cfg.database.url),
+        cfg.daemon
+            .url
+            .as_deref()
+            .unwrap_or("the built-in shell agent"),
+        cfg.http.listen.as_deref().unwrap_or("off"),
+    );
+    Ok(())
+}
+
 async fn migrate(cfg: &Config) -> anyhow::Result<()> {
     let store = chat_bridge::store::Store::open(&cfg.database.url).await?;
     println!("migrations applied to {}", store.url());
@@ -209,18 +260,23 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
             channel,
             user,
             status,
+            since,
+            until,
             limit,
             cursor,
             json,
         } => {
+            let now = chat_bridge::store::now_ms();
+            let at = |t: Option<String>| t.map(|t| history_cli::parse_time(&t, now)).transpose();
             let filter = chat_bridge::store::history::Filter {
                 platform,
                 channel,
                 user,
                 status,
+                since: at(since)?,
+                until: at(until)?,
                 cursor,
                 limit: Some(limit),
-                ..Default::default()
             };
             history_cli::list(&store, &filter, json).await?
         }
@@ -279,20 +335,15 @@ async fn run() -> ExitCode {
     let result = match load_config(&cli) {
         Err(e) => Err(e),
         Ok(cfg) => match cli.command {
-            None if cfg.discord.token.is_some() && cfg.slack.bot_token.is_some() => {
-                Err(anyhow::anyhow!(
-                    "both CHAT_BRIDGE_SLACK__BOT_TOKEN and CHAT_BRIDGE_DISCORD__TOKEN are set; one process serves one platform — run one replica set per platform"
-                ))
-            }
-            None if cfg.discord.token.is_some() => {
-                chat_bridge::app::run_discord(&cfg, shutdown_signal()).await
-            }
-            None if cfg.slack.bot_token.is_some() => {
-                chat_bridge::app::run_slack(&cfg, shutdown_signal()).await
-            }
-            None => run_bridge(&cfg).await,
+            None => match platform(&cfg) {
+                Ok("slack") => chat_bridge::app::run_slack(&cfg, shutdown_signal()).await,
+                Ok("discord") => chat_bridge::app::run_discord(&cfg, shutdown_signal()).await,
+                Ok(_) => run_bridge(&cfg).await,
+                Err(e) => Err(e),
+            },
             Some(Command::ShellAgent(args)) => shell_agent(args).await,
             Some(Command::Migrate) => migrate(&cfg).await,
+            Some(Command::CheckConfig) => check_config(&cfg),
             Some(Command::History(cmd)) => history(&cfg, cmd).await,
         },
     };

@@ -72,6 +72,29 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         .expect("a conversation")
         .to_owned();
     assert_eq!(page["items"][0]["platform"], "console");
+    let count = |args: &[&str]| -> usize {
+        let out = bridge(dir.path(), args).output().expect("list");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        page["items"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(count(&["history", "list", "--json", "--since", "1h"]), 1);
+    assert_eq!(
+        count(&["history", "list", "--json", "--until", "2000-01-01"]),
+        0
+    );
+    let bad = bridge(dir.path(), &["history", "list", "--since", "yesterday"])
+        .output()
+        .expect("bad since");
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("24h"),
+        "says which forms it takes"
+    );
 
     let show = bridge(dir.path(), &["history", "show", &conv])
         .output()
@@ -112,4 +135,43 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         "{}",
         String::from_utf8_lossy(&found.stdout)
     );
+}
+
+#[test]
+fn an_explicit_platform_without_its_token_is_a_clear_error_and_check_config_never_prints_secrets() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = bridge(dir.path(), &[])
+        .env("CHAT_BRIDGE_SERVICE__PLATFORM", "discord")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "no console fallback in a deployment");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CHAT_BRIDGE_DISCORD__TOKEN is not set"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bridge(dir.path(), &["check-config"])
+        .env("CHAT_BRIDGE_SERVICE__PLATFORM", "slack")
+        .env("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-very-secret")
+        .env(
+            "CHAT_BRIDGE_DATABASE__URL",
+            "postgres://bridge:hunter2@db/chat",
+        )
+        .output()
+        .expect("check-config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("platform slack"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("xoxb-very-secret") && !stdout.contains("hunter2"),
+        "{stdout}"
+    );
+    let out = bridge(dir.path(), &["check-config"])
+        .env("CHAT_BRIDGE_LIVENESS__ONSTALL", "cancel")
+        .output()
+        .expect("check-config");
+    assert!(!out.status.success(), "a misspelt key is refused");
 }

@@ -49,7 +49,7 @@ on_both! {
         let t = Some("api-secret");
         let page: Value = get("/api/v1/conversations", t).await.expect("list").json().await.expect("json");
         let conv = page["items"][0]["id"].as_str().expect("a conversation").to_owned();
-        for (path, want) in [("/api/v1/conversations?limit=0", "bad_request"), ("/api/v1/conversations?limit=abc", "bad_request"), ("/api/v1/conversations?cursor=nonsense", "bad_cursor"), ("/api/v1/search", "bad_request"), ("/api/v1/search?q=x&limit=501", "bad_request")] {
+        for (path, want) in [("/api/v1/conversations?limit=0", "bad_request"), ("/api/v1/conversations?limit=abc", "bad_request"), ("/api/v1/conversations?cursor=nonsense", "bad_cursor"), ("/api/v1/search", "bad_request"), ("/api/v1/search?q=x&limit=501", "bad_request"), ("/api/v1/dead-letters?limit=0", "bad_request")] {
             let r = get(path, t).await.expect("bad");
             assert_eq!(r.status(), 400, "{path}");
             assert_eq!(code(&r.json().await.expect("json")), want, "{path}");
@@ -67,6 +67,10 @@ on_both! {
         let call: Value = get(&path, t).await.expect("tool call").json().await.expect("json");
         assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("timed_out"), Some("partial\n")));
 
+        let r = get("/api/v1/dead-letters", None).await.expect("dead letters");
+        assert_eq!(r.status(), 401);
+        let dead: Value = get("/api/v1/dead-letters", t).await.expect("dead letters").json().await.expect("json");
+        assert_eq!(dead["dead_letters"], serde_json::json!([]), "nothing was refused");
         let hits: Value = get("/api/v1/search?q=hello%20history", t).await.expect("search").json().await.expect("json");
         assert!(hits["hits"].as_array().is_some_and(|h| h.iter().any(|x| x["field"] == "prompt")), "{hits}");
         let r = get("/metrics", None).await.expect("metrics");
@@ -94,7 +98,7 @@ on_both! {
         let spec: Value = r.json().await.expect("json");
         assert_eq!(spec["openapi"], "3.1.0");
         let served: Vec<String> = spec["paths"].as_object().expect("paths").keys().cloned().collect();
-        let routes = ["/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/conversations", "/api/v1/conversations/{id}", "/api/v1/tool-calls/{id}", "/api/v1/search"];
+        let routes = ["/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/dead-letters", "/api/v1/conversations", "/api/v1/conversations/{id}", "/api/v1/tool-calls/{id}", "/api/v1/search"];
         assert_eq!(served.len(), routes.len(), "{served:?}");
         for route in routes {
             assert!(served.iter().any(|p| p == route), "{route} is not documented");
