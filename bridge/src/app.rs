@@ -281,10 +281,7 @@ impl Application {
             if line.trim().is_empty() {
                 continue;
             }
-            if let Err(e) = self.core.accept(console::inbound(&line)).await {
-                tracing::error!(error = %e, "could not take the message");
-                eprintln!("chat-bridge: could not take that message: {e}");
-            }
+            self.accept(console::inbound(&line), &stop).await;
         }
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
@@ -298,6 +295,39 @@ impl Application {
             }
         }
         Ok(())
+    }
+
+    /// Hands one inbound event to the core; while the database is unreachable it is retried (the
+    /// platform was already told we have it), until it is taken or `stop` comes.
+    pub async fn accept(&self, m: crate::channel::Inbound, stop: &CancellationToken) {
+        let mut attempt = 0u32;
+        loop {
+            match self.core.accept(m.clone()).await {
+                Ok(()) => return,
+                Err(e) if e.is_transient() => {
+                    attempt = attempt.saturating_add(1);
+                    if attempt == 1 {
+                        tracing::warn!(error = %e, platform = %m.platform, "database unavailable; holding a chat event until it answers");
+                    }
+                    let delay = daemon_client::client::backoff_delay(
+                        Duration::from_millis(100),
+                        Duration::from_secs(5),
+                        attempt,
+                    );
+                    tokio::select! {
+                        () = stop.cancelled() => {
+                            tracing::error!(platform = %m.platform, "stopping while the database is down: a chat event was not taken");
+                            return;
+                        }
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, platform = %m.platform, "could not take a chat event");
+                    return;
+                }
+            }
+        }
     }
 
     /// Hands inbound chat events to the core until `stop` or the sender closes.
@@ -314,12 +344,7 @@ impl Application {
                 () = stop.cancelled() => break,
                 () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                 m = rx.recv() => match m {
-                    Some(m) => {
-                        let platform = m.platform.clone();
-                        if let Err(e) = self.core.accept(m).await {
-                            tracing::error!(error = %e, %platform, "could not take a chat event");
-                        }
-                    }
+                    Some(m) => self.accept(m, stop).await,
                     None => break,
                 },
             }

@@ -220,6 +220,26 @@ pub async fn deliver_once_budgeted(
     .await
 }
 
+/// How often recording a delivery is retried while the database is unreachable (about ten minutes).
+const RECORD_RETRIES: u32 = 130;
+
+async fn record_delivered(
+    store: &Store,
+    worker: &str,
+    id: i64,
+    conversation_id: &str,
+    key: Option<&str>,
+    platform_id: &str,
+) -> Result<(), StoreError> {
+    let mut tx = store.begin().await?;
+    if let Some(key) = key {
+        message_map::put(tx.conn(), conversation_id, key, platform_id, now_ms()).await?;
+    }
+    outbox::mark_delivered(tx.conn(), id, worker, now_ms()).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Records a delivery's outcome: the platform id and "delivered" together, or a retry.
 async fn finish(
     store: &Store,
@@ -232,12 +252,28 @@ async fn finish(
 ) -> Result<Step, StoreError> {
     match result {
         Ok(platform_id) => {
-            let mut tx = store.begin().await?;
-            if let Some(key) = key {
-                message_map::put(tx.conn(), conversation_id, key, &platform_id, now_ms()).await?;
+            // The platform has it: recording that must not be given up while the database is
+            // briefly away, or the action would be delivered again.
+            let mut attempt = 0u32;
+            loop {
+                match record_delivered(store, worker, id, conversation_id, key, &platform_id).await
+                {
+                    Ok(()) => break,
+                    Err(e) if e.is_transient() && attempt < RECORD_RETRIES => {
+                        attempt += 1;
+                        if attempt == 1 {
+                            tracing::warn!(action = id, error = %e, "delivered, but the database is unavailable; recording it when it answers");
+                        }
+                        tokio::time::sleep(daemon_client::client::backoff_delay(
+                            Duration::from_millis(100),
+                            Duration::from_secs(5),
+                            attempt,
+                        ))
+                        .await;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            outbox::mark_delivered(tx.conn(), id, worker, now_ms()).await?;
-            tx.commit().await?;
             metrics::counter!("chatbridge_deliveries_total", "result" => "ok").increment(1);
             Ok(Step::Delivered)
         }

@@ -9,6 +9,8 @@
 //! - [`fake_discord`]: Discord's REST API and gateway, faked over real HTTP and WebSocket.
 //! - [`db`]: a fresh PostgreSQL database (or SQLite file) per test, and `on_both!`.
 //! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
+//! - [`pg_cluster`]: a throwaway PostgreSQL cluster of the test's own, to stop and start.
+//! - [`proxy`]: a TCP proxy that can cut every connection through it (network faults).
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
 
 pub mod bridge;
@@ -16,6 +18,8 @@ pub mod capture;
 pub mod db;
 pub mod fake_discord;
 pub mod fake_slack;
+pub mod pg_cluster;
+pub mod proxy;
 pub mod qwen;
 pub mod raw;
 pub mod recorder;

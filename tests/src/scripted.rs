@@ -66,6 +66,27 @@ impl Peer {
         let _ = self.ws.send(Message::text(text.to_owned())).await;
     }
 
+    /// Sends a binary frame (for bytes that are not UTF-8).
+    pub async fn send_binary(&mut self, bytes: Vec<u8>) {
+        let _ = self.ws.send(Message::binary(bytes)).await;
+    }
+
+    /// Receives messages until one is a request or notification for `method` (others are skipped).
+    ///
+    /// # Panics
+    /// When the connection closes first or nothing comes within 30 s.
+    pub async fn expect_skipping(&mut self, method: &str) -> Value {
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(30), self.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {method} from the client within 30 s"))
+                .unwrap_or_else(|| panic!("connection closed while waiting for {method}"));
+            if msg["method"] == method {
+                return msg;
+            }
+        }
+    }
+
     /// Answers request `req` with `result`.
     pub async fn reply(&mut self, req: &Value, result: Value) {
         self.send(serde_json::json!({"jsonrpc": "2.0", "id": req["id"], "result": result}))

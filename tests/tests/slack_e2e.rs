@@ -179,7 +179,7 @@ async fn slack_a_timeout_is_a_danger_attachment_and_a_socket_disconnect_mid_turn
         .expect("timeout edit");
     assert_eq!(timed_out.body["attachments"][0]["color"], "danger");
     assert!(
-        timed_out.body.to_string().contains("```partial```"),
+        timed_out.body.to_string().contains(r"```\npartial```"),
         "{}",
         timed_out.body
     );

@@ -105,20 +105,49 @@ pub(crate) async fn run(
             }
         };
         let Some(msg) = msg else { break };
+        // A step that fails because the database is unreachable is taken again once it answers, so
+        // an outage delays messages and results instead of losing them (each step commits in one
+        // transaction, and applying a result twice is refused by the store).
+        macro_rules! retrying {
+            ($step:expr) => {{
+                let mut attempt = 0u32;
+                loop {
+                    match $step.await {
+                        Err(e) if e.is_transient() && attempt < STORE_RETRIES => {
+                            attempt += 1;
+                            if attempt == 1 {
+                                tracing::warn!(conversation = %actor.conv.id, error = %e, "database unavailable; retrying this step until it answers");
+                            }
+                            tokio::time::sleep(store_retry_delay(attempt)).await;
+                        }
+                        r => break r,
+                    }
+                }
+            }};
+        }
         let result = match msg {
             ConvMsg::Inbound(m) => {
-                let r = actor.on_inbound(m).await;
+                let r = retrying!(actor.on_inbound(m.clone()));
                 actor.core.busy_add(-1);
                 r
             }
-            ConvMsg::Daemon(e) => actor.on_event(e).await,
+            ConvMsg::Daemon(e) => retrying!(actor.on_event(e.clone())),
             ConvMsg::PromptDone(seq, r) => actor.on_prompt_done(seq, r).await,
-            ConvMsg::Resume(turn) => actor.on_resume(turn).await,
+            ConvMsg::Resume(turn) => retrying!(actor.on_resume(turn.clone())),
         };
         if let Err(e) = result {
             tracing::error!(conversation = %actor.conv.id, error = %e, "conversation step failed");
         }
     }
+}
+
+/// How many times a step is retried while the database is unreachable (with [`store_retry_delay`],
+/// about ten minutes).
+const STORE_RETRIES: u32 = 130;
+
+/// 100 ms, doubling, at most 5 s.
+fn store_retry_delay(attempt: u32) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(5))
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -155,6 +184,15 @@ impl Actor {
     }
 
     // ---- writing: state change + outbox in one transaction (D1) ----
+
+    /// A tool call's id as stored and as its message key: scoped by the daemon session, because a
+    /// daemon that lost its sessions (a restart) numbers calls from the start again.
+    fn scoped(&self, call: &ToolCallId) -> String {
+        match &self.session {
+            Some(s) => format!("{s}/{call}"),
+            None => call.as_str().to_owned(),
+        }
+    }
 
     async fn begin(&self) -> Result<Tx> {
         self.core.store.begin().await
@@ -526,15 +564,18 @@ impl Actor {
                         tx.conn(),
                         &self.conv.id,
                         None,
-                        call.as_str(),
+                        &self.scoped(&call),
                         &title,
                         info.kind.as_deref(),
                         now_ms(),
                     )
                     .await?;
                     let msg = render::tool_running(&self.core.redactor, &title, None);
-                    self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
-                        .await?;
+                    self.enqueue(
+                        &mut tx,
+                        &self.edit(format!("tool:{}", self.scoped(&call)), msg, false),
+                    )
+                    .await?;
                     self.commit(tx).await?;
                 } else if !turn.tools.contains_key(&call) {
                     return self.on_tool_started(call, info).await;
@@ -573,12 +614,13 @@ impl Actor {
     }
 
     async fn on_tool_started(&mut self, call: ToolCallId, info: ToolInfo) -> Result<()> {
+        let scoped = self.scoped(&call);
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
         };
         let title = info.title.clone().unwrap_or_else(|| "tool".into());
         let mut c = self.core.store.conn().await?;
-        if let Some(known) = tool_calls::by_call_id(&mut c, &self.conv.id, call.as_str()).await? {
+        if let Some(known) = tool_calls::by_call_id(&mut c, &self.conv.id, &scoped).await? {
             if known.status == "running" {
                 // Replayed after a restart or reconnect: the thread already shows it; follow it again.
                 let now = Instant::now();
@@ -605,7 +647,7 @@ impl Actor {
             tx.conn(),
             &self.conv.id,
             Some(&turn_id),
-            call.as_str(),
+            &self.scoped(&call),
             &title,
             info.kind.as_deref(),
             now_ms(),
@@ -622,8 +664,11 @@ impl Actor {
         )
         .await?;
         let msg = render::tool_running(&self.core.redactor, &title, None);
-        self.enqueue(&mut tx, &self.post(format!("tool:{call}"), msg))
-            .await?;
+        self.enqueue(
+            &mut tx,
+            &self.post(format!("tool:{}", self.scoped(&call)), msg),
+        )
+        .await?;
         self.commit(tx).await?;
         let now = Instant::now();
         if let Some(turn) = self.turn.as_mut() {
@@ -661,7 +706,7 @@ impl Actor {
                 tx.conn(),
                 &self.conv.id,
                 Some(&turn_id),
-                call.as_str(),
+                &self.scoped(&call),
                 "",
                 None,
                 now_ms(),
@@ -675,8 +720,14 @@ impl Actor {
             exit_code: result.exit_code,
             signal: result.signal,
         };
-        let Some(db_id) =
-            tool_calls::finish(tx.conn(), &self.conv.id, call.as_str(), &finish, now_ms()).await?
+        let Some(db_id) = tool_calls::finish(
+            tx.conn(),
+            &self.conv.id,
+            &self.scoped(&call),
+            &finish,
+            now_ms(),
+        )
+        .await?
         else {
             // Already recorded (a replay): the thread already shows it.
             return Ok(());
@@ -708,8 +759,11 @@ impl Actor {
             &db_id,
             self.core.cfg.output_cap,
         );
-        self.enqueue(&mut tx, &self.edit(format!("tool:{call}"), msg, false))
-            .await?;
+        self.enqueue(
+            &mut tx,
+            &self.edit(format!("tool:{}", self.scoped(&call)), msg, false),
+        )
+        .await?;
         self.commit(tx).await?;
         metrics::counter!("chatbridge_tool_results_total", "outcome" => result.outcome.as_str())
             .increment(1);
@@ -746,7 +800,7 @@ impl Actor {
             tool_calls::progress(
                 &mut c,
                 &self.conv.id,
-                call.as_str(),
+                &self.scoped(&call),
                 n,
                 progress.as_deref(),
                 now_ms(),
@@ -781,7 +835,7 @@ impl Actor {
             .and_then(|p| p.last_output_age_ms.map(Duration::from_millis))
             .or_else(|| tool.last_output.map(|o| now.duration_since(o)));
         let msg = render::tool_running(&self.core.redactor, &tool.title, Some((elapsed, age)));
-        let key = format!("tool:{call}");
+        let key = format!("tool:{}", self.scoped(call));
         let mut tx = self.begin().await?;
         self.enqueue(&mut tx, &self.edit(key, msg, true)).await?;
         self.commit(tx).await
@@ -808,12 +862,13 @@ impl Actor {
         let request_json = serde_json::to_string(&req.request_id)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let timeout = self.core.cfg.permission_timeout;
+        let scoped_call = req.call.as_ref().map(|c| self.scoped(c));
         let mut tx = self.begin().await?;
         let new = permissions::NewRequest {
             conversation_id: &self.conv.id,
             turn_id: self.turn.as_ref().map(|t| t.row.id.as_str()),
             request_id: &request_json,
-            call_id: req.call.as_ref().map(ToolCallId::as_str),
+            call_id: scoped_call.as_deref(),
             title: &title,
             options: &options_json,
             requester: &requester,
@@ -984,6 +1039,38 @@ impl Actor {
         Ok(())
     }
 
+    /// Closes the tool calls of the current turn that will never finish (the daemon lost their
+    /// session): stored as `interrupted`, their messages say so.
+    async fn interrupt_running_tools(&mut self) -> Result<()> {
+        let Some(turn) = self.turn.as_mut() else {
+            return Ok(());
+        };
+        let running: Vec<(ToolCallId, String)> = turn
+            .tools
+            .drain()
+            .map(|(call, tool)| (call, tool.title))
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        for (call, title) in running {
+            let scoped = self.scoped(&call);
+            let finish = tool_calls::Finish {
+                outcome: "interrupted",
+                summary: Some("the agent lost the session"),
+                output: "",
+                exit_code: None,
+                signal: None,
+            };
+            tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?;
+            let msg = render::tool_interrupted(&self.core.redactor, &title);
+            self.enqueue(&mut tx, &self.edit(format!("tool:{scoped}"), msg, false))
+                .await?;
+        }
+        self.commit(tx).await
+    }
+
     async fn on_prompt_done(
         &mut self,
         seq: u64,
@@ -999,6 +1086,7 @@ impl Actor {
             // TurnEnded on the event stream ends the turn, after all its events.
             Ok(_) => Ok(()),
             Err(daemon_client::Error::SessionLost { message, .. }) => {
+                self.interrupt_running_tools().await?;
                 self.session = None;
                 self.session_ready = false;
                 self.notice(Tone::Error, &format!("The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over.")).await?;

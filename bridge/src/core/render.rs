@@ -121,6 +121,18 @@ pub fn tool_finished(
     }
 }
 
+/// A tool whose result will never come: the daemon lost the session it ran in.
+#[must_use]
+pub fn tool_interrupted(r: &Redactor, title: &str) -> Message {
+    let mut m = Message::text(
+        Tone::Neutral,
+        format!("⏹ {} — interrupted", r.redact(title)),
+    );
+    m.body =
+        Some("The agent lost the session this command ran in; its result will not come.".into());
+    m
+}
+
 /// The turn's answer (R5).
 #[must_use]
 pub fn answer(r: &Redactor, text: &str) -> Message {

@@ -87,6 +87,35 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// Whether retrying later can succeed: the database is unreachable, restarting, or busy.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unreachable { .. } => true,
+            Self::Query(e) => match e {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::Tls(_) => true,
+                sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+                    // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
+                    // too many connections; SQLite: busy (5) or locked (6).
+                    c.starts_with("08")
+                        || matches!(
+                            c.as_ref(),
+                            "57P01" | "57P02" | "57P03" | "53300" | "5" | "6"
+                        )
+                }),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 /// Shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

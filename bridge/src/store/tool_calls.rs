@@ -108,7 +108,7 @@ pub async fn progress(
 /// A call's terminal state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
-    /// `completed`, `failed`, `timed_out`, `cancelled`.
+    /// `completed`, `failed`, `timed_out`, `cancelled`, or `interrupted` (the daemon lost the session).
     pub outcome: &'a str,
     /// Short summary.
     pub summary: Option<&'a str>,
