@@ -175,28 +175,54 @@ pub async fn deliver_once_budgeted(
         let mut c = store.conn().await?;
         message_map::get(&mut c, &a.conversation_id, &key).await?
     };
+    let (ChatAction::Post {
+        target, message, ..
+    }
+    | ChatAction::Edit {
+        target, message, ..
+    }) = &action
+    else {
+        return Ok(Step::Idle);
+    };
+    let idempotency = idempotency_key(&a.conversation_id, &key);
+    let known = match known {
+        // An earlier attempt to create it may have reached the platform before a crash: ask.
+        Some(id) if id.is_empty() => match channel.find_posted(target, &idempotency).await {
+            Ok(found) => {
+                if found.is_some() {
+                    tracing::info!(
+                        action = a.id,
+                        "found the message an interrupted attempt posted; not posting it again"
+                    );
+                }
+                found
+            }
+            Err(e) => {
+                return finish(
+                    store,
+                    worker,
+                    policy,
+                    a.id,
+                    &a.conversation_id,
+                    Some(&key),
+                    Err(e),
+                )
+                .await;
+            }
+        },
+        Some(id) => Some(id),
+        None => {
+            // The intent, committed before the platform sees anything (D1/Q1).
+            let mut c = store.conn().await?;
+            message_map::put(&mut c, &a.conversation_id, &key, "", now_ms()).await?;
+            None
+        }
+    };
     let started = std::time::Instant::now();
     let method = if known.is_some() { "edit" } else { "post" };
-    let result = match (&action, known) {
-        (
-            ChatAction::Post {
-                target, message, ..
-            }
-            | ChatAction::Edit {
-                target, message, ..
-            },
-            Some(id),
-        ) => channel.edit(target, &id, message).await.map(|()| id),
-        (
-            ChatAction::Post {
-                target, message, ..
-            }
-            | ChatAction::Edit {
-                target, message, ..
-            },
-            None,
-        ) => channel.post(target, message).await,
-        (ChatAction::Ephemeral { .. } | ChatAction::React { .. }, _) => return Ok(Step::Idle),
+    let result = match known {
+        Some(id) => channel.edit(target, &id, message).await.map(|()| id),
+        None => channel.post_keyed(target, message, &idempotency).await,
     };
     metrics::histogram!("chatbridge_chat_api_seconds", "platform" => channel.platform(), "method" => method)
         .record(started.elapsed().as_secs_f64());
@@ -218,6 +244,15 @@ pub async fn deliver_once_budgeted(
         result,
     )
     .await
+}
+
+/// The idempotency key of a logical message: stable across attempts and restarts, short enough for
+/// every platform (Discord's nonce takes 25 characters).
+#[must_use]
+pub fn idempotency_key(conversation: &str, key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{conversation}\0{key}").as_bytes());
+    format!("cb{}", hex::encode(&digest[..11]))
 }
 
 /// How often recording a delivery is retried while the database is unreachable (about ten minutes).

@@ -229,10 +229,23 @@ async fn rest(
             axum::Json(thread_json(mid, ch, name)).into_response()
         }
         ("POST", ["channels", ch, "messages"]) => {
+            if body["enforce_nonce"] == true
+                && let Some(nonce) = body["nonce"].as_str()
+                && let Some((_, m)) = inner
+                    .messages
+                    .lock()
+                    .expect("lock")
+                    .values()
+                    .find(|(c, m)| c == ch && m["nonce"] == nonce)
+            {
+                // Discord answers a repeated nonce with the message it already created.
+                return axum::Json(m.clone()).into_response();
+            }
             let id = (inner.next_id.fetch_add(1, Ordering::SeqCst) + 5000).to_string();
             let mut m = message(&id, ch, &bot, body["content"].as_str().unwrap_or(""));
             m["embeds"] = body["embeds"].clone();
             m["components"] = body["components"].clone();
+            m["nonce"] = body["nonce"].clone();
             inner
                 .messages
                 .lock()

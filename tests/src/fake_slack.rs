@@ -38,6 +38,8 @@ pub enum Reply {
 #[derive(Debug, Default)]
 struct Inner {
     calls: Mutex<Vec<ApiCall>>,
+    /// Every message posted (its JSON body and `ts`), for `conversations.replies`.
+    posted: Mutex<Vec<Value>>,
     script: Mutex<HashMap<String, VecDeque<Reply>>>,
     next_ts: AtomicU64,
     socket_url: Mutex<String>,
@@ -67,7 +69,24 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let form = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+    let body: Value = if form {
+        serde_urlencoded::from_str::<Vec<(String, String)>>(&body)
+            .map(|pairs| {
+                Value::Object(
+                    pairs
+                        .into_iter()
+                        .map(|(k, v)| (k, Value::String(v)))
+                        .collect(),
+                )
+            })
+            .unwrap_or(Value::Null)
+    } else {
+        serde_json::from_str(&body).unwrap_or(Value::Null)
+    };
     inner.calls.lock().expect("lock").push(ApiCall {
         method: method.clone(),
         auth: auth.clone(),
@@ -101,7 +120,29 @@ async fn handle(
                 "chat.postMessage" => {
                     let n = inner.next_ts.fetch_add(1, Ordering::SeqCst) + 1;
                     let ts = format!("1700000000.{n:06}");
+                    let mut message = body.clone();
+                    message["ts"] = json!(ts);
+                    inner.posted.lock().expect("lock").push(message);
                     json!({"ok": true, "channel": body["channel"], "ts": ts, "message": {"ts": ts}})
+                }
+                "conversations.replies" => {
+                    // The thread's replies as Slack returns them; metadata only when asked for.
+                    let with_metadata = body["include_all_metadata"] == "true";
+                    let messages: Vec<Value> = inner
+                        .posted
+                        .lock()
+                        .expect("lock")
+                        .iter()
+                        .filter(|m| m["channel"] == body["channel"] && m["thread_ts"] == body["ts"])
+                        .map(|m| {
+                            let mut reply = json!({"type": "message", "ts": m["ts"], "thread_ts": m["thread_ts"], "text": m["text"], "bot_id": "BBOT"});
+                            if with_metadata && !m["metadata"].is_null() {
+                                reply["metadata"] = m["metadata"].clone();
+                            }
+                            reply
+                        })
+                        .collect();
+                    json!({"ok": true, "messages": messages, "has_more": false})
                 }
                 "chat.update" => json!({"ok": true, "channel": body["channel"], "ts": body["ts"]}),
                 _ => json!({"ok": true}),
@@ -220,6 +261,15 @@ impl FakeSlack {
             .expect("lock")
             .push_back(envelope);
         self.inner.pushed.notify_one();
+    }
+
+    /// Every message posted (the `chat.postMessage` body with its `ts`), in order.
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    #[must_use]
+    pub fn posted(&self) -> Vec<Value> {
+        self.inner.posted.lock().expect("lock").clone()
     }
 
     /// Envelope ids the bridge acknowledged.

@@ -160,7 +160,16 @@ async fn discord_mention_creates_a_thread_and_the_tool_message_becomes_a_green_r
         !edits.is_empty(),
         "the tool message was edited into the result"
     );
-    assert!(fake.requests_to("POST /channels/1001/messages").len() == 1);
+    let posts = fake.requests_to("POST /channels/1001/messages");
+    assert_eq!(posts.len(), 1);
+    assert!(
+        posts[0].body["nonce"]
+            .as_str()
+            .is_some_and(|n| n.len() <= 25)
+            && posts[0].body["enforce_nonce"] == true,
+        "a post carries its idempotency key as a nonce Discord enforces: {}",
+        posts[0].body
+    );
     // The mention (in the parent channel) gets 👀 then ✅.
     fake.wait_for("the outcome reaction", |f| {
         !f.requests_to(&format!(

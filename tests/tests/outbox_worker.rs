@@ -187,3 +187,46 @@ on_both! {
         assert!(chat_bridge::outbox_worker::drained(&db.store).await.expect("drained"));
     }
 }
+
+on_both! {
+    async fn q1_a_post_whose_outcome_a_crash_hid_is_found_on_slack_not_sent_twice(db) {
+        use chat_bridge::channel::slack::Slack;
+        use chat_bridge::channel::slack::api::{SlackToken, WebApi};
+        use chat_bridge::store::message_map;
+        daemon_client::install_crypto_provider();
+        let fake = chat_bridge_tests::fake_slack::FakeSlack::start().await;
+        let slack = Slack::new(WebApi::new(&fake.base_url, SlackToken::new("xoxb-test")).expect("api"));
+        let conv = conversation(&db.store).await;
+        let target = Target { workspace: "T1".into(), channel: "C1".into(), thread: "1700.000100".into() };
+        let message = Message::text(Tone::Running, "⏳ make test");
+        let action = ChatAction::Post { target: target.clone(), key: "tool:c1".into(), message: message.clone() };
+        queue(&db.store, &conv, &action, Kind::Post).await;
+        // The attempt a SIGKILL interrupted: its intent was recorded and Slack took the post, but the
+        // process died before recording the delivery.
+        let mut c = db.store.conn().await.expect("conn");
+        message_map::put(&mut c, &conv, "tool:c1", "", now_ms()).await.expect("intent");
+        drop(c);
+        let key = chat_bridge::outbox_worker::idempotency_key(&conv, "tool:c1");
+        let ts = slack.post_keyed(&target, &message, &key).await.expect("the interrupted post");
+        assert_eq!(fake.posted().len(), 1);
+        assert_eq!(fake.posted()[0]["metadata"]["event_payload"]["key"], key.as_str());
+
+        // The restarted worker finds it and does not post again.
+        let step = deliver_once(&db.store, &slack, "after-restart", &RetryPolicy::default()).await.expect("step");
+        assert_eq!(step, Step::Delivered);
+        assert_eq!(fake.posted().len(), 1, "not sent twice");
+        assert_eq!(fake.calls_of("conversations.replies").len(), 1, "looked it up once");
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(message_map::get(&mut c, &conv, "tool:c1").await.expect("get").as_deref(), Some(ts.as_str()));
+        drop(c);
+
+        // Without a trace on Slack (the post never left), the next attempt posts it.
+        let other = ChatAction::Post { target: target.clone(), key: "tool:c2".into(), message: message.clone() };
+        queue(&db.store, &conv, &other, Kind::Post).await;
+        let mut c = db.store.conn().await.expect("conn");
+        message_map::put(&mut c, &conv, "tool:c2", "", now_ms()).await.expect("intent");
+        drop(c);
+        assert_eq!(deliver_once(&db.store, &slack, "after-restart", &RetryPolicy::default()).await.expect("step"), Step::Delivered);
+        assert_eq!(fake.posted().len(), 2, "posted once, after looking");
+    }
+}

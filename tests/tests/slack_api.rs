@@ -20,7 +20,7 @@ async fn slack_posts_thread_replies_and_edits_them_with_the_bot_token() {
     assert_eq!(me.user_id, "UBOT");
     let msg = Message::text(Tone::Running, "⏳ make deploy");
     let ts = api
-        .post_message("C1", "1700000000.000001", &render(&msg))
+        .post_message("C1", "1700000000.000001", &render(&msg), None)
         .await
         .expect("post");
     let done = Message::text(Tone::Success, "✅ make deploy — 2s");
@@ -51,7 +51,12 @@ async fn slack_429_is_rate_limited_with_its_retry_after() {
     let fake = FakeSlack::start().await;
     fake.script("chat.postMessage", Reply::RateLimited(7));
     let err = api(&fake)
-        .post_message("C1", "1.1", &render(&Message::text(Tone::Neutral, "hi")))
+        .post_message(
+            "C1",
+            "1.1",
+            &render(&Message::text(Tone::Neutral, "hi")),
+            None,
+        )
         .await
         .expect_err("429");
     assert!(
@@ -71,14 +76,14 @@ async fn slack_ok_false_errors_are_permanent_or_temporary_by_code() {
     fake.script("chat.postMessage", Reply::Error("channel_not_found"));
     fake.script("chat.postMessage", Reply::Error("internal_error"));
     let gone = api
-        .post_message("C404", "1.1", &msg)
+        .post_message("C404", "1.1", &msg, None)
         .await
         .expect_err("gone");
     assert!(
         matches!(gone.into_delivery(), DeliveryError::Permanent(m) if m.contains("channel_not_found"))
     );
     let flaky = api
-        .post_message("C1", "1.1", &msg)
+        .post_message("C1", "1.1", &msg, None)
         .await
         .expect_err("flaky");
     assert!(matches!(flaky.into_delivery(), DeliveryError::Temporary(_)));

@@ -194,6 +194,28 @@ pub trait Channel: Send + Sync {
         target: &'a Target,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<String, DeliveryError>>;
+    /// Creates a message carrying `key`, an idempotency key unique to this logical message, so an
+    /// attempt whose outcome a crash hid can be recognised ([`Channel::find_posted`]); platforms
+    /// without such a key just post.
+    fn post_keyed<'a>(
+        &'a self,
+        target: &'a Target,
+        message: &'a Message,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        let _ = key;
+        self.post(target, message)
+    }
+    /// The message an earlier attempt posted with `key`, if the platform can tell. `Ok(None)`: it
+    /// was not posted — or the platform cannot tell, and posting again may show it twice.
+    fn find_posted<'a>(
+        &'a self,
+        target: &'a Target,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, DeliveryError>> {
+        let _ = (target, key);
+        Box::pin(async { Ok(None) })
+    }
     /// Edits a message in place.
     fn edit<'a>(
         &'a self,

@@ -251,6 +251,29 @@ impl Channel for Discord {
         })
     }
 
+    fn post_keyed<'a>(
+        &'a self,
+        target: &'a Target,
+        message: &'a Message,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        Box::pin(async move {
+            let channel: ChannelId = id(&target.channel, "channel")?;
+            // Discord returns the message already created with this nonce instead of a second one,
+            // so an attempt repeated after a crash cannot show it twice.
+            let mut body = render::render(message).to_json();
+            body["nonce"] = json!(key);
+            body["enforce_nonce"] = json!(true);
+            let posted = self
+                .http
+                .send_message(channel, Vec::new(), &body)
+                .await
+                .map_err(delivery_error)?;
+            self.typing(&target.channel, false);
+            Ok(posted.id.to_string())
+        })
+    }
+
     fn edit<'a>(
         &'a self,
         target: &'a Target,

@@ -1,5 +1,5 @@
-//! The Slack Web API over HTTPS: every call is a JSON POST with the bot token; the answer's `ok:false`
-//! becomes [`SlackError::Api`] with Slack's error code, a 429 becomes [`SlackError::RateLimited`] with
+//! The Slack Web API over HTTPS: every call is a POST with the bot token (JSON; form-encoded for
+//! reading methods); the answer's `ok:false` becomes [`SlackError::Api`] with Slack's error code, a 429 becomes [`SlackError::RateLimited`] with
 //! the `Retry-After` it asked for, and network or 5xx failures [`SlackError::Transport`]. The outbox
 //! turns these into retry decisions via [`SlackError::into_delivery`].
 
@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 
 use super::blocks::Payload;
 use crate::channel::DeliveryError;
+
+/// The metadata event type of the bridge's messages (their idempotency key is its payload).
+pub const METADATA_EVENT: &str = "chat_bridge_message";
 
 /// Slack's default API base.
 pub const DEFAULT_BASE_URL: &str = "https://slack.com/api";
@@ -143,12 +146,42 @@ impl WebApi {
         token: &SlackToken,
         body: &Value,
     ) -> Result<Value, SlackError> {
-        let transport = |reason: String| SlackError::Transport { method, reason };
-        let resp = self
+        let request = self
             .http
             .post(format!("{}/{method}", self.base))
             .bearer_auth(&token.0)
-            .json(body)
+            .json(body);
+        Self::answer(method, request).await
+    }
+
+    /// Reading methods (`conversations.replies`) take form-encoded arguments, not JSON.
+    async fn call_form(
+        &self,
+        method: &'static str,
+        form: &[(&str, &str)],
+    ) -> Result<Value, SlackError> {
+        let body = serde_urlencoded::to_string(form).map_err(|e| SlackError::Transport {
+            method,
+            reason: e.to_string(),
+        })?;
+        let request = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .bearer_auth(&self.token.0)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body);
+        Self::answer(method, request).await
+    }
+
+    async fn answer(
+        method: &'static str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Value, SlackError> {
+        let transport = |reason: String| SlackError::Transport { method, reason };
+        let resp = request
             .send()
             .await
             .map_err(|e| transport(e.without_url().to_string()))?;
@@ -211,11 +244,16 @@ impl WebApi {
         channel: &str,
         thread_ts: &str,
         payload: &Payload,
+        key: Option<&str>,
     ) -> Result<String, SlackError> {
         let mut body = payload.to_json();
         body["channel"] = json!(channel);
         body["thread_ts"] = json!(thread_ts);
         body["unfurl_links"] = json!(false);
+        if let Some(key) = key {
+            // Message metadata: how a repeated attempt finds this message again.
+            body["metadata"] = json!({"event_type": METADATA_EVENT, "event_payload": {"key": key}});
+        }
         let v = self.call("chat.postMessage", &body).await?;
         v.get("ts")
             .and_then(Value::as_str)
@@ -224,6 +262,39 @@ impl WebApi {
                 method: "chat.postMessage",
                 reason: "no ts in the answer".into(),
             })
+    }
+
+    /// The `ts` of the reply in thread `thread_ts` that was posted with idempotency `key`
+    /// (`conversations.replies` with its metadata; the newest 200 replies are searched).
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn find_reply(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        key: &str,
+    ) -> Result<Option<String>, SlackError> {
+        let v = self
+            .call_form(
+                "conversations.replies",
+                &[
+                    ("channel", channel),
+                    ("ts", thread_ts),
+                    ("include_all_metadata", "true"),
+                    ("limit", "200"),
+                ],
+            )
+            .await?;
+        Ok(v["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| {
+                m["metadata"]["event_type"] == METADATA_EVENT
+                    && m["metadata"]["event_payload"]["key"] == key
+            })
+            .and_then(|m| m["ts"].as_str().map(str::to_owned)))
     }
 
     /// `chat.update` of message `ts`.

@@ -72,7 +72,44 @@ impl Channel for Slack {
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
         Box::pin(async move {
             self.api
-                .post_message(&target.channel, &target.thread, &blocks::render(message))
+                .post_message(
+                    &target.channel,
+                    &target.thread,
+                    &blocks::render(message),
+                    None,
+                )
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
+
+    fn post_keyed<'a>(
+        &'a self,
+        target: &'a Target,
+        message: &'a Message,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .post_message(
+                    &target.channel,
+                    &target.thread,
+                    &blocks::render(message),
+                    Some(key),
+                )
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
+
+    fn find_posted<'a>(
+        &'a self,
+        target: &'a Target,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .find_reply(&target.channel, &target.thread, key)
                 .await
                 .map_err(api::SlackError::into_delivery)
         })

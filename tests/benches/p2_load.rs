@@ -1,0 +1,407 @@
+//! P2: the bridge under many concurrent sessions, each running a silent command whose daemon sends a
+//! heartbeat every second (qwen's real heartbeat frame), on a loopback daemon, with a chat that
+//! records when each message arrives.
+//!
+//! Measured: latency from the daemon sending a tool's result frame to that result reaching the chat
+//! (frame → outbox → chat; the outbox step is inside it), CPU and peak RSS of the process (the load
+//! daemon runs in it too, so both are upper bounds for the bridge), and that heartbeats never become
+//! chat messages (exactly one post and one edit per tool).
+//!
+//! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions; `cargo test` (CI) runs
+//! N = 100. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10) override. Soak: `P2_SOAK_MINUTES=30
+//! P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps the load up for that long
+//! (each session starts a new tool when one ends), samples RSS every minute and checks it stays flat
+//! within 10% after the first minute. Uses `DATABASE_URL` (a fresh database on it) when set, else
+//! SQLite.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{
+    BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
+};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as Ws;
+use tokio_util::sync::CancellationToken;
+
+/// When each session's result frame was sent (monotonic, and unix ms for the store's clock).
+type Sent = Arc<Mutex<HashMap<String, (Instant, f64)>>>;
+
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// The chat: records posts and edits; a ✅ edit closes a sample.
+#[derive(Default)]
+struct Chat {
+    posts: AtomicU64,
+    edits: AtomicU64,
+    progress: AtomicU64,
+    /// thread → when its current result was delivered.
+    results: Mutex<Vec<(String, Instant)>>,
+}
+
+impl Channel for Chat {
+    fn platform(&self) -> &'static str {
+        "console"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_message_len: 40_000,
+            output_cap: 3_000,
+            can_edit: true,
+            has_buttons: true,
+            has_threads: true,
+            has_reactions: false,
+        }
+    }
+    fn post<'a>(
+        &'a self,
+        _t: &'a Target,
+        _m: &'a Message,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        let n = self.posts.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok(format!("m{n}")) })
+    }
+    fn edit<'a>(
+        &'a self,
+        t: &'a Target,
+        _id: &'a str,
+        m: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        self.edits.fetch_add(1, Ordering::SeqCst);
+        if m.tone == Tone::Success {
+            self.results
+                .lock()
+                .expect("lock")
+                .push((t.thread.clone(), Instant::now()));
+        } else if m.tone == Tone::Running {
+            self.progress.fetch_add(1, Ordering::SeqCst);
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn heartbeat(session: &str, call: &str, elapsed_ms: u64) -> String {
+    json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":{
+        "_meta":{"toolName":"run_shell_command","shellProgress":{"type":"shell_progress","elapsedMs":elapsed_ms,"timeoutMs":600_000}},
+        "status":"in_progress","toolCallId":call,"sessionUpdate":"tool_call_update"}}}).to_string()
+}
+
+/// The loopback daemon: one connection, many sessions; each prompt runs a silent "command" that
+/// heartbeats every second `beats` times and then completes.
+async fn load_daemon(listener: TcpListener, beats: u64, sent: Sent, heartbeats: Arc<AtomicU64>) {
+    let Ok((tcp, _)) = listener.accept().await else {
+        return;
+    };
+    let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
+        return;
+    };
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Some(text) = rx.recv().await {
+            if sink.send(Ws::text(text)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let next = AtomicU64::new(0);
+    while let Some(Ok(frame)) = stream.next().await {
+        let Ws::Text(text) = frame else { continue };
+        let Ok(msg) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let reply =
+            |result: Value| json!({"jsonrpc":"2.0","id":msg["id"],"result":result}).to_string();
+        match msg["method"].as_str() {
+            Some("initialize") => {
+                let _ = tx.send(reply(
+                    json!({"protocolVersion":1,"agentCapabilities":{"loadSession":true}}),
+                ));
+            }
+            Some("session/new") => {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                let _ = tx.send(reply(json!({"sessionId": format!("s{n}")})));
+            }
+            Some("session/prompt") => {
+                let session = msg["params"]["sessionId"].as_str().unwrap_or("").to_owned();
+                let id = msg["id"].clone();
+                let (tx, sent, heartbeats) = (tx.clone(), sent.clone(), heartbeats.clone());
+                tokio::spawn(async move {
+                    let call = format!("call-{}", uuid::Uuid::new_v4().simple());
+                    let update = |u: Value| {
+                        json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":u}}).to_string()
+                    };
+                    let _ = tx.send(update(json!({"sessionUpdate":"tool_call","toolCallId":call,"title":"make test","kind":"execute","status":"in_progress"})));
+                    // Start at a random point of the second, as real sessions do.
+                    tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
+                    for i in 1..=beats {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let _ = tx.send(heartbeat(&session, &call, i * 1000));
+                        heartbeats.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let done = update(
+                        json!({"sessionUpdate":"tool_call_update","toolCallId":call,"status":"completed","rawOutput":{"output":"ok","exitCode":0}}),
+                    );
+                    sent.lock()
+                        .expect("lock")
+                        .insert(session.clone(), (Instant::now(), unix_ms()));
+                    let _ = tx.send(done);
+                    let _ = tx.send(
+                        json!({"jsonrpc":"2.0","id":id,"result":{"stopReason":"end_turn"}})
+                            .to_string(),
+                    );
+                });
+            }
+            _ => {
+                if msg.get("id").is_some() && msg.get("method").is_some() {
+                    let _ = tx.send(reply(json!({})));
+                }
+            }
+        }
+    }
+}
+
+fn proc_status(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// CPU seconds used by this process so far.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // After the comm field: state is not numeric, so utime/stime are the 12th/13th numbers.
+    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn inbound(i: usize, text: &str) -> Inbound {
+    Inbound {
+        event_id: uuid::Uuid::new_v4().to_string(),
+        platform: "console".into(),
+        target: Target {
+            workspace: "local".into(),
+            channel: "load".into(),
+            thread: format!("t{i}"),
+        },
+        user: "load".into(),
+        message_id: None,
+        opens: true,
+        kind: InboundKind::Message(text.into()),
+    }
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("P2_SESSIONS", if bench { 1000 } else { 100 }) as usize;
+    let beats = env("P2_HEARTBEATS", 10);
+    let soak = Duration::from_secs(env("P2_SOAK_MINUTES", 0) * 60);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(n, beats, soak));
+}
+
+async fn run(n: usize, beats: u64, soak: Duration) {
+    let db = match std::env::var("DATABASE_URL") {
+        Ok(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await,
+        Err(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await,
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let sent: Sent = Arc::default();
+    let heartbeats = Arc::new(AtomicU64::new(0));
+    tokio::spawn(load_daemon(
+        listener,
+        beats,
+        sent.clone(),
+        heartbeats.clone(),
+    ));
+    let mut cfg = chat_bridge_tests::bridge::config(&db.url, dir.path());
+    cfg.daemon.url = Some(format!("ws://{addr}/acp"));
+    cfg.daemon.token = Some("load".into());
+    cfg.liveness.idle = Duration::from_secs(5);
+    cfg.liveness.progress_after = Duration::from_secs(3600);
+    let chat = Arc::new(Chat::default());
+    let app = Application::build(&cfg, chat.clone()).await.expect("build");
+    let stop = CancellationToken::new();
+    let (cpu0, t0) = (cpu_secs(), Instant::now());
+    let mut rss_samples = Vec::new();
+    let mut rounds = 0usize;
+    loop {
+        rounds += 1;
+        for i in 0..n {
+            app.accept(inbound(i, "make test"), &stop).await;
+        }
+        tokio::time::timeout(Duration::from_secs(beats + 120), async {
+            while chat.results.lock().expect("lock").len() < n * rounds {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "not every result arrived: {} of {}",
+                chat.results.lock().expect("lock").len(),
+                n * rounds
+            )
+        });
+        chat_bridge_tests::bridge::settle(&app).await;
+        let elapsed = t0.elapsed();
+        if soak.is_zero() || elapsed >= soak {
+            break;
+        }
+        if rss_samples.len() < (elapsed.as_secs() / 60) as usize + 1 {
+            rss_samples.push((elapsed.as_secs() / 60, proc_status("VmRSS:")));
+            println!(
+                "P2 soak: minute {} RSS {} kB",
+                elapsed.as_secs() / 60,
+                proc_status("VmRSS:")
+            );
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu0;
+    let sent = sent.lock().expect("lock").clone();
+    let results = chat.results.lock().expect("lock").clone();
+    // Latency of the last result per session (earlier rounds' send times were overwritten).
+    let mut last: HashMap<String, Instant> = HashMap::new();
+    for (thread, at) in results {
+        last.insert(thread, at);
+    }
+    let mut lat: Vec<Duration> = Vec::new();
+    let mut to_outbox: Vec<Duration> = Vec::new();
+    for (thread, delivered) in &last {
+        // thread t{i} → its conversation and daemon session, from the store.
+        let mut c = app.store.conn().await.expect("conn");
+        let key = chat_bridge::store::conversations::Key {
+            platform: "console",
+            workspace: "local",
+            channel: "load",
+            thread,
+        };
+        let conv = chat_bridge::store::conversations::find(&mut c, &key)
+            .await
+            .expect("find")
+            .expect("conversation");
+        let Some((at, at_ms)) = conv
+            .daemon_session
+            .as_deref()
+            .and_then(|s| sent.get(s))
+            .copied()
+        else {
+            continue;
+        };
+        lat.push(delivered.saturating_duration_since(at));
+        // The result's outbox row: the newest edit of the conversation (unix ms, as the store keeps it).
+        let (created,): (i64,) = sqlx::query_as(
+            "SELECT MAX(created_at) FROM outbox WHERE conversation_id = $1 AND kind = 'edit'",
+        )
+        .bind(&conv.id)
+        .fetch_one(&mut *c)
+        .await
+        .expect("outbox row");
+        to_outbox.push(Duration::from_secs_f64(
+            ((created as f64 - at_ms).max(0.0)) / 1000.0,
+        ));
+    }
+    to_outbox.sort();
+    lat.sort();
+    let posts = chat.posts.load(Ordering::SeqCst);
+    let edits = chat.edits.load(Ordering::SeqCst);
+    let beats_sent = heartbeats.load(Ordering::SeqCst);
+    let tools = (n * rounds) as u64;
+    println!(
+        "P2: {n} sessions, {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core); peak RSS {} MB; chat: {posts} posts, {edits} edits for {tools} tools",
+        percentile(&to_outbox, 0.5),
+        percentile(&to_outbox, 0.99),
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or_default(),
+        lat.len(),
+        cpu,
+        100.0 * cpu / wall,
+        proc_status("VmHWM:") / 1024,
+    );
+    let p99 = percentile(&to_outbox, 0.99);
+    println!(
+        "P2 targets: frame→outbox p99 {p99:?} (≤ 5 ms: {}), peak RSS {} MB (≤ 150 MB: {}), no chat message per heartbeat: {}",
+        if p99 <= Duration::from_millis(5) {
+            "met"
+        } else {
+            "MISSED"
+        },
+        proc_status("VmHWM:") / 1024,
+        if proc_status("VmHWM:") <= 150 * 1024 {
+            "met"
+        } else {
+            "MISSED"
+        },
+        if posts == tools && edits == tools {
+            "met"
+        } else {
+            "MISSED"
+        },
+    );
+    assert_eq!(lat.len(), n, "a latency sample per session");
+    assert!(proc_status("VmHWM:") <= 150 * 1024, "peak RSS over 150 MB");
+    assert!(beats_sent >= tools * beats, "every heartbeat was sent");
+    assert_eq!(
+        posts, tools,
+        "one message per tool: no chat message per heartbeat"
+    );
+    assert_eq!(
+        edits, tools,
+        "one edit per tool (its result): heartbeats never edit"
+    );
+    if rss_samples.len() > 2 {
+        let base = rss_samples[1].1 as f64;
+        let worst = rss_samples[1..]
+            .iter()
+            .map(|(_, r)| *r as f64 / base)
+            .fold(0.0f64, f64::max);
+        println!("P2 soak: RSS samples (minute, kB) {rss_samples:?}; max / minute-1 = {worst:.3}");
+        assert!(
+            worst <= 1.10,
+            "RSS grew more than 10% over the soak: {rss_samples:?}"
+        );
+    }
+    app.shutdown().await;
+    db.cleanup().await;
+}
