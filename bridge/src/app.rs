@@ -232,6 +232,7 @@ impl Application {
             stop.clone(),
             cfg.service.drain_timeout,
             RetryPolicy::default(),
+            cfg.service.outbox_workers,
         ));
         status.attach(core.clone(), channel);
         status.set_role(Role::Active);

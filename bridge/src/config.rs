@@ -234,6 +234,8 @@ pub struct Service {
     /// How long a SIGTERM waits for the outbox to drain before closing connections.
     #[serde(deserialize_with = "duration")]
     pub drain_timeout: Duration,
+    /// Outbox workers delivering in parallel across conversations (order within one holds).
+    pub outbox_workers: usize,
 }
 
 impl Default for Service {
@@ -243,6 +245,7 @@ impl Default for Service {
             leader_retry: Duration::from_secs(2),
             leader_check: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(20),
+            outbox_workers: 4,
         }
     }
 }

@@ -356,12 +356,44 @@ pub async fn run(
     stop: CancellationToken,
     drain: Duration,
     policy: RetryPolicy,
+    workers: usize,
+) {
+    // Several workers deliver in parallel across conversations (each claim is the head of one
+    // conversation's queue, so order within a conversation holds); one delivery costs a few commits,
+    // so one worker alone is bound by the database's commit latency.
+    let budget = Arc::new(ProgressBudget::new(Duration::from_secs(3)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        tasks.spawn(worker_loop(
+            store.clone(),
+            channel.clone(),
+            wake.clone(),
+            stop.clone(),
+            drain,
+            policy,
+            budget.clone(),
+        ));
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn worker_loop(
+    store: Store,
+    channel: Arc<dyn Channel>,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+    drain: Duration,
+    policy: RetryPolicy,
+    budget: Arc<ProgressBudget>,
 ) {
     let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
-    let budget = ProgressBudget::new(Duration::from_secs(3));
     loop {
         match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
-            Ok(Step::Delivered | Step::Failed | Step::Skipped) => continue,
+            Ok(Step::Delivered | Step::Failed | Step::Skipped) => {
+                // More may be due: let a resting sibling look too.
+                wake.notify_one();
+                continue;
+            }
             Ok(Step::Idle) => {}
             Err(e) => tracing::warn!(error = %e, "outbox step failed; retrying"),
         }

@@ -238,6 +238,7 @@ fn main() {
 }
 
 async fn run(n: usize, beats: u64, soak: Duration) {
+    chat_bridge_tests::init_tracing();
     let db = match std::env::var("DATABASE_URL") {
         Ok(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await,
         Err(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await,

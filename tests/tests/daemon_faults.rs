@@ -51,6 +51,7 @@ on_both! {
         assert!(accepted.len() >= 2, "the bridge connected again");
         let reconnect = accepted[1].duration_since(cut_at);
         assert!(reconnect <= Duration::from_secs(5), "reconnected in {reconnect:?}");
+        println!("Q2: reconnected {reconnect:?} after the cut");
         assert_eq!(results(&rec, "✅ sleep 2; echo once"), 1, "delivered once: {:#?}", rec.calls());
         assert!(rec.latest().iter().any(|(_, m)| m.code.as_deref().is_some_and(|c| c.contains("once"))));
         assert!(rec.with_tone(Tone::Error).is_empty(), "no error notice: {:#?}", rec.calls());

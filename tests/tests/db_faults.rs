@@ -75,8 +75,10 @@ async fn q3_postgres_restarted_under_load_no_crash_readyz_false_then_true_nothin
         .await;
 
     // The database goes away while the commands run and finish.
+    let outage = Instant::now();
     cluster.stop();
     wait_store(&base, false).await;
+    let noticed = outage.elapsed();
     // One more message arrives during the outage; it is held, not dropped.
     let app = Arc::new(app);
     let during = tokio::spawn({
@@ -89,8 +91,14 @@ async fn q3_postgres_restarted_under_load_no_crash_readyz_false_then_true_nothin
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!during.is_finished(), "the message waits for the database");
+    let back = Instant::now();
     cluster.start_again();
     wait_store(&base, true).await;
+    println!(
+        "Q3: /readyz said the store was down {noticed:?} after the stop, up {:?} after the start; the outage lasted {:?}",
+        back.elapsed(),
+        outage.elapsed()
+    );
     during.await.expect("join");
     settle(&app).await;
     let (status, body) = readyz(&base).await;
