@@ -21,8 +21,11 @@ use crate::wire::{
     VendorData, VendorNotify,
 };
 
-/// How many settled tool calls a session remembers for F4 before forgetting the oldest.
-const SETTLED_MEMORY: usize = 4096;
+/// How many settled tool calls a session remembers for F4 before forgetting the oldest. Late frames
+/// follow their call's end closely; a replay of a whole session (`session/load`) is filtered again by
+/// the bridge's store, which applies a result once. 64 per session keeps a long-running bridge's
+/// memory flat (the P2 soak found 4,096 growing for hours: ~100 bytes per call per session).
+const SETTLED_MEMORY: usize = 64;
 
 /// The classified form of one inbound frame.
 #[derive(Debug)]

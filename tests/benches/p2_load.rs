@@ -45,8 +45,10 @@ struct Chat {
     posts: AtomicU64,
     edits: AtomicU64,
     progress: AtomicU64,
-    /// thread → when its current result was delivered.
-    results: Mutex<Vec<(String, Instant)>>,
+    /// thread → when its latest result was delivered.
+    results: Mutex<HashMap<String, Instant>>,
+    /// Results delivered so far.
+    delivered: AtomicU64,
 }
 
 impl Channel for Chat {
@@ -82,7 +84,8 @@ impl Channel for Chat {
             self.results
                 .lock()
                 .expect("lock")
-                .push((t.thread.clone(), Instant::now()));
+                .insert(t.thread.clone(), Instant::now());
+            self.delivered.fetch_add(1, Ordering::SeqCst);
         } else if m.tone == Tone::Running {
             self.progress.fetch_add(1, Ordering::SeqCst);
         }
@@ -271,7 +274,7 @@ async fn run(n: usize, beats: u64, soak: Duration) {
             app.accept(inbound(i, "make test"), &stop).await;
         }
         tokio::time::timeout(Duration::from_secs(beats + 120), async {
-            while chat.results.lock().expect("lock").len() < n * rounds {
+            while (chat.delivered.load(Ordering::SeqCst) as usize) < n * rounds {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -279,7 +282,7 @@ async fn run(n: usize, beats: u64, soak: Duration) {
         .unwrap_or_else(|_| {
             panic!(
                 "not every result arrived: {} of {}",
-                chat.results.lock().expect("lock").len(),
+                chat.delivered.load(Ordering::SeqCst),
                 n * rounds
             )
         });
@@ -300,12 +303,8 @@ async fn run(n: usize, beats: u64, soak: Duration) {
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_secs() - cpu0;
     let sent = sent.lock().expect("lock").clone();
-    let results = chat.results.lock().expect("lock").clone();
     // Latency of the last result per session (earlier rounds' send times were overwritten).
-    let mut last: HashMap<String, Instant> = HashMap::new();
-    for (thread, at) in results {
-        last.insert(thread, at);
-    }
+    let last = chat.results.lock().expect("lock").clone();
     let mut lat: Vec<Duration> = Vec::new();
     let mut to_outbox: Vec<Duration> = Vec::new();
     for (thread, delivered) in &last {

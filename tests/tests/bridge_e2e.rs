@@ -187,6 +187,40 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn r6_an_approval_asked_before_a_restart_lapses_visibly_instead_of_waiting_for_clicks(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.shell_agent.require_approval = true;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(as_user("echo before the restart", "alice")).await.expect("accept");
+        rec.wait_for("the approval message", |r| r.posts().iter().any(|(_, m)| !m.buttons.is_empty())).await;
+        let (perm_id, perm) = rec.posts().into_iter().find(|(_, m)| !m.buttons.is_empty()).expect("buttons");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !chat_bridge::outbox_worker::drained(&app.store).await.expect("store") {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("delivered");
+        app.shutdown().await;
+
+        // Restarted: the agent's question went with the old connection, so the resumed turn's
+        // approval lapses visibly instead of keeping buttons nobody can usefully press.
+        let again = Application::build(&cfg, rec.clone()).await.expect("build again");
+        rec.wait_for("the lapsed approval", |r| {
+            r.latest().iter().any(|(id, m)| *id == perm_id && m.buttons.is_empty() && m.footer.as_deref() == Some("lapsed: the bridge restarted while this waited"))
+        })
+        .await;
+        assert!(!perm.buttons.is_empty());
+        assert!(
+            !rec.posts().iter().any(|(_, m)| m.title.contains("could not run this turn")),
+            "a shutdown does not fail the running turn: {:#?}",
+            rec.posts()
+        );
+        again.shutdown().await;
+    }
+
     async fn r6_a_numbered_answer_decides_and_an_unanswered_request_expires_as_rejected(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

@@ -901,12 +901,52 @@ impl Actor {
         }
     }
 
+    /// Marks a request asked before a restart as lapsed and takes its buttons away; `false` when it
+    /// was no longer pending.
+    async fn lapse(&self, tx: &mut Tx, row: &permissions::PermissionRow) -> Result<bool> {
+        if permissions::resolve(tx.conn(), &row.id, "bridge", "lapsed", now_ms())
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let options: Vec<daemon_client::PermissionOption> =
+            serde_json::from_str(&row.options).unwrap_or_default();
+        let msg = render::permission(
+            &self.core.redactor,
+            &row.id,
+            &row.title,
+            &options,
+            Some("lapsed: the bridge restarted while this waited"),
+        );
+        self.enqueue(tx, &self.edit(format!("perm:{}", row.id), msg, false))
+            .await?;
+        Ok(true)
+    }
+
     /// R6: only the requester and configured approvers may decide; the first decision wins.
     async fn decide(&mut self, user: &str, id: &str, option: &str) -> Result<()> {
         let Some(p) = self.permissions.get(id) else {
-            return self
-                .notice(Tone::Neutral, "That approval is no longer pending.")
-                .await;
+            // Answered already, or asked before a restart: tell only the clicker.
+            let mut tx = self.begin().await?;
+            let lapsed = match permissions::get(tx.conn(), id).await? {
+                Some(row) if row.conversation_id == self.conv.id => {
+                    self.lapse(&mut tx, &row).await?
+                }
+                _ => false,
+            };
+            let text = if lapsed {
+                "That approval lapsed when the bridge restarted (the agent's question went with the old connection); send the message again if it still matters."
+            } else {
+                "That approval is no longer pending."
+            };
+            let action = ChatAction::Ephemeral {
+                target: self.target.clone(),
+                user: user.to_owned(),
+                text: text.to_owned(),
+            };
+            self.enqueue(&mut tx, &action).await?;
+            return self.commit(tx).await;
         };
         if user != p.requester && !self.core.cfg.approvers.iter().any(|a| a == user) {
             // Only the clicker hears about it (ephemeral where the platform has it).
@@ -1092,6 +1132,8 @@ impl Actor {
                 self.notice(Tone::Error, &format!("The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over.")).await?;
                 self.end_turn(None, Some("interrupted")).await
             }
+            // Our own connection closing at shutdown: the turn stays open for the next start (D3).
+            Err(_) if self.core.shutdown.is_cancelled() => Ok(()),
             Err(e) => {
                 self.notice(
                     Tone::Error,
@@ -1104,6 +1146,12 @@ impl Actor {
     }
 
     async fn on_resume(&mut self, row: Turn) -> Result<()> {
+        // Questions asked before the restart went with the old daemon connection.
+        let mut tx = self.begin().await?;
+        for pending in permissions::pending_of(tx.conn(), &self.conv.id).await? {
+            self.lapse(&mut tx, &pending).await?;
+        }
+        self.commit(tx).await?;
         self.turn = Some(TurnState::new(row, &self.core, true, 0));
         match self.ensure_session().await {
             Ok(_) if self.session_ready && self.turn.is_some() => {

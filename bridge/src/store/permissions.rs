@@ -111,6 +111,19 @@ pub async fn resolve(
     .await?)
 }
 
+/// The requests of `conversation` still pending (asked before a restart, when resumed).
+///
+/// # Errors
+/// Database errors.
+pub async fn pending_of(c: &mut AnyConnection, conversation: &str) -> Result<Vec<PermissionRow>> {
+    Ok(sqlx::query_as::<_, PermissionRow>(sql(format!(
+        "SELECT {COLUMNS} FROM permission_requests WHERE conversation_id = $1 AND status = 'pending' ORDER BY created_at"
+    )))
+    .bind(conversation)
+    .fetch_all(c)
+    .await?)
+}
+
 /// Expires every pending request whose time is up, returning them (each is answered as rejected).
 ///
 /// # Errors
