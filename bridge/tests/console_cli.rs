@@ -175,3 +175,82 @@ fn an_explicit_platform_without_its_token_is_a_clear_error_and_check_config_neve
         .expect("check-config");
     assert!(!out.status.success(), "a misspelt key is refused");
 }
+
+/// A plain HTTP/1.1 GET over a std socket: status and body.
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn the_embedded_default_with_only_http_listen_and_api_token_serves_health_readiness_metrics_and_the_api()
+ {
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut child = bridge(dir.path(), &[])
+        .env("CHAT_BRIDGE_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("CHAT_BRIDGE_HTTP__API_TOKEN", "only-these-two")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "echo served").expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ready = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && http_get(port, "/api/v1/conversations", Some("only-these-two"))
+                .1
+                .contains("echo served");
+        if ready {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never showed up in the API"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(http_get(port, "/healthz", None), (200, "ok".to_owned()));
+    let (status, body) = http_get(port, "/readyz", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"role\":\"active\"") && body.contains("\"platform\":\"console\""),
+        "{body}"
+    );
+    let (status, body) = http_get(port, "/metrics", None);
+    assert!(
+        status == 200 && body.contains("chatbridge_tool_results_total"),
+        "{body}"
+    );
+    assert_eq!(http_get(port, "/api/v1/conversations", None).0, 401);
+    let (status, body) = http_get(port, "/api/v1/openapi.json", None);
+    assert!(status == 200 && body.contains("\"openapi\""), "{status}");
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+}
