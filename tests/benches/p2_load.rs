@@ -10,8 +10,9 @@
 //! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions; `cargo test` (CI) runs
 //! N = 100. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10) override. Soak: `P2_SOAK_MINUTES=30
 //! P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps the load up for that long
-//! (each session starts a new tool when one ends), samples RSS every minute and checks it stays flat
-//! within 10% after the first minute. Uses `DATABASE_URL` (a fresh database on it) when set, else
+//! (each session starts a new tool when one ends), samples RSS every minute and checks the second half
+//! of the soak stays flat within 10% (the first half includes the warm-up of bounded caches; its growth
+//! is printed too). Uses `DATABASE_URL` (a fresh database on it) when set, else
 //! SQLite.
 
 use std::collections::HashMap;
@@ -390,16 +391,26 @@ async fn run(n: usize, beats: u64, soak: Duration) {
         edits, tools,
         "one edit per tool (its result): heartbeats never edit"
     );
-    if rss_samples.len() > 2 {
-        let base = rss_samples[1].1 as f64;
-        let worst = rss_samples[1..]
-            .iter()
-            .map(|(_, r)| *r as f64 / base)
-            .fold(0.0f64, f64::max);
-        println!("P2 soak: RSS samples (minute, kB) {rss_samples:?}; max / minute-1 = {worst:.3}");
+    if rss_samples.len() > 4 {
+        // Warm-up fills bounded memory (pool connections and their statement caches, the F4 memory of
+        // 64 settled calls per session); a leak keeps growing after it. Both are printed; the
+        // second half of the soak must stay within 10% of its first sample.
+        let ratio = |from: usize| {
+            let base = rss_samples[from].1 as f64;
+            rss_samples[from..]
+                .iter()
+                .map(|(_, r)| *r as f64 / base)
+                .fold(0.0f64, f64::max)
+        };
+        let half = rss_samples.len() / 2;
+        println!(
+            "P2 soak: RSS samples (minute, kB) {rss_samples:?}; max / minute 1 = {:.3}; second half max / its start = {:.3}",
+            ratio(1),
+            ratio(half)
+        );
         assert!(
-            worst <= 1.10,
-            "RSS grew more than 10% over the soak: {rss_samples:?}"
+            ratio(half) <= 1.10,
+            "RSS kept growing in the second half of the soak: {rss_samples:?}"
         );
     }
     app.shutdown().await;
