@@ -150,11 +150,8 @@ async fn list(
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let Query(p) =
-        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
-    if p.limit.is_some() {
-        limit(p.limit)?;
-    }
+    let Query(p) = params.map_err(bad_query)?;
+    let limit = check_limit(p.limit)?;
     let filter = Filter {
         platform: p.platform,
         channel: p.channel,
@@ -163,7 +160,7 @@ async fn list(
         until: p.until,
         status: p.status,
         cursor: p.cursor,
-        limit: p.limit,
+        limit,
     };
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     match history::list(&mut c, &filter).await {
@@ -227,8 +224,7 @@ async fn search(
     params: Result<Query<SearchParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let Query(p) =
-        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
+    let Query(p) = params.map_err(bad_query)?;
     let q = p.q.filter(|q| !q.trim().is_empty()).ok_or_else(|| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -236,7 +232,7 @@ async fn search(
             "q is required".into(),
         )
     })?;
-    let limit = limit(p.limit)?;
+    let limit = check_limit(p.limit)?.unwrap_or(50);
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     let hits = history::search(&mut c, &q, limit)
         .await
@@ -249,16 +245,21 @@ struct LimitParams {
     limit: Option<i64>,
 }
 
-fn limit(l: Option<i64>) -> Result<i64, ApiError> {
+/// A page size, if given, must be 1–500.
+fn check_limit(l: Option<i64>) -> Result<Option<i64>, ApiError> {
     match l {
-        None => Ok(50),
-        Some(l) if (1..=500).contains(&l) => Ok(l),
-        Some(_) => Err(ApiError(
+        Some(l) if !(1..=500).contains(&l) => Err(ApiError(
             StatusCode::BAD_REQUEST,
             "bad_request",
             "limit must be between 1 and 500".into(),
         )),
+        l => Ok(l),
     }
+}
+
+/// Query parameters that do not parse (a number that is not one, say).
+fn bad_query(e: axum::extract::rejection::QueryRejection) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
 }
 
 /// Chat actions the outbox gave up on (the platform refused them for good), newest first. What they
@@ -269,9 +270,8 @@ async fn dead_letters(
     params: Result<Query<LimitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let Query(p) =
-        params.map_err(|e| ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text()))?;
-    let limit = limit(p.limit)?;
+    let Query(p) = params.map_err(bad_query)?;
+    let limit = check_limit(p.limit)?.unwrap_or(50);
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     let dead = crate::store::outbox::dead_letters(&mut c, limit)
         .await

@@ -116,11 +116,10 @@ impl Status {
             .await
             .unwrap_or(false);
         let daemon = self.daemon_connected();
-        let channel = self
-            .channel
-            .get()
-            .map(|c| json!({"platform": c.platform(), "connected": c.connected()}));
-        let channel_ok = self.channel.get().is_none_or(|c| c.connected());
+        let connected = self.channel.get().map(|c| (c.platform(), c.connected()));
+        let channel_ok = connected.is_none_or(|(_, up)| up);
+        let channel =
+            connected.map(|(platform, up)| json!({"platform": platform, "connected": up}));
         let ready = match role {
             Role::Standby => store_ok,
             Role::Active => store_ok && daemon == Some(true) && channel_ok,

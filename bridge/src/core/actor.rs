@@ -118,7 +118,12 @@ pub(crate) async fn run(
                             if attempt == 1 {
                                 tracing::warn!(conversation = %actor.conv.id, error = %e, "database unavailable; retrying this step until it answers");
                             }
-                            tokio::time::sleep(store_retry_delay(attempt)).await;
+                            tokio::time::sleep(daemon_client::client::backoff_delay(
+                                Duration::from_millis(100),
+                                Duration::from_secs(5),
+                                attempt,
+                            ))
+                            .await;
                         }
                         r => break r,
                     }
@@ -141,14 +146,9 @@ pub(crate) async fn run(
     }
 }
 
-/// How many times a step is retried while the database is unreachable (with [`store_retry_delay`],
+/// How many times a step is retried while the database is unreachable (100 ms doubling to 5 s:
 /// about ten minutes).
 const STORE_RETRIES: u32 = 130;
-
-/// 100 ms, doubling, at most 5 s.
-fn store_retry_delay(attempt: u32) -> Duration {
-    Duration::from_millis(100u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(5))
-}
 
 async fn sleep_until(at: Option<Instant>) {
     match at {

@@ -176,6 +176,29 @@ impl Discord {
         Ok(parent)
     }
 
+    /// Creates a message. With a `key` it is the nonce Discord enforces: a repeated attempt (after a
+    /// crash) gets the message already created instead of a second one.
+    async fn send(
+        &self,
+        target: &Target,
+        message: &Message,
+        key: Option<&str>,
+    ) -> Result<String, DeliveryError> {
+        let channel: ChannelId = id(&target.channel, "channel")?;
+        let mut body = render::render(message).to_json();
+        if let Some(key) = key {
+            body["nonce"] = json!(key);
+            body["enforce_nonce"] = json!(true);
+        }
+        let posted = self
+            .http
+            .send_message(channel, Vec::new(), &body)
+            .await
+            .map_err(delivery_error)?;
+        self.typing(&target.channel, false);
+        Ok(posted.id.to_string())
+    }
+
     /// Keeps a typing indicator up in `channel` while a tool runs (until the next non-running
     /// message there, or [`TYPING_MAX`]).
     fn typing(&self, channel: &str, running: bool) {
@@ -239,16 +262,7 @@ impl Channel for Discord {
         target: &'a Target,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
-        Box::pin(async move {
-            let channel: ChannelId = id(&target.channel, "channel")?;
-            let posted = self
-                .http
-                .send_message(channel, Vec::new(), &render::render(message).to_json())
-                .await
-                .map_err(delivery_error)?;
-            self.typing(&target.channel, false);
-            Ok(posted.id.to_string())
-        })
+        Box::pin(self.send(target, message, None))
     }
 
     fn post_keyed<'a>(
@@ -257,21 +271,7 @@ impl Channel for Discord {
         message: &'a Message,
         key: &'a str,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
-        Box::pin(async move {
-            let channel: ChannelId = id(&target.channel, "channel")?;
-            // Discord returns the message already created with this nonce instead of a second one,
-            // so an attempt repeated after a crash cannot show it twice.
-            let mut body = render::render(message).to_json();
-            body["nonce"] = json!(key);
-            body["enforce_nonce"] = json!(true);
-            let posted = self
-                .http
-                .send_message(channel, Vec::new(), &body)
-                .await
-                .map_err(delivery_error)?;
-            self.typing(&target.channel, false);
-            Ok(posted.id.to_string())
-        })
+        Box::pin(self.send(target, message, Some(key)))
     }
 
     fn edit<'a>(

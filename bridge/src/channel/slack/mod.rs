@@ -38,6 +38,24 @@ impl Slack {
         }
     }
 
+    /// A thread reply, with its idempotency key in the message metadata when it has one.
+    async fn send(
+        &self,
+        target: &Target,
+        message: &Message,
+        key: Option<&str>,
+    ) -> Result<String, DeliveryError> {
+        self.api
+            .post_message(
+                &target.channel,
+                &target.thread,
+                &blocks::render(message),
+                key,
+            )
+            .await
+            .map_err(api::SlackError::into_delivery)
+    }
+
     /// The flag Socket Mode keeps: up between `hello` and the connection's end.
     #[must_use]
     pub fn connection_flag(&self) -> Arc<AtomicBool> {
@@ -70,17 +88,7 @@ impl Channel for Slack {
         target: &'a Target,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
-        Box::pin(async move {
-            self.api
-                .post_message(
-                    &target.channel,
-                    &target.thread,
-                    &blocks::render(message),
-                    None,
-                )
-                .await
-                .map_err(api::SlackError::into_delivery)
-        })
+        Box::pin(self.send(target, message, None))
     }
 
     fn post_keyed<'a>(
@@ -89,17 +97,7 @@ impl Channel for Slack {
         message: &'a Message,
         key: &'a str,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
-        Box::pin(async move {
-            self.api
-                .post_message(
-                    &target.channel,
-                    &target.thread,
-                    &blocks::render(message),
-                    Some(key),
-                )
-                .await
-                .map_err(api::SlackError::into_delivery)
-        })
+        Box::pin(self.send(target, message, Some(key)))
     }
 
     fn find_posted<'a>(
