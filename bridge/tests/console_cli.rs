@@ -243,11 +243,20 @@ fn the_embedded_default_with_only_http_listen_and_api_token_serves_health_readin
         body.contains("\"role\":\"active\"") && body.contains("\"platform\":\"console\""),
         "{body}"
     );
-    let (status, body) = http_get(port, "/metrics", None);
-    assert!(
-        status == 200 && body.contains("chatbridge_tool_results_total"),
-        "{body}"
-    );
+    // The conversation is listed as soon as the prompt is recorded; the tool
+    // result is counted when the command finishes, a moment later.
+    loop {
+        let (status, body) = http_get(port, "/metrics", None);
+        assert_eq!(status, 200, "{body}");
+        if body.contains("chatbridge_tool_results_total{outcome=\"completed\"} 1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool result was never counted:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(http_get(port, "/api/v1/conversations", None).0, 401);
     let (status, body) = http_get(port, "/api/v1/openapi.json", None);
     assert!(status == 200 && body.contains("\"openapi\""), "{status}");
