@@ -44,6 +44,29 @@ pub struct Application {
     pub http_addr: Option<std::net::SocketAddr>,
 }
 
+/// How long handled inbound event ids are kept for deduplication: platforms retry within minutes
+/// (Slack) or replay within a gateway session (Discord).
+const INBOX_KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// Forgets handled inbox entries older than [`INBOX_KEEP`], hourly, until `stop`.
+async fn prune_inbox(store: Store, stop: CancellationToken) {
+    loop {
+        let before = crate::store::now_ms() - INBOX_KEEP.as_millis() as i64;
+        match store.conn().await {
+            Ok(mut c) => match crate::store::inbound::prune(&mut c, before).await {
+                Ok(n) if n > 0 => tracing::debug!(n, "pruned handled inbound events"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
+            },
+            Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+        }
+    }
+}
+
 impl std::fmt::Debug for Application {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Application")
@@ -211,6 +234,7 @@ impl Application {
             cwd,
             mode: cfg.daemon.mode.clone(),
             output_cap: channel.capabilities().output_cap,
+            actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
@@ -240,6 +264,14 @@ impl Application {
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
+        let taken = core.take_unhandled_inbound().await?;
+        if taken > 0 {
+            tracing::info!(
+                taken,
+                "taking chat events the previous run recorded but did not act on"
+            );
+        }
+        tokio::spawn(prune_inbox(store.clone(), stop.clone()));
         Ok(Self {
             core,
             store,
@@ -298,17 +330,67 @@ impl Application {
         Ok(())
     }
 
-    /// Hands one inbound event to the core; while the database is unreachable it is retried (the
-    /// platform was already told we have it), until it is taken or `stop` comes.
-    pub async fn accept(&self, m: crate::channel::Inbound, stop: &CancellationToken) {
+    /// Hands one inbound event to the core: records it in the inbox (then tells the platform, when
+    /// it waits for that) and gives it to its conversation. While the database is unreachable each
+    /// step is retried until it is taken or `stop` comes; an event recorded but not handed on stays
+    /// in the inbox and is taken at the next start.
+    pub async fn accept(
+        &self,
+        arrival: impl Into<crate::channel::Arrival>,
+        stop: &CancellationToken,
+    ) {
+        let crate::channel::Arrival {
+            inbound: m,
+            recorded,
+        } = arrival.into();
+        let new = match self
+            .retry_store(stop, &m.platform, || self.core.record_inbound(&m))
+            .await
+        {
+            Some(Ok(new)) => new,
+            Some(Err(e)) => {
+                // Refused for good (not a transient fault): retrying would not help either.
+                tracing::error!(error = %e, platform = %m.platform, "could not take a chat event");
+                if let Some(r) = recorded {
+                    let _ = r.send(());
+                }
+                return;
+            }
+            None => return,
+        };
+        if let Some(r) = recorded {
+            let _ = r.send(());
+        }
+        if !new {
+            return;
+        }
+        let platform = m.platform.clone();
+        if let Some(Err(e)) = self
+            .retry_store(stop, &platform, || self.core.dispatch_inbound(m.clone()))
+            .await
+        {
+            tracing::error!(error = %e, %platform, "could not hand a chat event on; it is taken again at the next start");
+        }
+    }
+
+    /// Runs a store step, retrying while the database is unreachable; `None` when `stop` came
+    /// first.
+    async fn retry_store<T, F>(
+        &self,
+        stop: &CancellationToken,
+        platform: &str,
+        step: impl Fn() -> F,
+    ) -> Option<Result<T, crate::store::StoreError>>
+    where
+        F: std::future::Future<Output = Result<T, crate::store::StoreError>>,
+    {
         let mut attempt = 0u32;
         loop {
-            match self.core.accept(m.clone()).await {
-                Ok(()) => return,
+            match step().await {
                 Err(e) if e.is_transient() => {
                     attempt = attempt.saturating_add(1);
                     if attempt == 1 {
-                        tracing::warn!(error = %e, platform = %m.platform, "database unavailable; holding a chat event until it answers");
+                        tracing::warn!(error = %e, %platform, "database unavailable; holding a chat event until it answers");
                     }
                     let delay = daemon_client::client::backoff_delay(
                         Duration::from_millis(100),
@@ -317,16 +399,13 @@ impl Application {
                     );
                     tokio::select! {
                         () = stop.cancelled() => {
-                            tracing::error!(platform = %m.platform, "stopping while the database is down: a chat event was not taken");
-                            return;
+                            tracing::error!(%platform, "stopping while the database is down: a chat event was not taken");
+                            return None;
                         }
                         () = tokio::time::sleep(delay) => {}
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, platform = %m.platform, "could not take a chat event");
-                    return;
-                }
+                r => return Some(r),
             }
         }
     }
@@ -337,7 +416,7 @@ impl Application {
     /// Another replica took the leader lease.
     async fn pump(
         &self,
-        rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Inbound>,
+        rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Arrival>,
         stop: &CancellationToken,
     ) -> anyhow::Result<()> {
         loop {

@@ -236,6 +236,10 @@ pub struct Service {
     pub drain_timeout: Duration,
     /// Outbox workers delivering in parallel across conversations (order within one holds).
     pub outbox_workers: usize,
+    /// A conversation with nothing running, queued or awaiting approval is let go from memory after
+    /// this; its next message loads it again (so memory follows active threads, not all threads).
+    #[serde(deserialize_with = "duration")]
+    pub conversation_idle: Duration,
 }
 
 impl Default for Service {
@@ -246,6 +250,7 @@ impl Default for Service {
             leader_check: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(20),
             outbox_workers: 4,
+            conversation_idle: Duration::from_secs(600),
         }
     }
 }

@@ -104,7 +104,7 @@ pub async fn deliver_once_budgeted(
     budget: &ProgressBudget,
 ) -> Result<Step, StoreError> {
     let claimed = {
-        let mut c = store.conn().await?;
+        let mut c = store.relaxed_conn().await?;
         outbox::claim_next(&mut c, worker, now_ms(), Duration::from_secs(60)).await?
     };
     let Some(a) = claimed else {
@@ -113,7 +113,7 @@ pub async fn deliver_once_budgeted(
     let action: ChatAction = match serde_json::from_str(&a.action) {
         Ok(action) => action,
         Err(e) => {
-            let mut c = store.conn().await?;
+            let mut c = store.relaxed_conn().await?;
             let dead = RetryPolicy {
                 max_attempts: 0,
                 ..*policy
@@ -141,7 +141,7 @@ pub async fn deliver_once_budgeted(
     if let Some(ch) = &progress_channel
         && !budget.take(ch)
     {
-        let mut c = store.conn().await?;
+        let mut c = store.relaxed_conn().await?;
         outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
         metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
@@ -172,7 +172,7 @@ pub async fn deliver_once_budgeted(
         .await;
     };
     let known = {
-        let mut c = store.conn().await?;
+        let mut c = store.relaxed_conn().await?;
         message_map::get(&mut c, &a.conversation_id, &key).await?
     };
     let (ChatAction::Post {
@@ -229,7 +229,7 @@ pub async fn deliver_once_budgeted(
     if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
         // A progress edit never waits in line ahead of results: drop it and rest the channel.
         budget.back_off(ch, *d);
-        let mut c = store.conn().await?;
+        let mut c = store.relaxed_conn().await?;
         outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
         metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
@@ -266,7 +266,9 @@ async fn record_delivered(
     key: Option<&str>,
     platform_id: &str,
 ) -> Result<(), StoreError> {
-    let mut tx = store.begin().await?;
+    // Relaxed: lost only with a database crash, and then the delivery is repeated harmlessly (the
+    // post is found again by its idempotency key; edits and reactions repeat themselves).
+    let mut tx = store.relaxed_begin().await?;
     if let Some(key) = key {
         message_map::put(tx.conn(), conversation_id, key, platform_id, now_ms()).await?;
     }
@@ -324,7 +326,7 @@ async fn finish(
                 },
                 _ => *policy,
             };
-            let mut c = store.conn().await?;
+            let mut c = store.relaxed_conn().await?;
             match outbox::retry(&mut c, id, worker, &failure, &policy, now_ms()).await? {
                 Retry::DeadLettered => {
                     metrics::counter!("chatbridge_deliveries_total", "result" => "dead_lettered")

@@ -2,7 +2,8 @@
 //! token, JSON body) and answers like Slack — `{"ok":true,…}`, `{"ok":false,"error":…}`, or a 429 with
 //! `Retry-After` — as the test scripts it; and Socket Mode as a real WebSocket server that says
 //! `hello`, sends the envelopes the test pushes, records the bridge's acknowledgements, and can send
-//! `disconnect`.
+//! `disconnect`. Like Slack, an `events_api` envelope that was not acknowledged when its connection
+//! ended is delivered again on the next one, with `retry_attempt` raised (three retries at most).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +47,8 @@ struct Inner {
     envelopes: Mutex<VecDeque<Value>>,
     pushed: tokio::sync::Notify,
     acks: Mutex<Vec<String>>,
+    redelivered: AtomicU64,
+    sent: AtomicU64,
     sockets: std::sync::atomic::AtomicUsize,
 }
 
@@ -219,6 +222,8 @@ async fn socket_mode(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
         if ws.send(Message::text(hello.to_string())).await.is_err() {
             continue;
         }
+        // Events sent on this connection and not acknowledged yet.
+        let mut unacked: Vec<Value> = Vec::new();
         loop {
             let next = inner.envelopes.lock().expect("lock").pop_front();
             if let Some(envelope) = next {
@@ -226,6 +231,10 @@ async fn socket_mode(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
                 if ws.send(Message::text(envelope.to_string())).await.is_err() {
                     inner.envelopes.lock().expect("lock").push_front(envelope);
                     break;
+                }
+                inner.sent.fetch_add(1, Ordering::SeqCst);
+                if envelope["type"] == "events_api" {
+                    unacked.push(envelope);
                 }
                 if is_disconnect {
                     let _ = ws.close(None).await;
@@ -238,6 +247,7 @@ async fn socket_mode(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
                 msg = ws.next() => match msg {
                     Some(Ok(Message::Text(t))) => {
                         if let Some(id) = serde_json::from_str::<Value>(&t).ok().and_then(|v| v["envelope_id"].as_str().map(str::to_owned)) {
+                            unacked.retain(|e| e["envelope_id"] != id.as_str());
                             inner.acks.lock().expect("lock").push(id);
                         }
                     }
@@ -245,6 +255,18 @@ async fn socket_mode(listener: tokio::net::TcpListener, inner: Arc<Inner>) {
                     _ => break,
                 },
             }
+        }
+        // Slack retries what was not acknowledged.
+        let mut queue = inner.envelopes.lock().expect("lock");
+        for mut envelope in unacked.into_iter().rev() {
+            let attempt = envelope["retry_attempt"].as_u64().unwrap_or(0) + 1;
+            if attempt > 3 {
+                continue;
+            }
+            envelope["retry_attempt"] = attempt.into();
+            envelope["retry_reason"] = "timeout".into();
+            inner.redelivered.fetch_add(1, Ordering::SeqCst);
+            queue.push_front(envelope);
         }
     }
 }
@@ -279,6 +301,18 @@ impl FakeSlack {
     #[must_use]
     pub fn acks(&self) -> Vec<String> {
         self.inner.acks.lock().expect("lock").clone()
+    }
+
+    /// Envelopes sent on Socket Mode connections so far (`hello` not counted).
+    #[must_use]
+    pub fn sent(&self) -> u64 {
+        self.inner.sent.load(Ordering::SeqCst)
+    }
+
+    /// Events delivered again because their connection ended before they were acknowledged.
+    #[must_use]
+    pub fn redelivered(&self) -> u64 {
+        self.inner.redelivered.load(Ordering::SeqCst)
     }
 
     /// Socket Mode connections opened so far.

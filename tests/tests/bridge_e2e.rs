@@ -221,6 +221,43 @@ on_both! {
         again.shutdown().await;
     }
 
+    async fn an_idle_conversation_is_let_go_from_memory_and_its_next_message_continues_the_same_session(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.service.conversation_idle = Duration::from_millis(300);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("echo first")).await.expect("accept");
+        settle(&app).await;
+        assert_eq!(app.core.conversations_in_memory(), 1);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while app.core.conversations_in_memory() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the idle conversation was let go");
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let before = chat_bridge::store::conversations::get(&mut c, &conv.id).await.expect("get").expect("conv").daemon_session;
+        drop(c);
+        // The thread's next message loads it again: same conversation, same agent session.
+        app.core.accept(console::inbound("echo second")).await.expect("accept");
+        settle(&app).await;
+        let latest = rec.latest();
+        assert!(latest.iter().any(|(_, m)| m.title.starts_with("✅ echo first")), "{latest:#?}");
+        assert!(latest.iter().any(|(_, m)| m.title.starts_with("✅ echo second")), "{latest:#?}");
+        let mut c = app.store.conn().await.expect("conn");
+        let convs = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
+        assert_eq!(convs.len(), 1, "one conversation");
+        let after = chat_bridge::store::conversations::get(&mut c, &conv.id).await.expect("get").expect("conv").daemon_session;
+        assert!(before.is_some());
+        assert_eq!(before, after, "the same agent session, loaded again");
+        assert_eq!(turns::of_conversation(&mut c, &conv.id).await.expect("turns").len(), 2);
+        drop(c);
+        app.shutdown().await;
+    }
+
     async fn r6_a_numbered_answer_decides_and_an_unanswered_request_expires_as_rejected(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

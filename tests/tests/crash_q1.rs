@@ -1,15 +1,18 @@
 //! Q1: SIGKILL the real bridge binary at 20 random points of a scripted workload on the fake Slack
 //! (several conversations; silent commands, timeouts and quick ones, each behind an approval a person
-//! clicks), restarting it on the same database each time. Afterwards every expected chat message
-//! exists exactly once — one approval and one tool message per conversation, the tool message in a
-//! final state — and every tool result is stored once.
+//! clicks; a follow-up message in every thread arriving at a random moment of the kills, usually
+//! while the first command still runs), restarting it on the same database each time. Afterwards
+//! every expected chat message exists exactly once — two tool messages per conversation in a final
+//! state, an approval per command (one the process died before recording is refused by the daemon,
+//! and its tool message says so) — and every tool result is stored once.
 //!
 //! The daemon (the real shell agent) runs outside the bridge, so commands outlive the kills. Posts
 //! carry an idempotency key (Slack message metadata); a post whose outcome a kill hid is looked up
-//! with `conversations.replies` before it is sent again. The prompts are all taken before the first
-//! kill: an event acknowledged to Slack but not yet recorded when the process dies is the one window
-//! this suite does not cover (docs/reliability.md). A person clicks an approval again if its buttons
-//! are still there a few seconds later, as people do.
+//! with `conversations.replies` before it is sent again. An event is acknowledged to Slack only once
+//! it is recorded in the inbox, and the fake, like Slack, delivers unacknowledged events again after
+//! a reconnect; a follow-up recorded but waiting behind a running turn when the process dies is taken
+//! from the inbox at the next start. A person clicks an approval again if its buttons are still there
+//! a few seconds later, as people do.
 //!
 //! `Q1_SEED` replays a run; `Q1_KILLS` changes the number of kills.
 
@@ -143,7 +146,8 @@ fn clicker(fake: &FakeSlack, last: &mut HashMap<String, Instant>, envelopes: &mu
     }
 }
 
-async fn counts(store: &Store) -> (usize, usize, i64) {
+/// (conversations, turns, open turns, pending outbox rows, unhandled inbox entries).
+async fn counts(store: &Store) -> (usize, usize, usize, i64, usize) {
     let mut c = store.conn().await.expect("conn");
     let convs = history::list(
         &mut c,
@@ -159,11 +163,20 @@ async fn counts(store: &Store) -> (usize, usize, i64) {
         .fetch_one(&mut *c)
         .await
         .expect("turns");
+    let turns: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM turns")
+        .fetch_one(&mut *c)
+        .await
+        .expect("turns");
+    let unhandled = chat_bridge::store::inbound::unhandled(&mut c)
+        .await
+        .expect("inbox")
+        .len();
     let pending = chat_bridge::store::outbox::stats(&mut c, chat_bridge::store::now_ms())
         .await
         .expect("stats")
         .pending;
-    (convs.len(), usize::try_from(open.0).unwrap_or(0), pending)
+    let n = |v: i64| usize::try_from(v).unwrap_or(0);
+    (convs.len(), n(turns.0), n(open.0), pending, unhandled)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,13 +226,38 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // Each thread's follow-up arrives before one of the kills, at a random moment of its wait.
+    let follow_ups: Vec<usize> = (0..THREADS)
+        .map(|_| rng.random_range(0..kills.max(1)))
+        .collect();
     let (mut last_click, mut envelopes) = (HashMap::new(), 0usize);
-    for _ in 0..kills {
+    for k in 0..kills {
         let wait = Duration::from_millis(rng.random_range(100..900));
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
+        let start = Instant::now();
+        let mut due: Vec<(Duration, usize)> = follow_ups
+            .iter()
+            .enumerate()
+            .filter(|&(_, &at)| at == k)
+            .map(|(i, _)| (wait.mul_f64(rng.random_range(0.0..1.0)), i))
+            .collect();
+        while start.elapsed() < wait {
             clicker(&fake, &mut last_click, &mut envelopes);
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            due.retain(|&(at, i)| {
+                if start.elapsed() < at {
+                    return true;
+                }
+                let reply = json!({"type": "message", "user": "U1", "channel": "C1",
+                                   "ts": format!("1800.{:06}", 100 + i), "thread_ts": thread_ts(i),
+                                   "text": format!("echo followup-{i}")});
+                fake.push(event_envelope(
+                    &format!("env-f{i}"),
+                    &format!("EvF{i}"),
+                    0,
+                    reply,
+                ));
+                false
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         bridge.kill().expect("SIGKILL");
         let _ = bridge.wait();
@@ -232,13 +270,14 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         clicker(&fake, &mut last_click, &mut envelopes);
-        let (convs, open, pending) = counts(&store).await;
-        if convs == THREADS && open == 0 && pending == 0 {
+        let (convs, turns, open, pending, unhandled) = counts(&store).await;
+        if convs == THREADS && turns == 2 * THREADS && open == 0 && pending == 0 && unhandled == 0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the workload did not finish: {open} open turns, {pending} pending; log in {}",
+            "the workload did not finish (seed {seed}): {turns} of {} turns, {open} open, {pending} pending, {unhandled} unhandled; log in {}",
+            2 * THREADS,
             dir.path().display()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -270,9 +309,12 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
             .iter()
             .filter(|t| t.starts_with("🔐 approval needed"))
             .count();
-        assert_eq!(
-            approvals, 1,
-            "thread {i}: one approval message (seed {seed}): {titles:?}"
+        // One per command — fewer when a kill landed between the daemon asking and the bridge
+        // recording the question: the daemon then refuses the command ("nobody could approve"),
+        // which its tool message shows.
+        assert!(
+            (1..=2).contains(&approvals),
+            "thread {i}: an approval message per command at most (seed {seed}): {titles:?}"
         );
         let tools: Vec<&&(String, String, Value)> = here
             .iter()
@@ -280,13 +322,19 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
             .collect();
         assert_eq!(
             tools.len(),
-            1,
-            "thread {i}: one tool message (seed {seed}): {titles:?}"
+            2,
+            "thread {i}: one tool message per command (seed {seed}): {titles:?}"
         );
-        let last = tools[0].2["text"].as_str().unwrap_or("");
+        for tool in &tools {
+            let last = tool.2["text"].as_str().unwrap_or("");
+            assert!(
+                ["✅", "⏱", "❌", "⏹"].iter().any(|p| last.starts_with(p)),
+                "thread {i}: the tool message ends in a final state (seed {seed}): {last:?}"
+            );
+        }
         assert!(
-            ["✅", "⏱", "❌", "⏹"].iter().any(|p| last.starts_with(p)),
-            "thread {i}: the tool message ends in a final state (seed {seed}): {last:?}"
+            tools.iter().any(|t| t.1.contains(&format!("followup-{i}"))),
+            "thread {i}: the follow-up ran (seed {seed}): {titles:?}"
         );
     }
     let mut c = store.conn().await.expect("conn");
@@ -307,19 +355,25 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
             .expect("calls");
         assert_eq!(
             calls.len(),
-            1,
-            "one stored result per conversation (seed {seed})"
+            2,
+            "one stored result per command (seed {seed})"
         );
-        assert_ne!(calls[0].status, "running", "seed {seed}");
+        assert!(
+            calls.iter().all(|c| c.status != "running"),
+            "seed {seed}: {calls:?}"
+        );
     }
     drop(c);
     let log = std::fs::read_to_string(dir.path().join("bridge.log")).unwrap_or_default();
     println!(
-        "Q1: {kills} kills, {} posts, {} edits, {} clicks; posts found again instead of re-sent: {}",
+        "Q1: {kills} kills, {} posts, {} edits, {} clicks; posts found again instead of re-sent: {}; events redelivered by Slack: {}; inbox events taken again at a start: {}",
         fake.posted().len(),
         fake.calls_of("chat.update").len(),
         envelopes,
         log.matches("found the message an interrupted attempt posted")
+            .count(),
+        fake.redelivered(),
+        log.matches("taking chat events the previous run recorded")
             .count()
     );
     store.close().await;

@@ -3,6 +3,10 @@
 //! while it is down. The bridge does not crash, `/readyz` says the store is unreachable and then
 //! that it is back, and afterwards every result and every message is there exactly once — in the
 //! chat and in the store.
+//!
+//! And on Slack: an event that arrives while the database is down is not acknowledged (Socket Mode
+//! acknowledges once the event is recorded), so Slack delivers it again after a reconnect; once the
+//! database is back it runs exactly once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,4 +155,95 @@ async fn q3_postgres_restarted_under_load_no_crash_readyz_false_then_true_nothin
         Ok(app) => app.shutdown().await,
         Err(_) => panic!("the application is still shared"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q3_slack_an_event_during_a_database_outage_is_not_acknowledged_until_recorded_and_runs_once()
+ {
+    use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
+    use serde_json::json;
+    daemon_client::install_crypto_provider();
+    chat_bridge_tests::init_tracing();
+    let cluster = Cluster::start();
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(&cluster.url(), dir.path());
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.app_token = Some("xapp-1-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    let mention = |ts: &str, text: &str| {
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": ts,
+               "text": format!("<@UBOT> {text}"), "event_ts": ts})
+    };
+    let done = |f: &FakeSlack, what: &str| {
+        f.calls_of("chat.update")
+            .iter()
+            .filter(|c| {
+                c.body["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(&format!("✅ {what}")))
+            })
+            .count()
+    };
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention("1700.000100", "echo before"),
+    ));
+    fake.wait_for("the first result", |f| done(f, "echo before") == 1)
+        .await;
+    assert!(fake.acks().contains(&"env-1".to_owned()));
+
+    cluster.stop();
+    let sent = fake.sent();
+    fake.push(event_envelope(
+        "env-2",
+        "Ev2",
+        0,
+        mention("1700.000200", "echo during the outage"),
+    ));
+    fake.wait_for("the event to reach the bridge", |f| f.sent() > sent)
+        .await;
+    // Nothing could record it, so nothing may acknowledge it (a negative check: a wait can only
+    // make it pass wrongly, never fail wrongly).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !fake.acks().contains(&"env-2".to_owned()),
+        "acknowledged before it was recorded: {:?}",
+        fake.acks()
+    );
+    // Slack reconnects the app (a refresh); it delivers the unacknowledged event again there.
+    let sockets = fake.sockets();
+    fake.push(json!({"type": "disconnect", "reason": "refresh_requested"}));
+    fake.wait_for("the new connection", |f| f.sockets() > sockets)
+        .await;
+    fake.wait_for("Slack's redelivery", |f| f.redelivered() >= 1)
+        .await;
+
+    cluster.start_again();
+    fake.wait_for("the acknowledgement once recorded", |f| {
+        f.acks().contains(&"env-2".to_owned())
+    })
+    .await;
+    fake.wait_for("the outage's result", |f| {
+        done(f, "echo during the outage") == 1
+    })
+    .await;
+    // Both copies reached the bridge; one prompt ran.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let posts: Vec<_> = fake
+        .posted()
+        .into_iter()
+        .filter(|p| p["thread_ts"] == "1700.000200")
+        .collect();
+    assert_eq!(posts.len(), 1, "one tool message: {posts:#?}");
+    assert_eq!(done(&fake, "echo during the outage"), 1);
+    stop.cancel();
+    task.await.expect("join").expect("run_slack");
 }

@@ -118,22 +118,55 @@ on_both! {
 
     async fn d2_an_event_id_is_new_exactly_once_even_from_two_connections_at_once(db) {
         let mut c = db.store.conn().await.expect("conn");
-        assert_eq!(inbound::record(&mut c, "slack", "Ev1", T0).await.expect("r"), inbound::Seen::New);
-        assert_eq!(inbound::record(&mut c, "slack", "Ev1", T0).await.expect("r"), inbound::Seen::Duplicate);
-        assert_eq!(inbound::record(&mut c, "discord", "Ev1", T0).await.expect("r"), inbound::Seen::New, "per platform");
+        assert_eq!(inbound::record(&mut c, "slack", "Ev1", "{}", T0).await.expect("r"), inbound::Seen::New);
+        assert_eq!(inbound::record(&mut c, "slack", "Ev1", "{}", T0).await.expect("r"), inbound::Seen::Duplicate);
+        assert_eq!(inbound::record(&mut c, "discord", "Ev1", "{}", T0).await.expect("r"), inbound::Seen::New, "per platform");
         drop(c);
         for i in 0..40 {
             let id = format!("race-{i}");
             let (s1, s2) = (db.store.clone(), db.store.clone());
             let (a, b) = tokio::join!(
-                async { let mut c = s1.conn().await.expect("c1"); inbound::record(&mut c, "slack", &id, T0).await.expect("a") },
-                async { let mut c = s2.conn().await.expect("c2"); inbound::record(&mut c, "slack", &id, T0).await.expect("b") },
+                async { let mut c = s1.conn().await.expect("c1"); inbound::record(&mut c, "slack", &id, "{}", T0).await.expect("a") },
+                async { let mut c = s2.conn().await.expect("c2"); inbound::record(&mut c, "slack", &id, "{}", T0).await.expect("b") },
             );
             let news = [a, b].iter().filter(|s| **s == inbound::Seen::New).count();
             assert_eq!(news, 1, "event {id}: {a:?} {b:?}");
         }
         let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(inbound::prune(&mut c, T0 + 1).await.expect("prune"), 0, "unhandled events are kept");
+        for (platform, id, _) in inbound::unhandled(&mut c).await.expect("unhandled") {
+            inbound::mark_handled(&mut c, &platform, &id, T0).await.expect("mark");
+        }
         assert_eq!(inbound::prune(&mut c, T0 + 1).await.expect("prune"), 42);
+    }
+
+    async fn d2_the_inbox_keeps_an_event_until_it_is_marked_handled_in_the_transaction_that_acted(db) {
+        let mut c = db.store.conn().await.expect("conn");
+        inbound::record(&mut c, "slack", "Ev1", r#"{"n":1}"#, T0).await.expect("r1");
+        inbound::record(&mut c, "slack", "Ev2", r#"{"n":2}"#, T0 + 1).await.expect("r2");
+        assert_eq!(inbound::record(&mut c, "slack", "Ev1", r#"{"n":9}"#, T0 + 2).await.expect("r1 again"), inbound::Seen::Duplicate);
+        let pending = inbound::unhandled(&mut c).await.expect("unhandled");
+        assert_eq!(pending, vec![
+            ("slack".to_owned(), "Ev1".to_owned(), r#"{"n":1}"#.to_owned()),
+            ("slack".to_owned(), "Ev2".to_owned(), r#"{"n":2}"#.to_owned()),
+        ], "oldest first, the first payload kept");
+        drop(c);
+        // A transaction that marks and then rolls back leaves the event to be taken again.
+        let mut tx = db.store.begin().await.expect("begin");
+        inbound::mark_handled(tx.conn(), "slack", "Ev1", T0 + 3).await.expect("mark");
+        drop(tx);
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(inbound::unhandled(&mut c).await.expect("unhandled").len(), 2, "rolled back");
+        drop(c);
+        let mut tx = db.store.begin().await.expect("begin");
+        inbound::mark_handled(tx.conn(), "slack", "Ev1", T0 + 3).await.expect("mark");
+        tx.commit().await.expect("commit");
+        let mut c = db.store.conn().await.expect("conn");
+        inbound::mark_handled(&mut c, "slack", "Ev1", T0 + 4).await.expect("twice is harmless");
+        let pending = inbound::unhandled(&mut c).await.expect("unhandled");
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].1, "Ev2");
+        assert_eq!(inbound::prune(&mut c, T0 + 100).await.expect("prune"), 1, "only the handled one");
     }
 
     async fn d1_concurrent_enqueue_and_two_claimers_deliver_each_action_once_in_order(db) {

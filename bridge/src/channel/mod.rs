@@ -255,8 +255,9 @@ pub trait Channel: Send + Sync {
     }
 }
 
-/// Something a person did in a channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Something a person did in a channel. Serialised into the inbox (`inbound_events.payload`) until
+/// it is handled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inbound {
     /// The platform's event id (deduplicated, D2).
     pub event_id: String,
@@ -275,8 +276,44 @@ pub struct Inbound {
     pub kind: InboundKind,
 }
 
+/// An inbound event on its way to the core, and whom to tell once it is safely recorded.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The event.
+    pub inbound: Inbound,
+    /// Answered once the event is in the inbox (or seen before, or refused for good); dropped
+    /// unanswered when it could not be recorded, so a platform that redelivers unacknowledged
+    /// events (Slack) delivers it again.
+    pub recorded: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Arrival {
+    /// An arrival whose platform acknowledges it once recorded: the receiver resolves then.
+    #[must_use]
+    pub fn acknowledged(inbound: Inbound) -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (
+            Self {
+                inbound,
+                recorded: Some(tx),
+            },
+            rx,
+        )
+    }
+}
+
+impl From<Inbound> for Arrival {
+    fn from(inbound: Inbound) -> Self {
+        Self {
+            inbound,
+            recorded: None,
+        }
+    }
+}
+
 /// The kinds of inbound events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InboundKind {
     /// A message (a mention that starts a thread, or a reply in one).
     Message(String),

@@ -19,7 +19,7 @@ use crate::store::conversations::{self, Conversation};
 use crate::store::outbox::{self, Kind, NewAction};
 use crate::store::transcript::{self, NewEntry};
 use crate::store::turns::{self, Ending, Turn};
-use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
+use crate::store::{Result, StoreError, Tx, inbound, now_ms, permissions, tool_calls};
 
 #[derive(Debug)]
 struct ToolState {
@@ -54,6 +54,17 @@ struct PendingPermission {
     expires: Instant,
 }
 
+/// An inbound event's inbox key: (platform, event id).
+type EventKey = (String, String);
+
+/// A prompt waiting behind the running turn; its inbox entry is marked when its turn starts.
+struct Queued {
+    user: String,
+    text: String,
+    message_id: Option<String>,
+    event: Option<EventKey>,
+}
+
 struct Actor {
     core: Arc<Core>,
     conv: Conversation,
@@ -61,7 +72,10 @@ struct Actor {
     session: Option<SessionId>,
     session_ready: bool,
     turn: Option<TurnState>,
-    queue: VecDeque<(String, String, Option<String>)>,
+    queue: VecDeque<Queued>,
+    /// Inbox entries (platform, event id) the next committed transaction marks handled: the event
+    /// being handled, or queued messages dropped by `/cancel`.
+    unmarked: std::sync::Mutex<Vec<EventKey>>,
     permissions: HashMap<String, PendingPermission>,
     notices: u64,
     prompt_seq: u64,
@@ -88,22 +102,31 @@ pub(crate) async fn run(
         session_ready: false,
         turn: None,
         queue: VecDeque::new(),
+        unmarked: std::sync::Mutex::new(Vec::new()),
         permissions: HashMap::new(),
         notices: 0,
         prompt_seq: 0,
         tx,
     };
+    let mut active = Instant::now();
     loop {
         let deadline = actor.next_deadline();
+        let idle = actor.is_idle();
         let msg = tokio::select! {
             m = rx.recv() => m,
             () = sleep_until(deadline) => {
                 if let Err(e) = actor.on_timer().await {
                     tracing::error!(conversation = %actor.conv.id, error = %e, "timer handling failed");
                 }
+                active = Instant::now();
                 continue;
             }
+            () = tokio::time::sleep_until(active + actor.core.cfg.actor_idle), if idle => {
+                actor.retire(rx).await;
+                return;
+            }
         };
+        active = Instant::now();
         let Some(msg) = msg else { break };
         // A step that fails because the database is unreachable is taken again once it answers, so
         // an outage delays messages and results instead of losing them (each step commits in one
@@ -132,7 +155,15 @@ pub(crate) async fn run(
         }
         let result = match msg {
             ConvMsg::Inbound(m) => {
-                let r = retrying!(actor.on_inbound(m.clone()));
+                let event = (m.platform.clone(), m.event_id.clone());
+                let r = retrying!(actor.on_inbound_event(m.clone(), event.clone()));
+                // Handled without a transaction of its own (nothing to do, or only a reply that
+                // failed): marked now. After a step that never reached the database it stays in
+                // the inbox and is taken again at the next start.
+                let left = actor.take_unmarked(&event);
+                if left && !matches!(&r, Err(e) if e.is_transient()) {
+                    let _ = retrying!(actor.mark_alone(&event));
+                }
                 actor.core.busy_add(-1);
                 r
             }
@@ -162,6 +193,34 @@ fn stop_str(s: &StopReason) -> &str {
 }
 
 impl Actor {
+    /// Nothing running, queued, awaiting approval or waiting to be marked: the actor holds no state
+    /// the store does not.
+    fn is_idle(&self) -> bool {
+        self.turn.is_none()
+            && self.queue.is_empty()
+            && self.permissions.is_empty()
+            && super::lock(&self.unmarked).is_empty()
+    }
+
+    /// Lets go of an idle conversation: forgotten by the core, its channel closed, and anything
+    /// that slipped in meanwhile handed to the actor that takes the conversation next.
+    async fn retire(mut self, mut rx: mpsc::Receiver<ConvMsg>) {
+        self.conv.daemon_session = self.session.as_ref().map(ToString::to_string);
+        self.core
+            .retire(&self.conv.id, self.session.as_ref(), &self.tx);
+        rx.close();
+        let mut left = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            left.push(m);
+        }
+        tracing::debug!(conversation = %self.conv.id, handed_on = left.len(), "idle conversation let go from memory");
+        let (core, conv) = (self.core.clone(), self.conv.clone());
+        drop(self);
+        for m in left {
+            core.send_to(&conv, m).await;
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
@@ -236,10 +295,42 @@ impl Actor {
         Ok(())
     }
 
-    async fn commit(&self, tx: Tx) -> Result<()> {
+    /// Commits `tx`, marking the inbox entries this step handled inside it.
+    async fn commit(&self, mut tx: Tx) -> Result<()> {
+        let marks = super::lock(&self.unmarked).clone();
+        for (platform, event) in &marks {
+            inbound::mark_handled(tx.conn(), platform, event, now_ms()).await?;
+        }
         tx.commit().await?;
+        if !marks.is_empty() {
+            super::lock(&self.unmarked).retain(|m| !marks.contains(m));
+        }
         self.core.wake_outbox.notify_one();
         Ok(())
+    }
+
+    /// Adds an inbox entry for the next commit to mark.
+    fn mark_on_commit(&self, event: Option<EventKey>) {
+        if let Some(event) = event {
+            let mut unmarked = super::lock(&self.unmarked);
+            if !unmarked.contains(&event) {
+                unmarked.push(event);
+            }
+        }
+    }
+
+    /// Removes `event` from the entries to mark; whether it was there.
+    fn take_unmarked(&self, event: &EventKey) -> bool {
+        let mut unmarked = super::lock(&self.unmarked);
+        let before = unmarked.len();
+        unmarked.retain(|m| m != event);
+        unmarked.len() != before
+    }
+
+    /// Marks one inbox entry handled on its own.
+    async fn mark_alone(&self, (platform, event): &EventKey) -> Result<()> {
+        let mut c = self.core.store.conn().await?;
+        inbound::mark_handled(&mut c, platform, event, now_ms()).await
     }
 
     fn post(&self, key: String, message: Message) -> ChatAction {
@@ -283,7 +374,15 @@ impl Actor {
 
     // ---- inbound ----
 
+    /// One inbound event; the first transaction that acts on it marks it handled (a prompt: the one
+    /// that starts its turn).
+    async fn on_inbound_event(&mut self, m: Inbound, event: EventKey) -> Result<()> {
+        self.mark_on_commit(Some(event));
+        self.on_inbound(m).await
+    }
+
     async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
+        let event = Some((m.platform.clone(), m.event_id.clone()));
         match m.kind {
             InboundKind::Action(value) => self.on_button(&m.user, &value).await,
             InboundKind::Message(text) => {
@@ -315,7 +414,7 @@ impl Actor {
                         _ => {}
                     }
                 }
-                self.prompt(m.user, text, m.message_id).await
+                self.prompt(m.user, text, m.message_id, event).await
             }
         }
     }
@@ -325,7 +424,12 @@ impl Actor {
         user: String,
         text: String,
         message_id: Option<String>,
+        event: Option<EventKey>,
     ) -> Result<()> {
+        // A prompt is handled when its turn starts (or when it is refused), not by the 👀.
+        if let Some(e) = &event {
+            self.take_unmarked(e);
+        }
         if let Some(id) = &message_id {
             // 👀: the message was taken (it may wait in the queue).
             let mut tx = self.begin().await?;
@@ -335,28 +439,38 @@ impl Actor {
         if self.turn.is_some() {
             if self.queue.len() >= self.core.cfg.queue_cap {
                 let n = self.queue.len();
+                self.mark_on_commit(event);
                 return self
                     .notice(Tone::Warning, &format!("The queue is full ({n} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."))
                     .await;
             }
-            self.queue.push_back((user, text, message_id));
+            self.queue.push_back(Queued {
+                user,
+                text,
+                message_id,
+                event,
+            });
             self.core.busy_add(1);
             return Ok(());
         }
         self.core.busy_add(1);
-        self.start_turn(user, text, message_id).await
+        self.start_turn(user, text, message_id, event).await
     }
 
+    /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
+    /// records the turn (or in the notice that says it could not start).
     async fn start_turn(
         &mut self,
         user: String,
         text: String,
         message_id: Option<String>,
+        event: Option<EventKey>,
     ) -> Result<()> {
         let session = match self.ensure_session().await {
             Ok(s) => s,
             Err(e) => {
                 self.core.busy_add(-1);
+                self.mark_on_commit(event);
                 return self
                     .notice(
                         Tone::Error,
@@ -367,6 +481,7 @@ impl Actor {
                     .await;
             }
         };
+        self.mark_on_commit(event);
         let mut tx = self.begin().await?;
         let row = turns::start(tx.conn(), &self.conv.id, &text, &user, now_ms()).await?;
         self.record(&mut tx, Some(&row.id), "prompt", &user, &text, None)
@@ -451,7 +566,9 @@ impl Actor {
 
     async fn cmd_cancel(&mut self) -> Result<()> {
         let dropped = self.queue.len();
-        self.queue.clear();
+        for q in std::mem::take(&mut self.queue) {
+            self.mark_on_commit(q.event);
+        }
         self.core.busy_add(-(dropped as isize));
         match (&self.session, self.turn.as_mut()) {
             (Some(s), Some(turn)) => {
@@ -689,6 +806,16 @@ impl Actor {
     }
 
     async fn on_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
+        // This tool's unwritten heartbeat count goes into the result's own transaction: the result
+        // never waits for a separate write (P2).
+        let folded = self
+            .turn
+            .as_mut()
+            .and_then(|t| t.tools.get_mut(&call))
+            .and_then(|t| {
+                let n = std::mem::take(&mut t.unflushed);
+                (n > 0).then(|| (n, t.progress.and_then(|p| serde_json::to_string(&p).ok())))
+            });
         self.flush_progress(true).await?;
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
@@ -709,6 +836,17 @@ impl Actor {
                 &self.scoped(&call),
                 "",
                 None,
+                now_ms(),
+            )
+            .await?;
+        }
+        if let Some((n, progress)) = &folded {
+            tool_calls::progress(
+                tx.conn(),
+                &self.conv.id,
+                &self.scoped(&call),
+                *n,
+                progress.as_deref(),
                 now_ms(),
             )
             .await?;
@@ -772,7 +910,9 @@ impl Actor {
         Ok(())
     }
 
-    /// Writes accumulated heartbeat counts and progress, at most every `progress_flush` (or now).
+    /// Writes accumulated heartbeat counts and progress, at most every `progress_flush` (or now), on
+    /// the bookkeeping connections: a count is informative, and a database crash that loses the last
+    /// one costs nothing but the count, so it never waits for a WAL flush.
     async fn flush_progress(&mut self, force: bool) -> Result<()> {
         let every = self.core.cfg.progress_flush;
         let Some(turn) = self.turn.as_mut() else {
@@ -795,7 +935,7 @@ impl Actor {
         if due.is_empty() {
             return Ok(());
         }
-        let mut c = self.core.store.conn().await?;
+        let mut c = self.core.store.relaxed_conn().await?;
         for (call, n, progress) in due {
             tool_calls::progress(
                 &mut c,
@@ -1072,9 +1212,16 @@ impl Actor {
         metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
             .record(took);
         let _ended = BusyGuard(self.core.clone());
-        if let Some((user, text, message_id)) = self.queue.pop_front() {
+        if let Some(q) = self.queue.pop_front() {
             // Counted as busy when it was queued; that count now belongs to its turn.
-            self.start_turn(user, text, message_id).await?;
+            let event = q.event.clone();
+            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+                // Not marked: it stays in the inbox and is taken again at the next start.
+                if let Some(event) = &event {
+                    self.take_unmarked(event);
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }

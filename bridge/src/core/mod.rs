@@ -64,6 +64,8 @@ pub struct CoreConfig {
     pub approvers: Vec<String>,
     /// How much tool output a result message shows (from the channel's capabilities).
     pub output_cap: usize,
+    /// An idle conversation's actor is let go after this (see `service.conversation_idle`).
+    pub actor_idle: Duration,
 }
 
 impl Default for CoreConfig {
@@ -80,6 +82,7 @@ impl Default for CoreConfig {
             mode: None,
             approvers: Vec::new(),
             output_cap: render::CHAT_OUTPUT_CAP,
+            actor_idle: Duration::from_secs(600),
         }
     }
 }
@@ -141,6 +144,50 @@ impl Core {
         })
     }
 
+    /// Conversations held in memory (an actor each) right now.
+    #[must_use]
+    pub fn conversations_in_memory(&self) -> usize {
+        lock(&self.actors).len()
+    }
+
+    /// Sends `msg` to the conversation's actor, starting one when there is none — also when the
+    /// one looked up was letting go at that moment (its channel closed between lookup and send).
+    pub(crate) async fn send_to(
+        self: &Arc<Self>,
+        conv: &conversations::Conversation,
+        mut msg: ConvMsg,
+    ) -> bool {
+        for _ in 0..3 {
+            match self.actor(conv).send(msg).await {
+                Ok(()) => return true,
+                Err(mpsc::error::SendError(m)) => msg = m,
+            }
+        }
+        tracing::error!(conversation = %conv.id, "no actor would take a message");
+        false
+    }
+
+    /// An idle actor lets go: it is forgotten (unless a newer actor already replaced it), so the
+    /// next message starts a fresh one from the store.
+    pub(crate) fn retire(
+        &self,
+        conv: &str,
+        session: Option<&SessionId>,
+        tx: &mpsc::Sender<ConvMsg>,
+    ) {
+        let mut actors = lock(&self.actors);
+        if actors.get(conv).is_some_and(|t| t.same_channel(tx)) {
+            actors.remove(conv);
+            if let Some(s) = session {
+                let mut sessions = lock(&self.sessions);
+                if sessions.get(s).is_some_and(|c| c == conv) {
+                    sessions.remove(s);
+                }
+            }
+        }
+        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
+    }
+
     /// Turns open or queued right now.
     #[must_use]
     pub fn busy(&self) -> usize {
@@ -176,6 +223,7 @@ impl Core {
         }
         let (tx, rx) = mpsc::channel(1024);
         actors.insert(conv.id.clone(), tx.clone());
+        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
         if let Some(s) = conv
             .daemon_session
             .as_deref()
@@ -187,20 +235,55 @@ impl Core {
         tx
     }
 
-    /// Handles one inbound chat event: deduplicates it (D2), finds or creates its conversation, and
-    /// hands it to that conversation's actor. Returns at once; the agent's work happens later.
+    /// Handles one inbound chat event: records it in the inbox, deduplicating it (D2), finds or
+    /// creates its conversation, and hands it to that conversation's actor. Returns once the event
+    /// is recorded — the platform may be told it arrived — and before the agent's work; the actor
+    /// marks it handled in the transaction that acts on it.
     ///
     /// # Errors
     /// Store errors (the caller logs and tells the user).
     pub async fn accept(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
+        if self.record_inbound(&msg).await? {
+            self.dispatch_inbound(msg).await?;
+        }
+        Ok(())
+    }
+
+    /// Records an inbound event in the inbox; `false` when it was seen before (D2: a platform's
+    /// retry or a gateway replay), and then nothing more is done with it.
+    ///
+    /// # Errors
+    /// Store errors: nothing was recorded.
+    pub async fn record_inbound(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
+        let payload =
+            serde_json::to_string(msg).map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
         let mut c = self.store.conn().await?;
-        if inbound::record(&mut c, &msg.platform, &msg.event_id, now_ms()).await?
+        if inbound::record(&mut c, &msg.platform, &msg.event_id, &payload, now_ms()).await?
             == inbound::Seen::Duplicate
         {
             tracing::debug!(platform = %msg.platform, event = %msg.event_id, "duplicate inbound event ignored");
             metrics::counter!("chatbridge_inbound_duplicates_total", "platform" => msg.platform.clone()).increment(1);
-            return Ok(());
+            return Ok(false);
         }
+        Ok(true)
+    }
+
+    /// Hands a recorded event on (see [`Core::dispatch`]).
+    ///
+    /// # Errors
+    /// Store errors; the event stays in the inbox, so calling this again is safe.
+    pub async fn dispatch_inbound(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
+        let mut c = self.store.conn().await?;
+        self.dispatch(&mut c, msg).await
+    }
+
+    /// Hands a recorded event to its conversation's actor (creating the conversation when the event
+    /// may open one); an event with nowhere to go is marked handled.
+    async fn dispatch(
+        self: &Arc<Self>,
+        c: &mut sqlx::AnyConnection,
+        msg: Inbound,
+    ) -> Result<(), store::StoreError> {
         let title: String = match &msg.kind {
             crate::channel::InboundKind::Message(t) => t.chars().take(80).collect(),
             crate::channel::InboundKind::Action(_) => String::new(),
@@ -212,25 +295,47 @@ impl Core {
             thread: &msg.target.thread,
         };
         let conv = if msg.opens {
-            conversations::find_or_create(&mut c, &key, &msg.user, &title, now_ms())
+            conversations::find_or_create(c, &key, &msg.user, &title, now_ms())
                 .await?
                 .0
         } else {
-            match conversations::find(&mut c, &key).await? {
+            match conversations::find(c, &key).await? {
                 Some(conv) => conv,
                 None => {
                     tracing::debug!(platform = %msg.platform, "reply in a thread the bridge does not own ignored");
+                    inbound::mark_handled(c, &msg.platform, &msg.event_id, now_ms()).await?;
                     return Ok(());
                 }
             }
         };
-        drop(c);
         // In flight until the actor has handled it (it then counts the turn it opened or queued).
         self.busy_add(1);
-        if self.actor(&conv).send(ConvMsg::Inbound(msg)).await.is_err() {
+        if !self.send_to(&conv, ConvMsg::Inbound(msg)).await {
             self.busy_add(-1);
         }
         Ok(())
+    }
+
+    /// After a restart: events recorded but never acted on — the process died between recording an
+    /// event and its turn, or while a message waited behind a running turn — are handed to their
+    /// conversations again, oldest first. Returns how many.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        let pending = inbound::unhandled(&mut c).await?;
+        let n = pending.len();
+        for (platform, event_id, payload) in pending {
+            match serde_json::from_str::<Inbound>(&payload) {
+                Ok(msg) => self.dispatch(&mut c, msg).await?,
+                Err(e) => {
+                    tracing::error!(%platform, event = %event_id, error = %e, "an unreadable inbox entry was skipped");
+                    inbound::mark_handled(&mut c, &platform, &event_id, now_ms()).await?;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Routes daemon events to the conversation that owns their session, until the stream ends.
@@ -305,7 +410,7 @@ impl Core {
             };
             // Busy from now on, so nobody sees "idle" before the actor has taken the turn back.
             self.busy_add(1);
-            if self.actor(&conv).send(ConvMsg::Resume(turn)).await.is_err() {
+            if !self.send_to(&conv, ConvMsg::Resume(turn)).await {
                 self.busy_add(-1);
             }
         }

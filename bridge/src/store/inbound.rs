@@ -1,5 +1,7 @@
 //! `inbound_events`: platform event ids already seen, so a retried or replayed event is handled once
-//! (D2), across restarts.
+//! (D2), across restarts — and an inbox: the event is kept until the transaction that acts on it marks
+//! it handled, so one recorded (and acknowledged to the platform) but not yet acted on when the
+//! process died is taken again at start-up.
 
 use sqlx::AnyConnection;
 
@@ -14,7 +16,8 @@ pub enum Seen {
     Duplicate,
 }
 
-/// Records `event_id` and says, atomically, whether it was already seen.
+/// Records `event_id` with the event itself (`payload`, JSON) and says, atomically, whether it was
+/// already seen.
 ///
 /// # Errors
 /// Database errors.
@@ -22,14 +25,16 @@ pub async fn record(
     c: &mut AnyConnection,
     platform: &str,
     event_id: &str,
+    payload: &str,
     now: i64,
 ) -> Result<Seen> {
     let inserted = sqlx::query(
-        "INSERT INTO inbound_events (platform, event_id, received_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        "INSERT INTO inbound_events (platform, event_id, received_at, payload) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
     )
     .bind(platform)
     .bind(event_id)
     .bind(now)
+    .bind(payload)
     .execute(c)
     .await?
     .rows_affected();
@@ -40,13 +45,48 @@ pub async fn record(
     })
 }
 
-/// Forgets event ids received before `before` (platforms stop retrying after minutes); returns how many.
+/// Marks an event handled (call inside the transaction that acted on it). Marking twice is harmless.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_handled(
+    c: &mut AnyConnection,
+    platform: &str,
+    event_id: &str,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE inbound_events SET handled_at = $3 WHERE platform = $1 AND event_id = $2 AND handled_at IS NULL",
+    )
+    .bind(platform)
+    .bind(event_id)
+    .bind(now)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// Events recorded but never handled, oldest first, as `(platform, event_id, payload)`.
+///
+/// # Errors
+/// Database errors.
+pub async fn unhandled(c: &mut AnyConnection) -> Result<Vec<(String, String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT platform, event_id, payload FROM inbound_events
+         WHERE handled_at IS NULL AND payload IS NOT NULL ORDER BY received_at, event_id",
+    )
+    .fetch_all(c)
+    .await?)
+}
+
+/// Forgets handled events received before `before` (platforms stop retrying after minutes); returns
+/// how many. Unhandled ones stay until they are taken.
 ///
 /// # Errors
 /// Database errors.
 pub async fn prune(c: &mut AnyConnection, before: i64) -> Result<u64> {
     Ok(
-        sqlx::query("DELETE FROM inbound_events WHERE received_at < $1")
+        sqlx::query("DELETE FROM inbound_events WHERE received_at < $1 AND (handled_at IS NOT NULL OR payload IS NULL)")
             .bind(before)
             .execute(c)
             .await?

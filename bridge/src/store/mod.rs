@@ -179,9 +179,19 @@ pub fn mask_url(url: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
+    /// Bookkeeping whose loss is harmless — delivery claims, "delivered" marks and retries, and
+    /// heartbeat counts: on PostgreSQL its own few connections with `synchronous_commit = off`, so
+    /// it never waits for a WAL flush nor for a connection the conversations hold. Only a database
+    /// crash can lose such a commit, and then a delivery is repeated harmlessly (a post is found by
+    /// its idempotency key — its intent is written on the durable pool first — and an edit or a
+    /// reaction repeats itself) or a count is a little low. The same pool on SQLite.
+    relaxed: AnyPool,
     backend: Backend,
     url: String,
 }
+
+/// Connections of the bookkeeping pool (PostgreSQL): the outbox workers and progress writes.
+const RELAXED_CONNECTIONS: u32 = 8;
 
 /// A transaction: state changes and the outbox rows they cause commit together (D1).
 #[derive(Debug)]
@@ -266,8 +276,28 @@ impl Store {
                 url: masked.clone(),
                 source,
             })?;
+        let relaxed = match backend {
+            Backend::Sqlite => pool.clone(),
+            Backend::Postgres => AnyPoolOptions::new()
+                .max_connections(RELAXED_CONNECTIONS)
+                .acquire_timeout(Duration::from_secs(5))
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::query("SET synchronous_commit = off")
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect_lazy(&url)
+                .map_err(|source| StoreError::Unreachable {
+                    url: masked.clone(),
+                    source,
+                })?,
+        };
         Ok(Self {
             pool,
+            relaxed,
             backend,
             url: masked,
         })
@@ -335,13 +365,33 @@ impl Store {
         })
     }
 
+    /// A connection for delivery bookkeeping whose commits may be lost by a database crash (see
+    /// the `relaxed` field): claims, "delivered" marks, retries. Never for state or intents.
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when no connection can be had.
+    pub async fn relaxed_conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
+        Ok(self.relaxed.acquire().await?)
+    }
+
+    /// A transaction on the bookkeeping connections (see [`Store::relaxed_conn`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when the database is unreachable.
+    pub async fn relaxed_begin(&self) -> Result<Tx> {
+        Ok(Tx {
+            inner: self.relaxed.begin().await?,
+        })
+    }
+
     /// Whether the database answers (for `/readyz`).
     pub async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
 
-    /// Closes the pool.
+    /// Closes the pools.
     pub async fn close(&self) {
+        self.relaxed.close().await;
         self.pool.close().await;
     }
 }

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    BoxFuture, Capabilities, Channel, DeliveryError, Inbound, Message, Target, Tone,
+    Arrival, BoxFuture, Capabilities, Channel, DeliveryError, Inbound, Message, Target, Tone,
 };
 use events::{Access, Decision};
 
@@ -362,13 +362,13 @@ impl Channel for Discord {
 struct Handler {
     state: Arc<State>,
     access: Access,
-    tx: mpsc::Sender<Inbound>,
+    tx: mpsc::Sender<Arrival>,
     me: std::sync::OnceLock<serenity::all::UserId>,
 }
 
 impl Handler {
     async fn forward(&self, inbound: Inbound) {
-        if self.tx.send(inbound).await.is_err() {
+        if self.tx.send(inbound.into()).await.is_err() {
             tracing::warn!("Discord event arrived while the bridge is stopping; dropped");
         }
     }
@@ -515,7 +515,7 @@ impl Gateway {
     pub async fn build(
         http: Http,
         access: Access,
-        tx: mpsc::Sender<Inbound>,
+        tx: mpsc::Sender<Arrival>,
     ) -> serenity::Result<Self> {
         let state = Arc::new(State::default());
         let handler = Handler {

@@ -1,8 +1,10 @@
 //! The HTTP Events API mode, for workspaces that disallow Socket Mode: Slack POSTs events to
 //! `/slack/events` (JSON) and interactions to `/slack/interactive` (form-encoded `payload`). Every
 //! request's v0 signature is checked against the signing secret before anything else (401 otherwise);
-//! `url_verification` is answered with its challenge; everything else is acknowledged with 200 at once
-//! and handed on — the same rules as Socket Mode decide what it means.
+//! `url_verification` is answered with its challenge; an event is answered 200 once it is recorded in
+//! the inbox (within Slack's 3 s), so a crash before that leaves it to Slack's retry — the same rules as
+//! Socket Mode decide what it means. An event not recorded in time (the database is down) is answered
+//! 503 and Slack retries it; the bridge keeps the copy it has and deduplicates the retry.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,13 +20,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{self, Access, Decision};
 use super::signature;
-use crate::channel::Inbound;
+use crate::channel::Arrival;
+
+/// How long a request waits for its event to be recorded before answering: inside Slack's 3 s.
+const RECORD_WAIT: std::time::Duration = std::time::Duration::from_millis(2500);
 
 struct Shared {
     secret: Vec<u8>,
     me: String,
     access: Access,
-    sink: mpsc::Sender<Inbound>,
+    sink: mpsc::Sender<Arrival>,
 }
 
 fn verified(
@@ -53,10 +58,20 @@ fn refuse(e: signature::SignatureError) -> Response {
     (StatusCode::UNAUTHORIZED, e.to_string()).into_response()
 }
 
-async fn hand_on(shared: &Shared, envelope: &Value) {
-    if let Decision::Inbound(m) = events::decide(envelope, &shared.me, &shared.access) {
-        let _ = shared.sink.send(m).await;
+/// Hands an envelope on; whether it was recorded within [`RECORD_WAIT`] (true when there was nothing
+/// to record).
+async fn hand_on(shared: &Shared, envelope: &Value) -> bool {
+    let Decision::Inbound(m) = events::decide(envelope, &shared.me, &shared.access) else {
+        return true;
+    };
+    let (arrival, recorded) = Arrival::acknowledged(m);
+    if shared.sink.send(arrival).await.is_err() {
+        return false;
     }
+    matches!(
+        tokio::time::timeout(RECORD_WAIT, recorded).await,
+        Ok(Ok(()))
+    )
 }
 
 async fn on_event(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -71,8 +86,14 @@ async fn on_event(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             axum::Json(json!({"challenge": payload["challenge"]})).into_response()
         }
         Some("event_callback") => {
-            hand_on(&shared, &json!({"type": "events_api", "payload": payload})).await;
-            StatusCode::OK.into_response()
+            if hand_on(&shared, &json!({"type": "events_api", "payload": payload})).await {
+                StatusCode::OK.into_response()
+            } else {
+                tracing::warn!(
+                    "a Slack event was not recorded in time; answering 503 so Slack retries it"
+                );
+                StatusCode::SERVICE_UNAVAILABLE.into_response()
+            }
         }
         _ => StatusCode::OK.into_response(),
     }
@@ -95,11 +116,18 @@ async fn on_interactive(
         return (StatusCode::BAD_REQUEST, "no payload").into_response();
     };
     let id = payload.get("trigger_id").cloned().unwrap_or(Value::Null);
-    hand_on(
+    // Slack does not retry interactions: a click not recorded in time is still held and taken once
+    // the database answers, so it is answered 200 either way.
+    if !hand_on(
         &shared,
         &json!({"type": "interactive", "envelope_id": id, "payload": payload}),
     )
-    .await;
+    .await
+    {
+        tracing::warn!(
+            "a Slack interaction was not recorded within 2.5 s; it is held until the database answers"
+        );
+    }
     StatusCode::OK.into_response()
 }
 
@@ -112,7 +140,7 @@ pub async fn serve(
     signing_secret: &str,
     me: String,
     access: Access,
-    sink: mpsc::Sender<Inbound>,
+    sink: mpsc::Sender<Arrival>,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let shared = Arc::new(Shared {

@@ -1,7 +1,10 @@
-//! The Socket Mode connection: `apps.connections.open` for a fresh URL, then every envelope is
-//! acknowledged by its `envelope_id` at once — before any agent work — and handed on. A `disconnect`
-//! (refresh, link disabled, warning), a closed socket or an error opens a new connection; Slack
-//! redelivers anything that was not acknowledged, so nothing is lost.
+//! The Socket Mode connection: `apps.connections.open` for a fresh URL, then every envelope is handed
+//! on and acknowledged by its `envelope_id` once the bridge has recorded it in its inbox — before any
+//! agent work, within milliseconds — so a crash between Slack's delivery and the record leaves the
+//! envelope unacknowledged and Slack delivers it again. Envelopes with nothing to record (hello,
+//! ignored events) are acknowledged at once. A `disconnect` (refresh, link disabled, warning), a closed
+//! socket or an error opens a new connection; Slack redelivers anything that was not acknowledged, so
+//! nothing is lost.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{SlackToken, WebApi};
 use super::events::{self, Access, Decision};
-use crate::channel::Inbound;
+use crate::channel::Arrival;
 
 /// Runs Socket Mode until `stop`, sending inbound messages to `sink`.
 pub async fn run(
@@ -23,7 +26,7 @@ pub async fn run(
     app_token: SlackToken,
     me: String,
     access: Access,
-    sink: mpsc::Sender<Inbound>,
+    sink: mpsc::Sender<Arrival>,
     stop: CancellationToken,
     connected: Arc<AtomicBool>,
 ) {
@@ -62,7 +65,7 @@ async fn connection(
     app_token: &SlackToken,
     me: &str,
     access: &Access,
-    sink: &mpsc::Sender<Inbound>,
+    sink: &mpsc::Sender<Arrival>,
     stop: &CancellationToken,
     connected: &AtomicBool,
 ) -> Result<String, String> {
@@ -73,11 +76,19 @@ async fn connection(
     let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    // Acknowledgements of recorded envelopes, sent from this loop (the socket's only writer). They
+    // belong to this connection: one whose record finishes after a reconnect is not acknowledged,
+    // and Slack's redelivery is deduplicated.
+    let (ack_tx, mut acks) = mpsc::unbounded_channel::<String>();
     loop {
         let frame = tokio::select! {
             () = stop.cancelled() => {
                 let _ = ws.close(None).await;
                 return Ok("shutting down".into());
+            }
+            Some(id) = acks.recv() => {
+                ws.send(ack(&id)).await.map_err(|e| format!("ack: {e}"))?;
+                continue;
             }
             f = ws.next() => f,
         };
@@ -91,24 +102,44 @@ async fn connection(
             tracing::warn!("unreadable Socket Mode frame skipped");
             continue;
         };
-        // Acknowledge first: Slack expects it within 3 s, whatever the agent does next.
-        if let Some(id) = events::ack_id(&envelope) {
-            ws.send(Message::text(json!({"envelope_id": id}).to_string()))
-                .await
-                .map_err(|e| format!("ack: {e}"))?;
-        }
+        let id = events::ack_id(&envelope).map(str::to_owned);
         match events::decide(&envelope, me, access) {
-            Decision::Hello => {
-                connected.store(true, Ordering::SeqCst);
-                tracing::info!("Slack Socket Mode connected");
-            }
-            Decision::Disconnect(reason) => return Ok(format!("disconnect: {reason}")),
             Decision::Inbound(m) => {
-                if sink.send(m).await.is_err() {
+                let (arrival, recorded) = Arrival::acknowledged(m);
+                if sink.send(arrival).await.is_err() {
                     return Ok("shutting down".into());
                 }
+                if let Some(id) = id {
+                    // Slack expects the acknowledgement within 3 s; the record takes milliseconds.
+                    // Not recorded (the database is down, or the bridge stops first): never
+                    // acknowledged, so Slack delivers it again.
+                    let ack_tx = ack_tx.clone();
+                    tokio::spawn(async move {
+                        if recorded.await.is_ok() {
+                            let _ = ack_tx.send(id);
+                        }
+                    });
+                }
+                continue;
             }
-            Decision::Ignore(why) => tracing::debug!(why, "Slack envelope ignored"),
+            decision => {
+                if let Some(id) = id {
+                    ws.send(ack(&id)).await.map_err(|e| format!("ack: {e}"))?;
+                }
+                match decision {
+                    Decision::Hello => {
+                        connected.store(true, Ordering::SeqCst);
+                        tracing::info!("Slack Socket Mode connected");
+                    }
+                    Decision::Disconnect(reason) => return Ok(format!("disconnect: {reason}")),
+                    Decision::Ignore(why) => tracing::debug!(why, "Slack envelope ignored"),
+                    Decision::Inbound(_) => {}
+                }
+            }
         }
     }
+}
+
+fn ack(envelope_id: &str) -> Message {
+    Message::text(json!({ "envelope_id": envelope_id }).to_string())
 }
