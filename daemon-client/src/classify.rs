@@ -6,7 +6,7 @@
 //! becomes [`DaemonEvent::Other`].
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -23,8 +23,9 @@ use crate::wire::{
 
 /// How many settled tool calls a session remembers for F4 before forgetting the oldest. Late frames
 /// follow their call's end closely; a replay of a whole session (`session/load`) is filtered again by
-/// the bridge's store, which applies a result once. 64 per session keeps a long-running bridge's
-/// memory flat (the P2 soak found 4,096 growing for hours: ~100 bytes per call per session).
+/// the bridge's store, which applies a result once. 64 per session, kept as hashes (about 17 bytes
+/// each), keeps a long-running bridge's memory flat (the P2 soak found 4,096 ids growing for hours:
+/// ~100 bytes per call per session).
 const SETTLED_MEMORY: usize = 64;
 
 /// The classified form of one inbound frame.
@@ -80,18 +81,26 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// that never settles its calls must not grow our memory).
 const OPEN_MEMORY: usize = 4096;
 
-/// One session's tool calls: ids interned (so the hot path allocates nothing for known ids) and the
-/// settled ones remembered for F4.
+/// One session's tool calls: open ids interned (so the hot path allocates nothing for known ids) and
+/// the settled ones remembered for F4 — as 64-bit hashes, 8 bytes each instead of the id string, so
+/// the memory a long-running bridge settles into stays small. (Two ids of one session colliding
+/// within its last 64 settled calls is a 1-in-2^58 event; it would drop one late update.)
 #[derive(Debug, Default)]
 struct SessionCalls {
     open: Map<ToolCallId, ()>,
-    settled: Map<ToolCallId, ()>,
-    order: VecDeque<ToolCallId>,
+    settled: HashSet<u64, foldhash::fast::FixedState>,
+    order: VecDeque<u64>,
+}
+
+/// The settled-set key of a tool-call id (fixed seed: stable for the process).
+fn settled_key(call: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x5e77_1ed0_f4f4_f4f4).hash_one(call)
 }
 
 impl SessionCalls {
     fn is_settled(&self, call: &str) -> bool {
-        self.settled.contains_key(call)
+        self.settled.contains(&settled_key(call))
     }
 
     /// The interned id for `call` and whether it is already terminal; `None` for an invalid id.
@@ -99,8 +108,9 @@ impl SessionCalls {
         if let Some((id, ())) = self.open.get_key_value(call) {
             return Some((id.clone(), false));
         }
-        if let Some((id, ())) = self.settled.get_key_value(call) {
-            return Some((id.clone(), true));
+        if self.is_settled(call) {
+            // A late frame (rare): its id is parsed again rather than kept.
+            return ToolCallId::parse(call).ok().map(|id| (id, true));
         }
         let id = ToolCallId::parse(call).ok()?;
         if self.open.len() >= OPEN_MEMORY {
@@ -112,8 +122,9 @@ impl SessionCalls {
 
     fn settle(&mut self, call: &ToolCallId) {
         self.open.remove(call.as_str());
-        if self.settled.insert(call.clone(), ()).is_none() {
-            self.order.push_back(call.clone());
+        let key = settled_key(call.as_str());
+        if self.settled.insert(key) {
+            self.order.push_back(key);
             if self.order.len() > SETTLED_MEMORY
                 && let Some(old) = self.order.pop_front()
             {

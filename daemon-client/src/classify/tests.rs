@@ -222,6 +222,34 @@ fn f4_updates_after_a_terminal_update_are_late_and_ignored() {
 }
 
 #[test]
+fn f4_a_session_remembers_its_last_64_settled_calls_and_forgets_older_ones() {
+    let mut c = Classifier::new();
+    let finish = |id: usize| {
+        update(&format!(
+            r#"{{"sessionUpdate":"tool_call_update","toolCallId":"call-{id}","status":"completed"}}"#
+        ))
+    };
+    for id in 0..=super::SETTLED_MEMORY {
+        assert!(matches!(
+            event_of(c.classify(finish(id).as_bytes())),
+            Some(DaemonEvent::ToolFinished { .. })
+        ));
+    }
+    assert!(!c.is_settled("s1", "call-0"), "the oldest is forgotten");
+    for id in 1..=super::SETTLED_MEMORY {
+        assert!(c.is_settled("s1", &format!("call-{id}")), "call-{id}");
+    }
+    // A late frame for a remembered call is still recognised, with its id.
+    let late = update(
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"call-7","status":"in_progress"}"#,
+    );
+    match event_of(c.classify(late.as_bytes())) {
+        Some(e @ DaemonEvent::LateUpdate { .. }) => assert!(format!("{e:?}").contains("call-7")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn f5_unknown_update_kinds_and_methods_are_other() {
     let kind = update(r#"{"sessionUpdate":"brand_new_thing","x":1}"#);
     let method = r#"{"jsonrpc":"2.0","method":"_vendor/whatever","params":[1,2,3]}"#;
