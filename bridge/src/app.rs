@@ -229,6 +229,7 @@ impl Application {
             on_stall: cfg.liveness.on_stall,
             progress_after: cfg.liveness.progress_after,
             progress_every: cfg.liveness.progress_every,
+            progress_flush: cfg.liveness.progress_flush,
             permission_timeout: cfg.approvals.timeout,
             approvers: cfg.approvals.approvers.clone(),
             cwd,

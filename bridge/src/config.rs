@@ -75,6 +75,10 @@ pub struct Liveness {
     /// The progress line is edited at most this often.
     #[serde(deserialize_with = "duration")]
     pub progress_every: Duration,
+    /// A running tool's heartbeat count and latest progress are written to the store at most this
+    /// often (in batches, off the conversation's path); the result writes the rest.
+    #[serde(deserialize_with = "duration")]
+    pub progress_flush: Duration,
 }
 
 impl Default for Liveness {
@@ -86,6 +90,7 @@ impl Default for Liveness {
             on_stall: OnStall::Notify,
             progress_after: Duration::from_secs(15),
             progress_every: Duration::from_secs(30),
+            progress_flush: Duration::from_secs(10),
         }
     }
 }

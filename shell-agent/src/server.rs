@@ -196,6 +196,9 @@ async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, token: String) {
 }
 
 async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<(), String> {
+    // Updates are small frames written as they happen: with Nagle's algorithm on, one could wait for
+    // the client's delayed ACK (40 ms on Linux) behind another (the P2 bench saw exactly that).
+    let _ = tcp.set_nodelay(true);
     // The handshake callback's signature is tungstenite's; its error type is large by design.
     #[allow(clippy::result_large_err)]
     let check = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {

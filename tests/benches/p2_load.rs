@@ -31,6 +31,61 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as Ws;
 use tokio_util::sync::CancellationToken;
 
+/// The system allocator, counting the bytes live on the heap, so the soak can tell a leak (live
+/// heap grows) from allocator fragmentation (RSS grows, live heap flat).
+#[cfg_attr(feature = "heap-profile", allow(dead_code))]
+struct Counting;
+
+#[cfg_attr(feature = "heap-profile", allow(dead_code))]
+static LIVE_HEAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter only observes sizes.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            LIVE_HEAP.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc`/`realloc` above with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        LIVE_HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged.
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE_HEAP.fetch_add(new_size, Ordering::Relaxed);
+            LIVE_HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[cfg(not(feature = "heap-profile"))]
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+/// Bytes live on the heap now.
+fn live_heap() -> usize {
+    #[cfg(feature = "heap-profile")]
+    {
+        dhat::HeapStats::get().curr_bytes
+    }
+    #[cfg(not(feature = "heap-profile"))]
+    {
+        LIVE_HEAP.load(Ordering::Relaxed)
+    }
+}
+
 /// When each session's result frame was sent (monotonic, and unix ms for the store's clock).
 type Sent = Arc<Mutex<HashMap<String, (Instant, f64)>>>;
 
@@ -106,6 +161,9 @@ async fn load_daemon(listener: TcpListener, beats: u64, sent: Sent, heartbeats: 
     let Ok((tcp, _)) = listener.accept().await else {
         return;
     };
+    // As real daemons do (qwen's `ws` library, shell-agent): without it, Nagle's algorithm holds a
+    // small frame for the bridge's delayed ACK, 40 ms — the tail this bench once measured.
+    let _ = tcp.set_nodelay(true);
     let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
         return;
     };
@@ -243,6 +301,8 @@ fn main() {
 
 async fn run(n: usize, beats: u64, soak: Duration) {
     chat_bridge_tests::init_tracing();
+    #[cfg(feature = "heap-profile")]
+    let profiler = dhat::Profiler::new_heap();
     let db = match std::env::var("DATABASE_URL") {
         Ok(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await,
         Err(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await,
@@ -295,9 +355,10 @@ async fn run(n: usize, beats: u64, soak: Duration) {
         if rss_samples.len() < (elapsed.as_secs() / 60) as usize + 1 {
             rss_samples.push((elapsed.as_secs() / 60, proc_status("VmRSS:")));
             println!(
-                "P2 soak: minute {} RSS {} kB",
+                "P2 soak: minute {} RSS {} kB, live heap {} kB",
                 elapsed.as_secs() / 60,
-                proc_status("VmRSS:")
+                proc_status("VmRSS:"),
+                live_heap() / 1024
             );
         }
     }
@@ -413,6 +474,9 @@ async fn run(n: usize, beats: u64, soak: Duration) {
             "RSS kept growing in the second half of the soak: {rss_samples:?}"
         );
     }
+    // The profile shows what is live now, before shutdown frees it.
+    #[cfg(feature = "heap-profile")]
+    drop(profiler);
     app.shutdown().await;
     db.cleanup().await;
 }

@@ -36,4 +36,11 @@ pub async fn settle(app: &Application) {
         assert!(tokio::time::Instant::now() < deadline, "outbox drained");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    while app.core.progress_writes_pending() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "heartbeat counts written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

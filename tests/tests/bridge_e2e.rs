@@ -40,6 +40,41 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn f1_heartbeat_counts_reach_the_store_while_a_silent_command_runs_and_add_up_after_it(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.liveness.progress_flush = Duration::from_millis(300);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 2.5; echo counted")).await.expect("accept");
+        // While it runs: the store already counts heartbeats (written in batches by the writer).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let mut seen_running = 0;
+        while tokio::time::Instant::now() < deadline && seen_running == 0 {
+            let mut c = app.store.conn().await.expect("conn");
+            let listed = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
+            if let Some(conv) = listed.first() {
+                let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+                if let Some(call) = calls.iter().find(|c| c.status == "running" && c.heartbeats > 0) {
+                    seen_running = call.heartbeats;
+                }
+            }
+            drop(c);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(seen_running > 0, "heartbeat counts were written while the command ran");
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls[0].status, "completed");
+        // The shell agent heartbeats every 200 ms in these tests: about 12 over 2.5 s.
+        assert!((8..=14).contains(&calls[0].heartbeats) && calls[0].heartbeats > seen_running, "every heartbeat counted once: {} (seen {seen_running} while running)", calls[0].heartbeats);
+        assert_eq!(rec.posts().len(), 1, "and none made a message");
+        drop(c);
+        app.shutdown().await;
+    }
+
     async fn r3_timeouts_show_as_errors_with_the_partial_output_or_the_no_output_sentence(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let rec = Arc::new(Recorder::default());

@@ -92,11 +92,13 @@ on_both! {
         let f = tool_calls::Finish { outcome: "timed_out", summary: Some("Command timed out after 1m"), output: "partial\n", exit_code: None, signal: Some(15) };
         assert_eq!(tool_calls::finish(&mut c, &conv, "call_1", &f, T0 + 60_000).await.expect("finish"), Some(id.clone()));
         assert_eq!(tool_calls::finish(&mut c, &conv, "call_1", &f, T0 + 61_000).await.expect("dup"), None, "never twice");
-        assert!(!tool_calls::progress(&mut c, &conv, "call_1", 1, None, T0 + 62_000).await.expect("late"), "no progress after done");
+        // Heartbeats received before the result but written after it still count; the progress does not change.
+        assert!(!tool_calls::progress(&mut c, &conv, "call_1", 1, Some(r#"{"elapsedMs":99}"#), T0 + 62_000).await.expect("late"), "reported as no longer running");
         let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
         assert_eq!(row.title, "sleep 30", "an empty title does not erase the known one");
         assert_eq!(row.kind.as_deref(), Some("execute"));
-        assert_eq!((row.status.as_str(), row.heartbeats, row.signal), ("timed_out", 5, Some(15)));
+        assert_eq!((row.status.as_str(), row.heartbeats, row.signal), ("timed_out", 6, Some(15)));
+        assert_eq!(row.last_progress.as_deref(), Some(r#"{"elapsedMs":30000}"#), "a late write leaves the progress alone");
         assert_eq!(row.output.as_deref(), Some("partial\n"));
         assert_eq!(row.last_progress.as_deref(), Some(r#"{"elapsedMs":30000}"#));
     }

@@ -181,6 +181,14 @@ pub(crate) async fn run(
 /// about ten minutes).
 const STORE_RETRIES: u32 = 130;
 
+/// A tool call's id scoped by its daemon session (see `Actor::scoped`).
+fn scoped_id(session: Option<&SessionId>, call: &ToolCallId) -> String {
+    match session {
+        Some(s) => format!("{s}/{call}"),
+        None => call.as_str().to_owned(),
+    }
+}
+
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -247,10 +255,7 @@ impl Actor {
     /// A tool call's id as stored and as its message key: scoped by the daemon session, because a
     /// daemon that lost its sessions (a restart) numbers calls from the start again.
     fn scoped(&self, call: &ToolCallId) -> String {
-        match &self.session {
-            Some(s) => format!("{s}/{call}"),
-            None => call.as_str().to_owned(),
-        }
+        scoped_id(self.session.as_ref(), call)
     }
 
     async fn begin(&self) -> Result<Tx> {
@@ -704,7 +709,7 @@ impl Actor {
                     tool.unflushed += 1;
                     tool.progress = Some(progress);
                 }
-                self.flush_progress(false).await?;
+                self.flush_progress(false);
                 self.maybe_progress_line(&call).await
             }
             DaemonEvent::ToolOutput { call, .. } => {
@@ -816,7 +821,7 @@ impl Actor {
                 let n = std::mem::take(&mut t.unflushed);
                 (n > 0).then(|| (n, t.progress.and_then(|p| serde_json::to_string(&p).ok())))
             });
-        self.flush_progress(true).await?;
+        self.flush_progress(true);
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
         };
@@ -910,44 +915,31 @@ impl Actor {
         Ok(())
     }
 
-    /// Writes accumulated heartbeat counts and progress, at most every `progress_flush` (or now), on
-    /// the bookkeeping connections: a count is informative, and a database crash that loses the last
-    /// one costs nothing but the count, so it never waits for a WAL flush.
-    async fn flush_progress(&mut self, force: bool) -> Result<()> {
+    /// Hands accumulated heartbeat counts and progress to the progress writer, at most every
+    /// `progress_flush` (or now). Never waits for the database: counts the writer cannot take yet stay
+    /// here for the next flush.
+    fn flush_progress(&mut self, force: bool) {
         let every = self.core.cfg.progress_flush;
+        let conversation = self.conv.id.clone();
+        let session = self.session.clone();
         let Some(turn) = self.turn.as_mut() else {
-            return Ok(());
+            return;
         };
-        let due: Vec<(ToolCallId, i64, Option<String>)> = turn
-            .tools
-            .iter_mut()
-            .filter(|(_, t)| t.unflushed > 0 && (force || t.flushed.elapsed() >= every))
-            .map(|(c, t)| {
-                let n = std::mem::take(&mut t.unflushed);
+        for (call, t) in &mut turn.tools {
+            if t.unflushed == 0 || !(force || t.flushed.elapsed() >= every) {
+                continue;
+            }
+            let w = super::ProgressWrite {
+                conversation: conversation.clone(),
+                call: scoped_id(session.as_ref(), call),
+                heartbeats: t.unflushed,
+                progress: t.progress.and_then(|p| serde_json::to_string(&p).ok()),
+            };
+            if self.core.queue_progress(w) {
+                t.unflushed = 0;
                 t.flushed = Instant::now();
-                (
-                    c.clone(),
-                    n,
-                    t.progress.and_then(|p| serde_json::to_string(&p).ok()),
-                )
-            })
-            .collect();
-        if due.is_empty() {
-            return Ok(());
+            }
         }
-        let mut c = self.core.store.relaxed_conn().await?;
-        for (call, n, progress) in due {
-            tool_calls::progress(
-                &mut c,
-                &self.conv.id,
-                &self.scoped(&call),
-                n,
-                progress.as_deref(),
-                now_ms(),
-            )
-            .await?;
-        }
-        Ok(())
     }
 
     /// L5: a tool running past `progress_after` shows elapsed time and output age, edited at most
@@ -1152,7 +1144,7 @@ impl Actor {
     // ---- turn end, prompt completion, resume ----
 
     async fn end_turn(&mut self, stop: Option<StopReason>, forced: Option<&str>) -> Result<()> {
-        self.flush_progress(true).await?;
+        self.flush_progress(true);
         let Some(turn) = self.turn.take() else {
             return Ok(());
         };

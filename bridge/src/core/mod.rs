@@ -100,6 +100,86 @@ pub(crate) enum ConvMsg {
     Resume(store::turns::Turn),
 }
 
+/// Heartbeat counts and the latest progress of one tool call, for the progress writer.
+#[derive(Debug)]
+pub(crate) struct ProgressWrite {
+    pub conversation: String,
+    pub call: String,
+    pub heartbeats: i64,
+    pub progress: Option<String>,
+}
+
+/// How many progress writes wait for the writer at most; past it an actor keeps its counts for the
+/// next flush.
+const PROGRESS_QUEUE: usize = 4096;
+
+/// How many progress writes go into one transaction.
+const PROGRESS_BATCH: usize = 256;
+
+/// Writes heartbeat counts in batches, off the actors' path: a conversation never waits for the
+/// database because a silent command is alive (P2). On the bookkeeping connections (a count lost to a
+/// database crash costs nothing but the count). Ends after `stop`, writing what is queued.
+async fn progress_writer(
+    store: Store,
+    mut rx: mpsc::Receiver<ProgressWrite>,
+    pending: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            w = rx.recv() => w,
+            () = stop.cancelled() => {
+                rx.close();
+                rx.recv().await
+            }
+        };
+        let Some(first) = first else { return };
+        let mut batch = vec![first];
+        while batch.len() < PROGRESS_BATCH {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let mut attempt = 0u32;
+        loop {
+            match write_progress(&store, &batch).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() && attempt < 20 && !stop.is_cancelled() => {
+                    attempt += 1;
+                    tokio::time::sleep(daemon_client::client::backoff_delay(
+                        Duration::from_millis(100),
+                        Duration::from_secs(5),
+                        attempt,
+                    ))
+                    .await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, writes = batch.len(), "heartbeat counts not written");
+                    break;
+                }
+            }
+        }
+        pending.fetch_sub(batch.len(), Ordering::SeqCst);
+    }
+}
+
+async fn write_progress(store: &Store, batch: &[ProgressWrite]) -> Result<(), store::StoreError> {
+    let mut tx = store.relaxed_begin().await?;
+    for w in batch {
+        store::tool_calls::progress(
+            tx.conn(),
+            &w.conversation,
+            &w.call,
+            w.heartbeats,
+            w.progress.as_deref(),
+            now_ms(),
+        )
+        .await?;
+    }
+    tx.commit().await
+}
+
 /// The core, shared by the router, the actors and the application.
 #[derive(Debug)]
 pub struct Core {
@@ -114,6 +194,8 @@ pub struct Core {
     pub(crate) busy: AtomicUsize,
     pub(crate) idle: Notify,
     shutdown: CancellationToken,
+    progress: mpsc::Sender<ProgressWrite>,
+    progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
 }
@@ -129,6 +211,14 @@ impl Core {
         wake_outbox: Arc<Notify>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        let (progress, rx) = mpsc::channel(PROGRESS_QUEUE);
+        let progress_pending = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(progress_writer(
+            store.clone(),
+            rx,
+            progress_pending.clone(),
+            shutdown.clone(),
+        ));
         Arc::new(Self {
             store,
             client,
@@ -140,8 +230,27 @@ impl Core {
             busy: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown,
+            progress,
+            progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Hands a progress write to the writer; `false` when its queue is full (keep the counts).
+    pub(crate) fn queue_progress(&self, w: ProgressWrite) -> bool {
+        self.progress_pending.fetch_add(1, Ordering::SeqCst);
+        if self.progress.try_send(w).is_ok() {
+            true
+        } else {
+            self.progress_pending.fetch_sub(1, Ordering::SeqCst);
+            false
+        }
+    }
+
+    /// Heartbeat-count writes queued and not yet written.
+    #[must_use]
+    pub fn progress_writes_pending(&self) -> usize {
+        self.progress_pending.load(Ordering::SeqCst)
     }
 
     /// Conversations held in memory (an actor each) right now.

@@ -79,7 +79,10 @@ pub async fn start(
     Ok(id.0)
 }
 
-/// Flushes accumulated progress: `heartbeats` more, the latest progress JSON. Ignored once terminal.
+/// Flushes accumulated progress: `heartbeats` more, the latest progress JSON. Heartbeats are counted
+/// even when the write lands after the result (they were received before it; counts are written in
+/// batches, off the conversation's path), but a terminal call's progress stays as it was. Returns
+/// whether the call was still running.
 ///
 /// # Errors
 /// Database errors.
@@ -91,18 +94,21 @@ pub async fn progress(
     last_progress: Option<&str>,
     now: i64,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE tool_calls SET heartbeats = heartbeats + $3, last_progress = COALESCE($4, last_progress), progress_at = $5
-         WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'",
+    let status: Option<(String,)> = sqlx::query_as(
+        "UPDATE tool_calls SET heartbeats = heartbeats + $3,
+             last_progress = CASE WHEN status = 'running' THEN COALESCE($4, last_progress) ELSE last_progress END,
+             progress_at = CASE WHEN status = 'running' THEN $5 ELSE progress_at END
+         WHERE conversation_id = $1 AND call_id = $2
+         RETURNING status",
     )
     .bind(conversation)
     .bind(call_id)
     .bind(heartbeats)
     .bind(last_progress)
     .bind(now)
-    .execute(c)
+    .fetch_optional(c)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(status.is_some_and(|(s,)| s == "running"))
 }
 
 /// A call's terminal state.

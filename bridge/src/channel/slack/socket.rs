@@ -73,7 +73,8 @@ async fn connection(
         .connections_open(app_token)
         .await
         .map_err(|e| e.to_string())?;
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+    // No Nagle: acknowledgements are small frames Slack wants within 3 s, each on its own.
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     // Acknowledgements of recorded envelopes, sent from this loop (the socket's only writer). They
