@@ -247,3 +247,97 @@ async fn q3_slack_an_event_during_a_database_outage_is_not_acknowledged_until_re
     stop.cancel();
     task.await.expect("join").expect("run_slack");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its_retry_runs_once() {
+    use chat_bridge::channel::slack::signature::sign;
+    use chat_bridge_tests::fake_slack::FakeSlack;
+    use serde_json::json;
+    daemon_client::install_crypto_provider();
+    chat_bridge_tests::init_tracing();
+    let cluster = Cluster::start();
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut cfg = config(&cluster.url(), dir.path());
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    cfg.slack.mode = "http".into();
+    cfg.slack.listen = format!("127.0.0.1:{port}");
+    cfg.slack.signing_secret = Some("s3cret".into());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    let http = reqwest::Client::new();
+    let post = |body: String, retry: u32| {
+        let ts = (chat_bridge::store::now_ms() / 1000).to_string();
+        let sig = sign(b"s3cret", &ts, body.as_bytes());
+        let mut r = http
+            .post(format!("http://127.0.0.1:{port}/slack/events"))
+            .header("x-slack-request-timestamp", ts)
+            .header("x-slack-signature", sig)
+            .header("content-type", "application/json");
+        if retry > 0 {
+            r = r
+                .header("x-slack-retry-num", retry.to_string())
+                .header("x-slack-retry-reason", "http_error");
+        }
+        r.body(body).send()
+    };
+    let challenge = json!({"type": "url_verification", "challenge": "c", "token": "x"}).to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while post(challenge.clone(), 0).await.is_err() {
+        assert!(Instant::now() < deadline, "the Events API endpoint came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    cluster.stop();
+    let event = json!({"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": "EvH",
+                       "event": {"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000300",
+                                 "text": "<@UBOT> echo http outage", "event_ts": "1700.000300"}})
+    .to_string();
+    let answer = post(event.clone(), 0).await.expect("send");
+    assert_eq!(
+        answer.status(),
+        503,
+        "not recorded, so not acknowledged: Slack retries"
+    );
+
+    cluster.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = post(event.clone(), 1).await.expect("send");
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the retry was never taken: {}",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fake.wait_for("the result", |f| {
+        f.calls_of("chat.update").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("✅ echo http outage"))
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tool_posts: Vec<_> = fake
+        .posted()
+        .into_iter()
+        .filter(|p| p["thread_ts"] == "1700.000300")
+        .collect();
+    assert_eq!(tool_posts.len(), 1, "one tool message: {tool_posts:#?}");
+    stop.cancel();
+    task.await.expect("join").expect("run_slack");
+}
