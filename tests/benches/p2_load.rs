@@ -10,10 +10,11 @@
 //! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions; `cargo test` (CI) runs
 //! N = 100. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10) override. Soak: `P2_SOAK_MINUTES=30
 //! P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps the load up for that long
-//! (each session starts a new tool when one ends), samples RSS every minute and checks the second half
-//! of the soak stays flat within 10% (the first half includes the warm-up of bounded caches; its growth
-//! is printed too). Uses `DATABASE_URL` (a fresh database on it) when set, else
-//! SQLite.
+//! (each session starts a new tool when one ends), samples RSS and the live heap (a counting allocator)
+//! every minute and checks the second half of the soak stays flat within 10% (the first half includes
+//! the warm-up of bounded caches; its growth is printed too). `--features heap-profile` runs it under
+//! dhat instead and writes `dhat-heap.json` (what is live just before shutdown, by call stack). Uses
+//! `DATABASE_URL` (a fresh database on it) when set, else SQLite.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
