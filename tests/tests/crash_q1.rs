@@ -240,10 +240,12 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
             .filter(|&(_, &at)| at == k)
             .map(|(i, _)| (wait.mul_f64(rng.random_range(0.0..1.0)), i))
             .collect();
-        while start.elapsed() < wait {
+        loop {
+            let done = start.elapsed() >= wait;
             clicker(&fake, &mut last_click, &mut envelopes);
+            // Past the wait, whatever is still due goes now: every follow-up is sent before its kill.
             due.retain(|&(at, i)| {
-                if start.elapsed() < at {
+                if !done && start.elapsed() < at {
                     return true;
                 }
                 let reply = json!({"type": "message", "user": "U1", "channel": "C1",
@@ -257,6 +259,9 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
                 ));
                 false
             });
+            if done {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         bridge.kill().expect("SIGKILL");
