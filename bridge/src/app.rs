@@ -374,41 +374,28 @@ impl Application {
         }
     }
 
-    /// Runs a store step, retrying while the database is unreachable; `None` when `stop` came
-    /// first.
+    /// Runs a store step for a chat event, retrying while the database is unreachable; `None` when
+    /// `stop` came first.
     async fn retry_store<T, F>(
         &self,
         stop: &CancellationToken,
         platform: &str,
-        step: impl Fn() -> F,
+        step: impl FnMut() -> F,
     ) -> Option<Result<T, crate::store::StoreError>>
     where
         F: std::future::Future<Output = Result<T, crate::store::StoreError>>,
     {
-        let mut attempt = 0u32;
-        loop {
-            match step().await {
-                Err(e) if e.is_transient() => {
-                    attempt = attempt.saturating_add(1);
-                    if attempt == 1 {
-                        tracing::warn!(error = %e, %platform, "database unavailable; holding a chat event until it answers");
-                    }
-                    let delay = daemon_client::client::backoff_delay(
-                        Duration::from_millis(100),
-                        Duration::from_secs(5),
-                        attempt,
-                    );
-                    tokio::select! {
-                        () = stop.cancelled() => {
-                            tracing::error!(%platform, "stopping while the database is down: a chat event was not taken");
-                            return None;
-                        }
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                }
-                r => return Some(r),
-            }
+        let r = crate::store::retry_transient(
+            u32::MAX,
+            stop,
+            |e| tracing::warn!(error = %e, %platform, "database unavailable; holding a chat event until it answers"),
+            step,
+        )
+        .await;
+        if r.is_none() {
+            tracing::error!(%platform, "stopping while the database is down: a chat event was not taken");
         }
+        r
     }
 
     /// Hands inbound chat events to the core until `stop` or the sender closes.

@@ -291,25 +291,15 @@ async fn finish(
         Ok(platform_id) => {
             // The platform has it: recording that must not be given up while the database is
             // briefly away, or the action would be delivered again.
-            let mut attempt = 0u32;
-            loop {
-                match record_delivered(store, worker, id, conversation_id, key, &platform_id).await
-                {
-                    Ok(()) => break,
-                    Err(e) if e.is_transient() && attempt < RECORD_RETRIES => {
-                        attempt += 1;
-                        if attempt == 1 {
-                            tracing::warn!(action = id, error = %e, "delivered, but the database is unavailable; recording it when it answers");
-                        }
-                        tokio::time::sleep(daemon_client::client::backoff_delay(
-                            Duration::from_millis(100),
-                            Duration::from_secs(5),
-                            attempt,
-                        ))
-                        .await;
-                    }
-                    Err(e) => return Err(e),
-                }
+            let recorded = crate::store::retry_transient(
+                RECORD_RETRIES,
+                &CancellationToken::new(),
+                |e| tracing::warn!(action = id, error = %e, "delivered, but the database is unavailable; recording it when it answers"),
+                || record_delivered(store, worker, id, conversation_id, key, &platform_id),
+            )
+            .await;
+            if let Some(Err(e)) = recorded {
+                return Err(e);
             }
             metrics::counter!("chatbridge_deliveries_total", "result" => "ok").increment(1);
             Ok(Step::Delivered)

@@ -36,6 +36,19 @@ pub fn shared_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
 }
 
+/// A loopback port free at the moment of asking, for a server the test starts by address.
+///
+/// # Panics
+/// When loopback cannot be bound.
+#[must_use]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
 /// Installs a test log subscriber once (respects `RUST_LOG`).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()

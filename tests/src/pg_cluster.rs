@@ -74,11 +74,7 @@ impl Cluster {
                 .expect("chown");
             assert!(status.success(), "chown the cluster directory to postgres");
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = crate::free_port();
         let cluster = Self {
             dir,
             bin: pg_bin(),

@@ -146,11 +146,12 @@ fn clicker(fake: &FakeSlack, last: &mut HashMap<String, Instant>, envelopes: &mu
     }
 }
 
-/// (conversations, turns, open turns, pending outbox rows, unhandled inbox entries).
-async fn counts(store: &Store) -> (usize, usize, usize, i64, usize) {
-    let mut c = store.conn().await.expect("conn");
-    let convs = history::list(
-        &mut c,
+/// Every conversation in the store (the suite has six).
+async fn conversations(
+    c: &mut sqlx::AnyConnection,
+) -> Vec<chat_bridge::store::conversations::Conversation> {
+    history::list(
+        c,
         &history::Filter {
             limit: Some(100),
             ..Default::default()
@@ -158,7 +159,13 @@ async fn counts(store: &Store) -> (usize, usize, usize, i64, usize) {
     )
     .await
     .expect("list")
-    .items;
+    .items
+}
+
+/// (conversations, turns, open turns, pending outbox rows, unhandled inbox entries).
+async fn counts(store: &Store) -> (usize, usize, usize, i64, usize) {
+    let mut c = store.conn().await.expect("conn");
+    let convs = conversations(&mut c).await;
     let open: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM turns WHERE status = 'open'")
         .fetch_one(&mut *c)
         .await
@@ -343,16 +350,7 @@ async fn q1_sigkill_at_20_random_points_every_chat_message_once_and_every_result
         );
     }
     let mut c = store.conn().await.expect("conn");
-    let convs = history::list(
-        &mut c,
-        &history::Filter {
-            limit: Some(100),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("list")
-    .items;
+    let convs = conversations(&mut c).await;
     assert_eq!(convs.len(), THREADS);
     for conv in &convs {
         let calls = tool_calls::of_conversation(&mut c, &conv.id)

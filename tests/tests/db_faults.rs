@@ -12,27 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chat_bridge::app::Application;
-use chat_bridge::channel::{Inbound, InboundKind, Target};
+use chat_bridge::channel::Inbound;
 use chat_bridge::store::{Store, history, tool_calls};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::pg_cluster::Cluster;
 use chat_bridge_tests::recorder::Recorder;
 use tokio_util::sync::CancellationToken;
 
+/// A console message in thread `t{thread}`.
 fn message(thread: usize, text: &str) -> Inbound {
-    Inbound {
-        event_id: uuid::Uuid::new_v4().to_string(),
-        platform: "console".into(),
-        target: Target {
-            workspace: "local".into(),
-            channel: "console".into(),
-            thread: format!("t{thread}"),
-        },
-        user: "tester".into(),
-        message_id: None,
-        opens: true,
-        kind: InboundKind::Message(text.into()),
-    }
+    let mut m = chat_bridge::channel::console::inbound(text);
+    m.target.thread = format!("t{thread}");
+    m
 }
 
 async fn readyz(base: &str) -> (u16, serde_json::Value) {
@@ -258,11 +249,7 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
     let cluster = Cluster::start();
     let fake = FakeSlack::start().await;
     let dir = tempfile::tempdir().expect("tmp");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = chat_bridge_tests::free_port();
     let mut cfg = config(&cluster.url(), dir.path());
     cfg.slack.bot_token = Some("xoxb-test".into());
     cfg.slack.api_base_url = fake.base_url.clone();

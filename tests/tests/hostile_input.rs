@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use chat_bridge::app::Application;
-use chat_bridge::channel::{Inbound, InboundKind, Target, Tone, console};
+use chat_bridge::channel::{Inbound, Tone, console};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::on_both;
 use chat_bridge_tests::recorder::Recorder;
@@ -16,19 +16,9 @@ use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
 use serde_json::json;
 
 fn second_thread(text: &str) -> Inbound {
-    Inbound {
-        event_id: uuid::Uuid::new_v4().to_string(),
-        platform: "console".into(),
-        target: Target {
-            workspace: "local".into(),
-            channel: "console".into(),
-            thread: "second".into(),
-        },
-        user: "tester".into(),
-        message_id: None,
-        opens: true,
-        kind: InboundKind::Message(text.into()),
-    }
+    let mut m = console::inbound(text);
+    m.target.thread = "second".into();
+    m
 }
 
 async fn hostile_daemon(mut peer: Peer) {

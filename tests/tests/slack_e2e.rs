@@ -366,11 +366,7 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
     let fake = FakeSlack::start().await;
     let dir = tempfile::tempdir().expect("tmp");
     init_tracing();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = chat_bridge_tests::free_port();
     let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
         cfg.slack.app_token = None;
         cfg.slack.mode = "http".into();
@@ -502,11 +498,7 @@ async fn sigterm_reports_stopping_takes_no_new_prompt_and_drains_a_rate_limited_
     daemon_client::install_crypto_provider();
     let fake = FakeSlack::start().await;
     let dir = tempfile::tempdir().expect("tmp");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = chat_bridge_tests::free_port();
     let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
         cfg.http.listen = Some(format!("127.0.0.1:{port}"));
         cfg.service.drain_timeout = Duration::from_secs(15);

@@ -32,6 +32,13 @@ struct ToolState {
     flushed: Instant,
 }
 
+impl ToolState {
+    /// The latest progress, as stored.
+    fn progress_json(&self) -> Option<String> {
+        self.progress.and_then(|p| serde_json::to_string(&p).ok())
+    }
+}
+
 #[derive(Debug)]
 struct TurnState {
     row: Turn,
@@ -811,17 +818,6 @@ impl Actor {
     }
 
     async fn on_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
-        // This tool's unwritten heartbeat count goes into the result's own transaction: the result
-        // never waits for a separate write (P2).
-        let folded = self
-            .turn
-            .as_mut()
-            .and_then(|t| t.tools.get_mut(&call))
-            .and_then(|t| {
-                let n = std::mem::take(&mut t.unflushed);
-                (n > 0).then(|| (n, t.progress.and_then(|p| serde_json::to_string(&p).ok())))
-            });
-        self.flush_progress(true);
         let Some(turn) = self.turn.as_mut() else {
             return Ok(());
         };
@@ -845,13 +841,15 @@ impl Actor {
             )
             .await?;
         }
-        if let Some((n, progress)) = &folded {
+        // This tool's unwritten heartbeat count goes into the result's own transaction: the result
+        // never waits for a separate write (P2).
+        if let Some(t) = tool.as_ref().filter(|t| t.unflushed > 0) {
             tool_calls::progress(
                 tx.conn(),
                 &self.conv.id,
                 &self.scoped(&call),
-                *n,
-                progress.as_deref(),
+                t.unflushed,
+                t.progress_json().as_deref(),
                 now_ms(),
             )
             .await?;
@@ -933,7 +931,7 @@ impl Actor {
                 conversation: conversation.clone(),
                 call: scoped_id(session.as_ref(), call),
                 heartbeats: t.unflushed,
-                progress: t.progress.and_then(|p| serde_json::to_string(&p).ok()),
+                progress: t.progress_json(),
             };
             if self.core.queue_progress(w) {
                 t.unflushed = 0;

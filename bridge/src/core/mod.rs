@@ -141,24 +141,15 @@ async fn progress_writer(
                 Err(_) => break,
             }
         }
-        let mut attempt = 0u32;
-        loop {
-            match write_progress(&store, &batch).await {
-                Ok(()) => break,
-                Err(e) if e.is_transient() && attempt < 20 && !stop.is_cancelled() => {
-                    attempt += 1;
-                    tokio::time::sleep(daemon_client::client::backoff_delay(
-                        Duration::from_millis(100),
-                        Duration::from_secs(5),
-                        attempt,
-                    ))
-                    .await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, writes = batch.len(), "heartbeat counts not written");
-                    break;
-                }
+        match store::retry_transient(20, &stop, |_| {}, || write_progress(&store, &batch)).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, writes = batch.len(), "heartbeat counts not written");
             }
+            None => tracing::warn!(
+                writes = batch.len(),
+                "heartbeat counts not written: stopping"
+            ),
         }
         pending.fetch_sub(batch.len(), Ordering::SeqCst);
     }

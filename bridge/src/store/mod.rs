@@ -87,6 +87,42 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Runs `step` again while it fails because the database is unreachable ([`StoreError::is_transient`]):
+/// after 100 ms, doubling to 5 s, at most `retries` more times. `on_first` hears the first such failure
+/// (to log it once). `None` when `stop` comes during a wait; the last error when the retries run out.
+pub async fn retry_transient<T, Fut>(
+    retries: u32,
+    stop: &tokio_util::sync::CancellationToken,
+    on_first: impl FnOnce(&StoreError),
+    mut step: impl FnMut() -> Fut,
+) -> Option<Result<T>>
+where
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut on_first = Some(on_first);
+    let mut attempt = 0u32;
+    loop {
+        match step().await {
+            Err(e) if e.is_transient() && attempt < retries => {
+                attempt += 1;
+                if let Some(tell) = on_first.take() {
+                    tell(&e);
+                }
+                let delay = daemon_client::client::backoff_delay(
+                    Duration::from_millis(100),
+                    Duration::from_secs(5),
+                    attempt,
+                );
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            r => return Some(r),
+        }
+    }
+}
+
 impl StoreError {
     /// Whether retrying later can succeed: the database is unreachable, restarting, or busy.
     #[must_use]
