@@ -128,6 +128,8 @@ pub struct Approvals {
     /// Unanswered requests expire as rejected.
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
+    /// A3 four eyes: the person whose message asked for a tool call cannot approve it.
+    pub require_second_person: bool,
 }
 
 impl Default for Approvals {
@@ -135,8 +137,32 @@ impl Default for Approvals {
         Self {
             approvers: Vec::new(),
             timeout: Duration::from_secs(600),
+            require_second_person: false,
         }
     }
+}
+
+/// Who may act in a thread (A2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadAccess {
+    /// A thread belongs to the person who opened it: only they, the approvers and the people they
+    /// `/invite` may prompt, answer approvals or `/cancel` there.
+    #[default]
+    Owner,
+    /// Anyone allowed to use the bridge may act in any thread (collaborative threads).
+    Shared,
+}
+
+/// `[access]` (A1, A2): who may use the bridge at all, and who may act in a thread.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Access {
+    /// A1: on Slack and Discord, with no user or role allowlist the bridge refuses to start unless
+    /// this says, on purpose, that everyone who can reach it may run commands.
+    pub open: bool,
+    /// A2: `owner` (default) or `shared`.
+    pub threads: ThreadAccess,
 }
 
 /// `[slack]`: set `CHAT_BRIDGE_SLACK__BOT_TOKEN` and `CHAT_BRIDGE_SLACK__APP_TOKEN` to run on Slack.
@@ -266,6 +292,9 @@ impl Default for Service {
 pub struct Redact {
     /// Extra regular expressions to redact.
     pub patterns: Vec<String>,
+    /// Store redacted text in the history too (prompts, answers, tool output), for teams whose
+    /// history must never hold a secret. Off by default: the history keeps what ran.
+    pub store: bool,
 }
 
 /// The whole configuration.
@@ -282,6 +311,8 @@ pub struct Config {
     pub shell_agent: ShellAgent,
     /// `[approvals]`.
     pub approvals: Approvals,
+    /// `[access]`.
+    pub access: Access,
     /// `[redact]`.
     pub redact: Redact,
     /// `[slack]`.
