@@ -232,6 +232,9 @@ impl Application {
             progress_flush: cfg.liveness.progress_flush,
             permission_timeout: cfg.approvals.timeout,
             approvers: cfg.approvals.approvers.clone(),
+            threads: cfg.access.threads,
+            require_second_person: cfg.approvals.require_second_person,
+            redact_store: cfg.redact.store,
             cwd,
             mode: cfg.daemon.mode.clone(),
             output_cap: channel.capabilities().output_cap,
@@ -547,7 +550,8 @@ pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Resul
         allow_dms: cfg.discord.allow_dms,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let gateway = Gateway::build(http, access, tx)
+    let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
+    let gateway = Gateway::build(http, access, redactor, tx)
         .await
         .context("starting the Discord gateway client")?;
     let Some(app) = Application::build_until(cfg, Arc::new(gateway.channel.clone()), &stop).await?

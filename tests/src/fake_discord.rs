@@ -243,8 +243,12 @@ async fn rest(
             }
             let id = (inner.next_id.fetch_add(1, Ordering::SeqCst) + 5000).to_string();
             let mut m = message(&id, ch, &bot, body["content"].as_str().unwrap_or(""));
-            m["embeds"] = body["embeds"].clone();
-            m["components"] = body["components"].clone();
+            // Discord always answers with arrays here, whether or not the request had them.
+            for key in ["embeds", "components"] {
+                if body[key].is_array() {
+                    m[key] = body[key].clone();
+                }
+            }
             m["nonce"] = body["nonce"].clone();
             inner
                 .messages

@@ -204,7 +204,7 @@ on_both! {
         let allow = perm.buttons[0].value.clone();
 
         app.core.accept(click(&allow, "mallory")).await.expect("accept");
-        rec.wait_for("the refusal", |r| r.with_tone(Tone::Warning).iter().any(|m| m.title.contains("mallory is not allowed"))).await;
+        rec.wait_for("the refusal", |r| r.with_tone(Tone::Warning).iter().any(|m| m.title.contains("mallory: You are not allowed to answer"))).await;
         assert_eq!(rec.edits_of(&perm_id), 0, "an outsider's click changes nothing");
 
         app.core.accept(click(&allow, "oncall")).await.expect("accept");

@@ -239,18 +239,21 @@ pub trait Channel: Send + Sync {
         let _ = (target, message_id, name, add);
         Box::pin(async { Ok(()) })
     }
-    /// A reply only `user` sees; platforms without ephemerals post it as a visible notice.
+    /// A reply only `user` sees; platforms without ephemerals post it as a visible notice addressed
+    /// to them.
     fn ephemeral<'a>(
         &'a self,
         target: &'a Target,
         user: &'a str,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
-        let _ = user;
         Box::pin(async move {
-            self.post(target, &Message::text(Tone::Warning, text))
-                .await
-                .map(drop)
+            self.post(
+                target,
+                &Message::text(Tone::Warning, format!("{user}: {text}")),
+            )
+            .await
+            .map(drop)
         })
     }
 }

@@ -13,13 +13,14 @@ use daemon_client::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::access::{self, Act, Refusal};
 use super::{ConvMsg, Core, OnStall, render};
 use crate::channel::{ChatAction, Inbound, InboundKind, Message, Target, Tone};
 use crate::store::conversations::{self, Conversation};
 use crate::store::outbox::{self, Kind, NewAction};
 use crate::store::transcript::{self, NewEntry};
 use crate::store::turns::{self, Ending, Turn};
-use crate::store::{Result, StoreError, Tx, inbound, now_ms, permissions, tool_calls};
+use crate::store::{Result, StoreError, Tx, inbound, members, now_ms, permissions, tool_calls};
 
 #[derive(Debug)]
 struct ToolState {
@@ -84,6 +85,8 @@ struct Actor {
     /// being handled, or queued messages dropped by `/cancel`.
     unmarked: std::sync::Mutex<Vec<EventKey>>,
     permissions: HashMap<String, PendingPermission>,
+    /// The people the owner invited (A2), read from the store on first use.
+    members: Option<Vec<String>>,
     notices: u64,
     prompt_seq: u64,
     tx: mpsc::Sender<ConvMsg>,
@@ -111,6 +114,7 @@ pub(crate) async fn run(
         queue: VecDeque::new(),
         unmarked: std::sync::Mutex::new(Vec::new()),
         permissions: HashMap::new(),
+        members: None,
         notices: 0,
         prompt_seq: 0,
         tx,
@@ -378,8 +382,15 @@ impl Actor {
         let msg = render::notice(&self.core.redactor, tone, text);
         let mut tx = self.begin().await?;
         let turn_id = self.turn.as_ref().map(|t| t.row.id.clone());
-        self.record(&mut tx, turn_id.as_deref(), "notice", "bridge", text, None)
-            .await?;
+        self.record(
+            &mut tx,
+            turn_id.as_deref(),
+            "notice",
+            "bridge",
+            &self.kept(text),
+            None,
+        )
+        .await?;
         self.enqueue(&mut tx, &self.post(key, msg)).await?;
         self.commit(tx).await
     }
@@ -395,8 +406,8 @@ impl Actor {
 
     async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
         let event = Some((m.platform.clone(), m.event_id.clone()));
-        match m.kind {
-            InboundKind::Action(value) => self.on_button(&m.user, &value).await,
+        match &m.kind {
+            InboundKind::Action(value) => self.on_button(&m.user, value).await,
             InboundKind::Message(text) => {
                 let text = text.trim().to_owned();
                 if text.is_empty() {
@@ -415,18 +426,32 @@ impl Actor {
                         return self.decide(&m.user, &id, &option).await;
                     }
                 }
-                if let Some(cmd) = text.strip_prefix('/') {
+                let command = text.strip_prefix('/').map(|cmd| {
                     let word = cmd.split_whitespace().next().unwrap_or("");
-                    match word {
-                        "new" => return self.cmd_new().await,
-                        "cancel" => return self.cmd_cancel().await,
-                        "status" => return self.cmd_status().await,
-                        "history" => return self.cmd_history().await,
-                        "help" => return self.cmd_help().await,
-                        _ => {}
-                    }
+                    (word, cmd[word.len()..].trim())
+                });
+                let act = match command {
+                    Some(("status" | "history" | "help", _)) => Act::Read,
+                    Some(("new", _)) => Act::New,
+                    Some(("cancel", _)) => Act::Cancel,
+                    Some(("invite" | "uninvite", _)) => Act::Invite,
+                    _ => Act::Prompt,
+                };
+                if let Err(refusal) = self.may(&m.user, act).await? {
+                    return self.refuse(&m, &refusal).await;
                 }
-                self.prompt(m.user, text, m.message_id, event).await
+                match command {
+                    Some(("new", _)) => return self.cmd_new().await,
+                    Some(("cancel", _)) => return self.cmd_cancel().await,
+                    Some(("status", _)) => return self.cmd_status().await,
+                    Some(("history", _)) => return self.cmd_history().await,
+                    Some(("help", _)) => return self.cmd_help().await,
+                    Some(("invite", who)) => return self.cmd_invite(&m.user, who, true).await,
+                    Some(("uninvite", who)) => return self.cmd_invite(&m.user, who, false).await,
+                    _ => {}
+                }
+                self.prompt(m.user.clone(), text, m.message_id.clone(), event)
+                    .await
             }
         }
     }
@@ -495,8 +520,9 @@ impl Actor {
         };
         self.mark_on_commit(event);
         let mut tx = self.begin().await?;
-        let row = turns::start(tx.conn(), &self.conv.id, &text, &user, now_ms()).await?;
-        self.record(&mut tx, Some(&row.id), "prompt", &user, &text, None)
+        let kept = self.kept(&text);
+        let row = turns::start(tx.conn(), &self.conv.id, &kept, &user, now_ms()).await?;
+        self.record(&mut tx, Some(&row.id), "prompt", &user, &kept, None)
             .await?;
         self.commit(tx).await?;
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
@@ -559,7 +585,137 @@ impl Actor {
         Ok(new.session)
     }
 
+    // ---- access (A2, A3) ----
+
+    /// The people the owner invited, read once from the store.
+    async fn members(&mut self) -> Result<Vec<String>> {
+        if let Some(m) = &self.members {
+            return Ok(m.clone());
+        }
+        let mut c = self.core.store.conn().await?;
+        let m = members::of(&mut c, &self.conv.id).await?;
+        self.members = Some(m.clone());
+        Ok(m)
+    }
+
+    fn roles<'a>(&'a self, members: &'a [String]) -> access::Roles<'a> {
+        access::Roles {
+            mode: self.core.cfg.threads,
+            owner: &self.conv.started_by,
+            members,
+            approvers: &self.core.cfg.approvers,
+        }
+    }
+
+    /// A2: whether `user` may do `act` in this thread (the outer `Result` is the store's).
+    async fn may(&mut self, user: &str, act: Act) -> Result<std::result::Result<(), Refusal>> {
+        if act == Act::Read {
+            return Ok(Ok(()));
+        }
+        let members = self.members().await?;
+        Ok(self.roles(&members).may(user, act))
+    }
+
+    /// How a person is named in chat: a mention where the platform has them.
+    fn person(&self, user: &str) -> String {
+        match self.conv.platform.as_str() {
+            "slack" | "discord" => format!("<@{user}>"),
+            _ => user.to_owned(),
+        }
+    }
+
+    /// Refuses what `m` asked: only its author hears why (an ephemeral reply where the platform has
+    /// one), their message gets a ⛔ reaction, and nothing runs. The inbox entry is marked in the
+    /// same transaction.
+    async fn refuse(&mut self, m: &Inbound, refusal: &Refusal) -> Result<()> {
+        tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "refused a person who may not act in this thread");
+        metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
+        let text = refusal.text(&self.person(&self.conv.started_by));
+        let mut tx = self.begin().await?;
+        let action = ChatAction::Ephemeral {
+            target: self.target.clone(),
+            user: m.user.clone(),
+            text: self.core.redactor.redact(&text),
+        };
+        self.enqueue(&mut tx, &action).await?;
+        if let Some(id) = &m.message_id {
+            self.enqueue(&mut tx, &self.react(id, "no_entry_sign", true))
+                .await?;
+        }
+        self.commit(tx).await
+    }
+
+    /// Text as the history keeps it: redacted too when `redact.store` says so.
+    fn kept<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        if self.core.cfg.redact_store {
+            std::borrow::Cow::Owned(self.core.redactor.redact(text))
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        }
+    }
+
     // ---- commands ----
+
+    /// `/invite @a @b` and `/uninvite @a`: the owner (or an approver) lets people act here, or stops
+    /// letting them.
+    async fn cmd_invite(&mut self, by: &str, who: &str, add: bool) -> Result<()> {
+        let people = access::mentioned_users(who);
+        let verb = if add { "invite" } else { "uninvite" };
+        if people.is_empty() {
+            return self
+                .notice(
+                    Tone::Neutral,
+                    &format!("Usage: `/{verb} @person …` — name the people by mentioning them."),
+                )
+                .await;
+        }
+        let mut members = self.members().await?;
+        let mut changed = Vec::new();
+        let mut tx = self.begin().await?;
+        for user in &people {
+            if *user == self.conv.started_by {
+                continue;
+            }
+            let did = if add {
+                members::add(tx.conn(), &self.conv.id, user, by, now_ms()).await?
+            } else {
+                members::remove(tx.conn(), &self.conv.id, user).await?
+            };
+            if did {
+                changed.push(self.person(user));
+                if add {
+                    members.push(user.clone());
+                } else {
+                    members.retain(|m| m != user);
+                }
+            }
+        }
+        let text = match (add, changed.is_empty()) {
+            (true, false) => format!(
+                "{} invited {}: they may now prompt, answer approvals and `/cancel` in this thread.",
+                self.person(by),
+                changed.join(", ")
+            ),
+            (false, false) => format!(
+                "{} removed {} from this thread.",
+                self.person(by),
+                changed.join(", ")
+            ),
+            (true, true) => "Nobody new to invite: they can already act in this thread.".to_owned(),
+            (false, true) => "Nobody to remove: they were not invited to this thread.".to_owned(),
+        };
+        let turn_id = self.turn.as_ref().map(|t| t.row.id.clone());
+        self.record(&mut tx, turn_id.as_deref(), "access", by, &text, None)
+            .await?;
+        self.notices += 1;
+        let key = format!("notice:{}:{}", now_ms(), self.notices);
+        let msg = render::notice(&self.core.redactor, Tone::Neutral, &text);
+        self.enqueue(&mut tx, &self.post(key, msg)).await?;
+        self.commit(tx).await?;
+        self.members = Some(members);
+        tracing::info!(conversation = %self.conv.id, changed = changed.len(), add, "thread members changed");
+        Ok(())
+    }
 
     async fn cmd_new(&mut self) -> Result<()> {
         if let (Some(s), Some(_)) = (&self.session, &self.turn) {
@@ -651,7 +807,14 @@ impl Actor {
             self.conv.id
         );
         for t in turns.iter().rev().take(5).rev() {
-            let prompt: String = t.prompt.chars().take(60).collect();
+            // Redacted first, then cut: a cut never leaves half a secret behind (S2).
+            let prompt: String = self
+                .core
+                .redactor
+                .redact(&t.prompt)
+                .chars()
+                .take(60)
+                .collect();
             text.push_str(&format!("\n{}. {} — {}", t.seq, prompt, t.status));
         }
         text.push_str(&format!(
@@ -664,7 +827,7 @@ impl Actor {
     async fn cmd_help(&mut self) -> Result<()> {
         self.notice(
             Tone::Neutral,
-            "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/help — this text",
+            "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text",
         )
         .await
     }
@@ -694,7 +857,7 @@ impl Actor {
                         &self.conv.id,
                         None,
                         &self.scoped(&call),
-                        &title,
+                        &self.kept(&title),
                         info.kind.as_deref(),
                         now_ms(),
                     )
@@ -772,12 +935,13 @@ impl Actor {
         turn.answer.clear();
         let turn_id = turn.row.id.clone();
         let mut tx = self.begin().await?;
+        let kept_title = self.kept(&title);
         let db_id = tool_calls::start(
             tx.conn(),
             &self.conv.id,
             Some(&turn_id),
             &self.scoped(&call),
-            &title,
+            &kept_title,
             info.kind.as_deref(),
             now_ms(),
         )
@@ -788,7 +952,7 @@ impl Actor {
             Some(&turn_id),
             "tool_started",
             "agent",
-            &title,
+            &kept_title,
             Some(&db_id),
         )
         .await?;
@@ -854,10 +1018,12 @@ impl Actor {
             )
             .await?;
         }
+        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
+        let kept_output = self.kept(&result.output);
         let finish = tool_calls::Finish {
             outcome: result.outcome.as_str(),
-            summary: result.summary.as_deref(),
-            output: &result.output,
+            summary: kept_summary.as_deref(),
+            output: &kept_output,
             exit_code: result.exit_code,
             signal: result.signal,
         };
@@ -888,7 +1054,7 @@ impl Actor {
             Some(&turn_id),
             "tool_finished",
             "agent",
-            &summary,
+            &self.kept(&summary),
             Some(&db_id),
         )
         .await?;
@@ -999,7 +1165,7 @@ impl Actor {
             turn_id: self.turn.as_ref().map(|t| t.row.id.as_str()),
             request_id: &request_json,
             call_id: scoped_call.as_deref(),
-            title: &title,
+            title: &self.kept(&title),
             options: &options_json,
             requester: &requester,
             expires_at: now_ms() + crate::store::ms(timeout),
@@ -1078,15 +1244,28 @@ impl Actor {
             self.enqueue(&mut tx, &action).await?;
             return self.commit(tx).await;
         };
-        if user != p.requester && !self.core.cfg.approvers.iter().any(|a| a == user) {
+        let requester = p.requester.clone();
+        let offered: Vec<String> = p.options.iter().map(|o| o.option_id.clone()).collect();
+        let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+        let members = self.members().await?;
+        let verdict = self.roles(&members).may_answer(
+            user,
+            &requester,
+            option,
+            &offered,
+            self.core.cfg.require_second_person,
+        );
+        if let Err(refusal) = verdict {
             // Only the clicker hears about it (ephemeral where the platform has it).
-            let text = format!(
-                "{user} is not allowed to answer this approval; only the requester or an approver can."
-            );
+            tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "an approval answer was refused");
+            metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
             let action = ChatAction::Ephemeral {
                 target: self.target.clone(),
                 user: user.to_owned(),
-                text: self.core.redactor.redact(&text),
+                text: self
+                    .core
+                    .redactor
+                    .redact(&refusal.text(&self.person(&self.conv.started_by))),
             };
             let mut tx = self.begin().await?;
             self.enqueue(&mut tx, &action).await?;
@@ -1161,13 +1340,14 @@ impl Actor {
             EndCause::Cancelled => "cancelled",
         });
         let answer = turn.answer.trim().to_owned();
+        let kept_answer = self.kept(&answer);
         let stop_s = stop.as_ref().map(stop_str);
         let mut tx = self.begin().await?;
         let ending = Ending {
             status,
             stop_reason: stop_s,
             end_cause,
-            answer: (!answer.is_empty()).then_some(answer.as_str()),
+            answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
         turns::finish(tx.conn(), &turn.row.id, &ending, now_ms()).await?;
         if !answer.is_empty() {
@@ -1176,7 +1356,7 @@ impl Actor {
                 Some(&turn.row.id),
                 "answer",
                 "agent",
-                &answer,
+                &kept_answer,
                 None,
             )
             .await?;

@@ -7,10 +7,12 @@
 //! never a message of their own (F1, L5).
 //!
 //! # Layout
+//! - [`access`]: A2, A3, who may act in a thread.
 //! - [`redact`]: R7, secrets out of chat-bound text.
 //! - [`render`]: R1–R6 as platform-neutral messages.
 //! - `actor`: one conversation's event loop.
 
+pub mod access;
 mod actor;
 pub mod redact;
 pub mod render;
@@ -60,8 +62,14 @@ pub struct CoreConfig {
     pub cwd: PathBuf,
     /// `session/set_mode` for new sessions (e.g. `yolo`).
     pub mode: Option<String>,
-    /// Users who may answer anyone's permission requests.
+    /// Users who may answer anyone's permission requests (and act in every thread).
     pub approvers: Vec<String>,
+    /// A2: who may act in a thread.
+    pub threads: crate::config::ThreadAccess,
+    /// A3: the requester may not approve their own tool call.
+    pub require_second_person: bool,
+    /// Store redacted text in the history too (`redact.store`).
+    pub redact_store: bool,
     /// How much tool output a result message shows (from the channel's capabilities).
     pub output_cap: usize,
     /// An idle conversation's actor is let go after this (see `service.conversation_idle`).
@@ -81,6 +89,9 @@ impl Default for CoreConfig {
             cwd: PathBuf::from("."),
             mode: None,
             approvers: Vec::new(),
+            threads: crate::config::ThreadAccess::Owner,
+            require_second_person: false,
+            redact_store: false,
             output_cap: render::CHAT_OUTPUT_CAP,
             actor_idle: Duration::from_secs(600),
         }
@@ -384,8 +395,11 @@ impl Core {
         c: &mut sqlx::AnyConnection,
         msg: Inbound,
     ) -> Result<(), store::StoreError> {
+        // Redacted before it is cut, so a title never holds half a secret (S2).
         let title: String = match &msg.kind {
-            crate::channel::InboundKind::Message(t) => t.chars().take(80).collect(),
+            crate::channel::InboundKind::Message(t) => {
+                self.redactor.redact(t).chars().take(80).collect()
+            }
             crate::channel::InboundKind::Action(_) => String::new(),
         };
         let key = conversations::Key {

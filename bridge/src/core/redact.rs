@@ -3,7 +3,7 @@
 
 use regex::Regex;
 
-/// Built-in secret formats.
+/// Built-in secret formats, replaced whole.
 const BUILT_IN: &[&str] = &[
     r"xox[abposr]-[A-Za-z0-9-]{10,}",          // Slack tokens
     r"xapp-[0-9]-[A-Za-z0-9-]{10,}",           // Slack app-level tokens
@@ -12,13 +12,23 @@ const BUILT_IN: &[&str] = &[
     r"(?:AKIA|ASIA)[A-Z0-9]{16}",              // AWS access key ids
     r"(?i)aws_secret_access_key\s*[=:]\s*\S+", // AWS secret keys in config/env form
     r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{16,}",   // bearer tokens
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----", // PEM private keys
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\z)", // PEM private keys (also cut short)
+    r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{8,}",                     // JWTs
+    r"AIza[0-9A-Za-z_-]{35}",                         // Google API keys
+    r"ya29\.[0-9A-Za-z_-]{20,}",                      // Google OAuth access tokens
+    r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}", // Stripe keys
+    r"\bwhsec_[0-9A-Za-z]{16,}",                      // Stripe webhook secrets
+    r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?)://[^\s:/@]+:[^\s@]+@", // URL credentials
 ];
+
+/// `key=value` and `key: value` pairs whose key names a secret: the key stays, the value goes.
+const PAIRS: &str = r#"(?i)\b([A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9_.-]*)(["']?\s*[=:]\s*)(?:"[^"\n]*"|'[^'\n]*'|[^\s"',;&|]+)"#;
 
 /// Replaces secrets with `[redacted]`.
 #[derive(Debug, Clone)]
 pub struct Redactor {
     patterns: Vec<Regex>,
+    pairs: Option<Regex>,
 }
 
 impl Redactor {
@@ -35,7 +45,10 @@ impl Redactor {
         {
             patterns.push(Regex::new(p)?);
         }
-        Ok(Self { patterns })
+        Ok(Self {
+            patterns,
+            pairs: Some(Regex::new(PAIRS)?),
+        })
     }
 
     /// `text` with every match replaced.
@@ -47,6 +60,11 @@ impl Redactor {
                 out = p.replace_all(&out, "[redacted]").into_owned();
             }
         }
+        if let Some(pairs) = &self.pairs
+            && pairs.is_match(&out)
+        {
+            out = pairs.replace_all(&out, "${1}${2}[redacted]").into_owned();
+        }
         out
     }
 }
@@ -55,6 +73,7 @@ impl Default for Redactor {
     fn default() -> Self {
         Self::new(&[]).unwrap_or(Self {
             patterns: Vec::new(),
+            pairs: None,
         })
     }
 }
@@ -79,6 +98,52 @@ mod tests {
             assert!(out.contains("[redacted]"), "{c} -> {out}");
         }
         assert_eq!(r.redact("plain output 42"), "plain output 42");
+    }
+
+    #[test]
+    fn s2_key_value_pairs_jwts_google_and_stripe_keys_are_redacted() {
+        let r = Redactor::default();
+        let cases = [
+            (
+                "PASSWORD=hunter2 make deploy",
+                "PASSWORD=[redacted] make deploy",
+            ),
+            ("db_password: 'c0rrect horse'", "db_password: [redacted]"),
+            ("export API_KEY=\"abc def\"", "export API_KEY=[redacted]"),
+            ("--secret=s3cr3t --verbose", "--secret=[redacted] --verbose"),
+            ("curl -H token:abc123&x=1", "curl -H token:[redacted]&x=1"),
+            (
+                "{\"client_secret\": \"zzz\"}",
+                "{\"client_secret\": [redacted]}",
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(r.redact(input), want, "{input}");
+        }
+        for secret in [
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+            "rk_test_51H8abcdefghijklmnop",
+            "whsec_abcdefghijklmnop1234",
+            "ya29.a0AfH6SMBabcdefghijklmnopqrstuvwxyz",
+        ] {
+            let out = r.redact(&format!("value {secret} end"));
+            assert_eq!(out, "value [redacted] end", "{secret}");
+        }
+        assert_eq!(
+            r.redact("postgres://bridge:p/ss@db:5432/x"),
+            "[redacted]db:5432/x"
+        );
+        assert_eq!(r.redact("tokens used: 42"), "tokens used: 42");
+        assert_eq!(r.redact("ls -la && make test"), "ls -la && make test");
+    }
+
+    #[test]
+    fn s2_a_private_key_cut_short_is_still_redacted() {
+        let r = Redactor::default();
+        let out = r.redact("key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA");
+        assert_eq!(out, "key:\n[redacted]");
     }
 
     #[test]

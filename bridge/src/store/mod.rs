@@ -16,6 +16,7 @@ pub mod conversations;
 pub mod history;
 pub mod inbound;
 pub mod leader;
+pub mod members;
 pub mod message_map;
 pub mod outbox;
 pub mod permissions;

@@ -180,6 +180,7 @@ pub fn emoji(name: &str) -> &str {
         "x" => "❌",
         "warning" => "⚠️",
         "black_square_for_stop" => "⏹️",
+        "no_entry_sign" => "🚫",
         other => other,
     }
 }

@@ -362,6 +362,8 @@ impl Channel for Discord {
 struct Handler {
     state: Arc<State>,
     access: Access,
+    /// Thread names come from prompts: redacted before they are cut (S2).
+    redactor: crate::core::redact::Redactor,
     tx: mpsc::Sender<Arrival>,
     me: std::sync::OnceLock<serenity::all::UserId>,
 }
@@ -458,6 +460,13 @@ impl EventHandler for Handler {
                 name,
                 inbound,
             } => {
+                // Redacted whole, then cut to Discord's 100 characters: never half a secret.
+                let name = match &inbound.kind {
+                    crate::channel::InboundKind::Message(text) => {
+                        events::thread_name(&self.redactor.redact(text))
+                    }
+                    crate::channel::InboundKind::Action(_) => name,
+                };
                 if let Some(inbound) = self.open_thread(&ctx, &msg, &parent, &name, inbound).await {
                     self.forward(inbound).await;
                 }
@@ -515,12 +524,14 @@ impl Gateway {
     pub async fn build(
         http: Http,
         access: Access,
+        redactor: crate::core::redact::Redactor,
         tx: mpsc::Sender<Arrival>,
     ) -> serenity::Result<Self> {
         let state = Arc::new(State::default());
         let handler = Handler {
             state: state.clone(),
             access,
+            redactor,
             tx,
             me: std::sync::OnceLock::new(),
         };
