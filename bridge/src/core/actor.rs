@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::access::{self, Act, Refusal};
+use super::keys::{ButtonValue, MessageKey};
 use super::{ConvMsg, Core, OnStall, render};
 use crate::channel::{ChatAction, Inbound, InboundKind, Message, Target, Tone};
 use crate::store::conversations::{self, Conversation};
@@ -349,10 +350,10 @@ impl Actor {
         inbound::mark_handled(&mut c, platform, event, now_ms()).await
     }
 
-    fn post(&self, key: String, message: Message) -> ChatAction {
+    fn post(&self, key: MessageKey, message: Message) -> ChatAction {
         ChatAction::Post {
             target: self.target.clone(),
-            key,
+            key: key.to_string(),
             message,
         }
     }
@@ -366,10 +367,10 @@ impl Actor {
         }
     }
 
-    fn edit(&self, key: String, message: Message, progress: bool) -> ChatAction {
+    fn edit(&self, key: MessageKey, message: Message, progress: bool) -> ChatAction {
         ChatAction::Edit {
             target: self.target.clone(),
-            key,
+            key: key.to_string(),
             message,
             progress,
         }
@@ -378,7 +379,7 @@ impl Actor {
     /// Posts a notice from the bridge (and records it in the transcript).
     async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
         self.notices += 1;
-        let key = format!("notice:{}:{}", now_ms(), self.notices);
+        let key = MessageKey::Notice(now_ms(), self.notices);
         let msg = render::notice(&self.core.redactor, tone, text);
         let mut tx = self.begin().await?;
         let turn_id = self.turn.as_ref().map(|t| t.row.id.clone());
@@ -708,7 +709,7 @@ impl Actor {
         self.record(&mut tx, turn_id.as_deref(), "access", by, &text, None)
             .await?;
         self.notices += 1;
-        let key = format!("notice:{}:{}", now_ms(), self.notices);
+        let key = MessageKey::Notice(now_ms(), self.notices);
         let msg = render::notice(&self.core.redactor, Tone::Neutral, &text);
         self.enqueue(&mut tx, &self.post(key, msg)).await?;
         self.commit(tx).await?;
@@ -865,7 +866,7 @@ impl Actor {
                     let msg = render::tool_running(&self.core.redactor, &title, None);
                     self.enqueue(
                         &mut tx,
-                        &self.edit(format!("tool:{}", self.scoped(&call)), msg, false),
+                        &self.edit(MessageKey::Tool(self.scoped(&call)), msg, false),
                     )
                     .await?;
                     self.commit(tx).await?;
@@ -959,7 +960,7 @@ impl Actor {
         let msg = render::tool_running(&self.core.redactor, &title, None);
         self.enqueue(
             &mut tx,
-            &self.post(format!("tool:{}", self.scoped(&call)), msg),
+            &self.post(MessageKey::Tool(self.scoped(&call)), msg),
         )
         .await?;
         self.commit(tx).await?;
@@ -1068,7 +1069,7 @@ impl Actor {
         );
         self.enqueue(
             &mut tx,
-            &self.edit(format!("tool:{}", self.scoped(&call)), msg, false),
+            &self.edit(MessageKey::Tool(self.scoped(&call)), msg, false),
         )
         .await?;
         self.commit(tx).await?;
@@ -1131,7 +1132,7 @@ impl Actor {
             .and_then(|p| p.last_output_age_ms.map(Duration::from_millis))
             .or_else(|| tool.last_output.map(|o| now.duration_since(o)));
         let msg = render::tool_running(&self.core.redactor, &tool.title, Some((elapsed, age)));
-        let key = format!("tool:{}", self.scoped(call));
+        let key = MessageKey::Tool(self.scoped(call));
         let mut tx = self.begin().await?;
         self.enqueue(&mut tx, &self.edit(key, msg, true)).await?;
         self.commit(tx).await
@@ -1172,7 +1173,7 @@ impl Actor {
         };
         let id = permissions::create(tx.conn(), &new, now_ms()).await?;
         let msg = render::permission(&self.core.redactor, &id, &title, &req.options, None);
-        self.enqueue(&mut tx, &self.post(format!("perm:{id}"), msg))
+        self.enqueue(&mut tx, &self.post(MessageKey::Permission(id.clone()), msg))
             .await?;
         self.commit(tx).await?;
         self.permissions.insert(
@@ -1190,10 +1191,15 @@ impl Actor {
     }
 
     async fn on_button(&mut self, user: &str, value: &str) -> Result<()> {
-        let mut parts = value.splitn(3, ':');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("perm"), Some(id), Some(option)) => self.decide(user, id, option).await,
-            _ => Ok(()),
+        match value.parse::<ButtonValue>() {
+            Ok(ButtonValue::Permission { request, option }) => {
+                self.decide(user, &request, &option).await
+            }
+            Err(_) => {
+                // Hostile until parsed: the value itself is not logged.
+                tracing::info!(conversation = %self.conv.id, "a click with an unknown value was ignored");
+                Ok(())
+            }
         }
     }
 
@@ -1215,8 +1221,11 @@ impl Actor {
             &options,
             Some("lapsed: the bridge restarted while this waited"),
         );
-        self.enqueue(tx, &self.edit(format!("perm:{}", row.id), msg, false))
-            .await?;
+        self.enqueue(
+            tx,
+            &self.edit(MessageKey::Permission(row.id.clone()), msg, false),
+        )
+        .await?;
         Ok(true)
     }
 
@@ -1294,8 +1303,11 @@ impl Actor {
             &p.options,
             Some(&decided),
         );
-        self.enqueue(&mut tx, &self.edit(format!("perm:{}", p.db_id), msg, false))
-            .await?;
+        self.enqueue(
+            &mut tx,
+            &self.edit(MessageKey::Permission(p.db_id.clone()), msg, false),
+        )
+        .await?;
         self.record(&mut tx, None, "permission", user, &decided, None)
             .await?;
         self.commit(tx).await?;
@@ -1361,8 +1373,11 @@ impl Actor {
             )
             .await?;
             let msg = render::answer(&self.core.redactor, &answer);
-            self.enqueue(&mut tx, &self.post(format!("answer:{}", turn.row.id), msg))
-                .await?;
+            self.enqueue(
+                &mut tx,
+                &self.post(MessageKey::Answer(turn.row.id.clone()), msg),
+            )
+            .await?;
         }
         if let Some(id) = &turn.user_message {
             let outcome = match status {
@@ -1422,8 +1437,11 @@ impl Actor {
             };
             tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?;
             let msg = render::tool_interrupted(&self.core.redactor, &title);
-            self.enqueue(&mut tx, &self.edit(format!("tool:{scoped}"), msg, false))
-                .await?;
+            self.enqueue(
+                &mut tx,
+                &self.edit(MessageKey::Tool(scoped.clone()), msg, false),
+            )
+            .await?;
         }
         self.commit(tx).await
     }
@@ -1503,8 +1521,11 @@ impl Actor {
                     &p.options,
                     Some("expired unanswered — rejected"),
                 );
-                self.enqueue(&mut tx, &self.edit(format!("perm:{}", p.db_id), msg, false))
-                    .await?;
+                self.enqueue(
+                    &mut tx,
+                    &self.edit(MessageKey::Permission(p.db_id.clone()), msg, false),
+                )
+                .await?;
                 self.commit(tx).await?;
                 let _ = self
                     .core

@@ -8,12 +8,14 @@
 //!
 //! # Layout
 //! - [`access`]: A2, A3, who may act in a thread.
+//! - [`keys`]: message keys and button values, typed.
 //! - [`redact`]: R7, secrets out of chat-bound text.
 //! - [`render`]: R1–R6 as platform-neutral messages.
 //! - `actor`: one conversation's event loop.
 
 pub mod access;
 mod actor;
+pub mod keys;
 pub mod redact;
 pub mod render;
 

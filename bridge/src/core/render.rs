@@ -170,7 +170,11 @@ pub fn permission(
             m.buttons = options
                 .iter()
                 .map(|o| Button {
-                    value: format!("perm:{request}:{}", o.option_id),
+                    value: super::keys::ButtonValue::Permission {
+                        request: request.to_owned(),
+                        option: o.option_id.clone(),
+                    }
+                    .to_string(),
                     label: if o.name.is_empty() {
                         o.option_id.clone()
                     } else {
