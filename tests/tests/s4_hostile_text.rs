@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::{Inbound, Tone, console};
-use chat_bridge::store::{Backend, Store, conversations, inbound, now_ms, tool_calls, transcript, turns};
+use chat_bridge::store::{
+    Backend, Store, conversations, inbound, now_ms, tool_calls, transcript, turns,
+};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::db::TestDb;
 use chat_bridge_tests::on_both;
@@ -22,8 +24,16 @@ fn in_thread(text: &str, thread: &str) -> Inbound {
 /// The conversation of a console thread.
 async fn conversation(store: &Store, thread: &str) -> conversations::Conversation {
     let mut c = store.conn().await.expect("conn");
-    let key = conversations::Key { platform: "console", workspace: "local", channel: "console", thread };
-    conversations::find(&mut c, &key).await.expect("find").expect("the thread's conversation")
+    let key = conversations::Key {
+        platform: "console",
+        workspace: "local",
+        channel: "console",
+        thread,
+    };
+    conversations::find(&mut c, &key)
+        .await
+        .expect("find")
+        .expect("the thread's conversation")
 }
 
 /// Every text column the thread's history holds, for "no NUL anywhere" checks.
@@ -31,9 +41,24 @@ async fn history_text(store: &Store, thread: &str) -> String {
     let conv = conversation(store, thread).await;
     let mut c = store.conn().await.expect("conn");
     let mut all = format!("{conv:?}");
-    all += &format!("{:?}", turns::of_conversation(&mut c, &conv.id).await.expect("turns"));
-    all += &format!("{:?}", tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls"));
-    all += &format!("{:?}", transcript::list(&mut c, &conv.id).await.expect("transcript"));
+    all += &format!(
+        "{:?}",
+        turns::of_conversation(&mut c, &conv.id)
+            .await
+            .expect("turns")
+    );
+    all += &format!(
+        "{:?}",
+        tool_calls::of_conversation(&mut c, &conv.id)
+            .await
+            .expect("calls")
+    );
+    all += &format!(
+        "{:?}",
+        transcript::list(&mut c, &conv.id)
+            .await
+            .expect("transcript")
+    );
     all
 }
 
@@ -52,7 +77,10 @@ async fn poison_turns(db: &TestDb) {
         ],
     };
     for s in statements {
-        sqlx::query(*s).execute(db.store.pool()).await.expect("trigger");
+        sqlx::query(*s)
+            .execute(db.store.pool())
+            .await
+            .expect("trigger");
     }
 }
 

@@ -664,7 +664,15 @@ impl Core {
         event_id: &str,
     ) -> Result<(), store::StoreError> {
         let mut c = self.store.conn().await?;
-        if inbound::set_aside(&mut c, platform, event_id, "its stored form could not be read", now_ms()).await? {
+        if inbound::set_aside(
+            &mut c,
+            platform,
+            event_id,
+            "its stored form could not be read",
+            now_ms(),
+        )
+        .await?
+        {
             metrics::counter!("chatbridge_inbound_dead_letters_total", "platform" => platform.to_owned())
                 .increment(1);
             tracing::error!(%platform, event = %event_id, "an unreadable inbox entry was set aside as a dead letter");

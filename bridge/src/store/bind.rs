@@ -179,6 +179,9 @@ mod tests {
             back,
             serde_json::json!({"text": "a␀b", "typed": "\\u0000", "k␀": ["␀\\"]})
         );
-        assert!(matches!(storable_json("{\"a\":\"\\\\n\"}"), Cow::Borrowed(_)));
+        assert!(matches!(
+            storable_json("{\"a\":\"\\\\n\"}"),
+            Cow::Borrowed(_)
+        ));
     }
 }

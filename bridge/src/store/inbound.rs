@@ -9,8 +9,8 @@
 
 use sqlx::AnyConnection;
 
-use super::bind::{BindExt, Json};
 use super::Result;
+use super::bind::{BindExt, Json};
 
 /// Whether an inbound event is new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

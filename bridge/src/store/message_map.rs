@@ -3,8 +3,8 @@
 
 use sqlx::AnyConnection;
 
-use super::bind::BindExt;
 use super::Result;
+use super::bind::BindExt;
 
 /// The platform message id for `key`.
 ///

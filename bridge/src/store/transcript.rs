@@ -4,8 +4,8 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::BindExt;
 use super::Result;
+use super::bind::BindExt;
 
 /// One transcript entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
