@@ -161,7 +161,10 @@ on_both! {
         poison_turns(&db).await;
         let dir = tempfile::tempdir().expect("tmp");
         let rec = Arc::new(Recorder::default());
-        let cfg = config(&db.url, dir.path());
+        let mut cfg = config(&db.url, dir.path());
+        cfg.http.listen = Some("127.0.0.1:0".into());
+        cfg.http.api_token = Some("api-secret".into());
+        let metrics = chat_bridge::metrics::handle().expect("the metrics recorder");
         let app = Application::build(&cfg, rec.clone()).await.expect("build");
         let poison = console::inbound("echo POISON");
         app.core.accept(poison.clone()).await.expect("accept");
@@ -174,12 +177,24 @@ on_both! {
             "{}", errors[0].title
         );
         assert!(!errors[0].title.contains("POISON") && !errors[0].title.contains("poisoned"), "no message text, no raw error: {}", errors[0].title);
+        assert!(
+            metrics.render().contains("chatbridge_inbound_dead_letters_total{platform=\"console\"}"),
+            "counted"
+        );
         let mut c = app.store.conn().await.expect("conn");
         let dead = inbound::dead_letters(&mut c, 10).await.expect("dead letters");
         assert_eq!(dead.len(), 1, "{dead:?}");
         assert_eq!((dead[0].event_id.as_str(), dead[0].attempts), (poison.event_id.as_str(), 3));
         assert!(inbound::unhandled(&mut c).await.expect("inbox").is_empty(), "never taken again");
         drop(c);
+        daemon_client::install_crypto_provider();
+        let listed: serde_json::Value = reqwest::Client::new()
+            .get(format!("http://{}/api/v1/dead-letters", app.http_addr.expect("listening")))
+            .bearer_auth("api-secret")
+            .send().await.expect("dead letters over HTTP")
+            .json().await.expect("json");
+        assert_eq!(listed["inbound_dead_letters"][0]["event_id"], poison.event_id.as_str(), "{listed}");
+        assert_eq!(listed["inbound_dead_letters"][0]["attempts"], 3, "{listed}");
 
         // The thread still works.
         app.core.accept(console::inbound("echo still here")).await.expect("accept");
