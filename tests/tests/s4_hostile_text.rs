@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::{Inbound, Tone, console};
+use chat_bridge::store::bind::BindExt;
 use chat_bridge::store::{
     Backend, Store, conversations, inbound, now_ms, tool_calls, transcript, turns,
 };
@@ -258,6 +259,35 @@ on_both! {
         let dead = inbound::dead_letters(&mut c, 10).await.expect("dead");
         assert_eq!(dead.iter().map(|d| d.event_id.as_str()).collect::<Vec<_>>(), ["Ev-garbled"]);
         drop(c);
+        app.shutdown().await;
+    }
+
+    async fn s4_a_message_waiting_behind_a_running_turn_is_not_counted_as_failing(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 2; echo first")).await.expect("accept");
+        rec.wait_for("the first command running", |r| !r.posts().is_empty()).await;
+        let second = console::inbound("echo second");
+        app.core.accept(second.clone()).await.expect("accept");
+        let attempts = || async {
+            let (n,): (i64,) = sqlx::query_as("SELECT attempts FROM inbound_events WHERE event_id = $1")
+                .arg(second.event_id.as_str())
+                .fetch_one(db.store.pool())
+                .await
+                .expect("attempts");
+            n
+        };
+        // Counted when handed to the conversation, forgotten once it waits in the queue: restarts
+        // while it waits are not failures of its own.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while attempts().await != 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the queued message's count was reset");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        settle(&app).await;
+        let codes: Vec<_> = rec.latest().into_iter().filter_map(|(_, m)| m.code).collect();
+        assert_eq!(codes, ["first", "second"]);
         app.shutdown().await;
     }
 }
