@@ -263,7 +263,8 @@ fn bad_query(e: axum::extract::rejection::QueryRejection) -> ApiError {
 }
 
 /// Chat actions the outbox gave up on (the platform refused them for good), newest first. What they
-/// carried is in the conversation's history either way.
+/// carried is in the conversation's history either way. Beside them, `inbound_dead_letters`: chat
+/// events the bridge set aside after they failed to be handled again and again (S4).
 async fn dead_letters(
     State(state): State<HttpState>,
     headers: HeaderMap,
@@ -276,7 +277,10 @@ async fn dead_letters(
     let dead = crate::store::outbox::dead_letters(&mut c, limit)
         .await
         .map_err(|e| store_failed(&e))?;
-    Ok(axum::Json(json!({"dead_letters": dead})).into_response())
+    let inbound = crate::store::inbound::dead_letters(&mut c, limit)
+        .await
+        .map_err(|e| store_failed(&e))?;
+    Ok(axum::Json(json!({"dead_letters": dead, "inbound_dead_letters": inbound})).into_response())
 }
 
 /// The OpenAPI document of this API (`docs/openapi.json`, built in).

@@ -180,6 +180,8 @@ impl Classifier {
     /// Classifies one text frame. Never panics, never fails.
     pub fn classify(&mut self, bytes: &[u8]) -> Inbound {
         self.stats.frames += 1;
+        let repaired = without_lone_surrogates(bytes);
+        let bytes = repaired.as_deref().unwrap_or(bytes);
         let inbound = match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
             // The hot path (heartbeats, output): one pass, `_meta` typed in place.
             Ok(FastUpdate {
@@ -437,6 +439,67 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &Update<'_, M>) -> DaemonE
 
 fn null_raw() -> Box<RawValue> {
     Box::<RawValue>::default()
+}
+
+/// The value of four hex digits, if they are.
+fn hex4(digits: Option<&[u8]>) -> Option<u32> {
+    let digits = std::str::from_utf8(digits?).ok()?;
+    if digits.len() != 4 {
+        return None;
+    }
+    u32::from_str_radix(digits, 16).ok()
+}
+
+/// The frame with each lone surrogate escape (`\ud83d` without its other half) replaced by `\ufffd`;
+/// `None` when there is none (nearly always: a frame without a backslash is not even scanned). A
+/// daemon written in JavaScript writes one when it cuts a string inside a surrogate pair, and
+/// `serde_json` refuses it, which used to drop the whole output of a result silently (S4).
+fn without_lone_surrogates(bytes: &[u8]) -> Option<Vec<u8>> {
+    if !bytes.contains(&b'\\') {
+        return None;
+    }
+    let mut lone = Vec::new();
+    let mut i = 0;
+    while let Some(rest) = bytes.get(i..) {
+        let Some(at) = rest.iter().position(|b| *b == b'\\') else {
+            break;
+        };
+        i += at;
+        if bytes.get(i + 1) != Some(&b'u') {
+            // Any other escape, `\\` included: skip it whole.
+            i += 2;
+            continue;
+        }
+        match hex4(bytes.get(i + 2..i + 6)) {
+            Some(0xD800..=0xDBFF) => {
+                let low = bytes.get(i + 6..i + 8) == Some(b"\\u".as_slice())
+                    && matches!(hex4(bytes.get(i + 8..i + 12)), Some(0xDC00..=0xDFFF));
+                if low {
+                    i += 12;
+                } else {
+                    lone.push(i);
+                    i += 6;
+                }
+            }
+            Some(0xDC00..=0xDFFF) => {
+                lone.push(i);
+                i += 6;
+            }
+            _ => i += 2,
+        }
+    }
+    if lone.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut from = 0;
+    for at in lone {
+        out.extend_from_slice(bytes.get(from..at).unwrap_or_default());
+        out.extend_from_slice(b"\\ufffd");
+        from = at + 6;
+    }
+    out.extend_from_slice(bytes.get(from..).unwrap_or_default());
+    Some(out)
 }
 
 fn malformed(session: Option<SessionId>, reason: String) -> DaemonEvent {

@@ -139,8 +139,12 @@ impl Output {
         let g = lock(&self.inner);
         let start = g.kept.len().saturating_sub(self.cap);
         let mut tail = &g.kept[start..];
-        // Never start in the middle of a UTF-8 sequence.
-        while let Some((first, rest)) = tail.split_first() {
+        // When the head was cut, never start in the middle of a UTF-8 sequence. Output kept whole
+        // is kept whole even when it starts with stray continuation bytes (S4: invalid UTF-8 is
+        // shown as U+FFFD, never dropped).
+        while start > 0
+            && let Some((first, rest)) = tail.split_first()
+        {
             if first & 0xC0 == 0x80 {
                 tail = rest;
             } else {
@@ -206,6 +210,19 @@ mod tests {
                 .starts_with("[output truncated: the first 1000 bytes were dropped"),
             "{:?}",
             kept.text
+        );
+    }
+
+    #[test]
+    fn s4_output_that_starts_with_continuation_bytes_is_kept_whole() {
+        let out = Output::new(1 << 20);
+        out.push(b"\x80\xbfok\xff");
+        assert_eq!(
+            out.kept(),
+            Kept {
+                text: "\u{FFFD}\u{FFFD}ok\u{FFFD}".into(),
+                truncated: false
+            }
         );
     }
 

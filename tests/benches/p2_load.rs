@@ -25,6 +25,7 @@ use chat_bridge::app::Application;
 use chat_bridge::channel::{
     BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
 };
+use chat_bridge::store::bind::BindExt;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -396,7 +397,7 @@ async fn run(n: usize, beats: u64, soak: Duration) {
         let (created,): (i64,) = sqlx::query_as(
             "SELECT MAX(created_at) FROM outbox WHERE conversation_id = $1 AND kind = 'edit'",
         )
-        .bind(&conv.id)
+        .arg(&conv.id)
         .fetch_one(&mut *c)
         .await
         .expect("outbox row");

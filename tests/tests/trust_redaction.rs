@@ -96,6 +96,11 @@ on_both! {
             let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
             assert!(!conv.title.contains("ghp_"), "{}", conv.title);
             drop(c);
+            let (raw,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM inbound_events WHERE payload IS NOT NULL")
+                .fetch_one(app.store.pool())
+                .await
+                .expect("count");
+            assert_eq!(raw, 0, "a handled event's raw text does not stay in the inbox");
             let (_, result) = rec.latest().pop().expect("the tool message");
             assert!(!format!("{result:?}").contains("hunter22"), "chat never holds it: {result:?}");
             app.shutdown().await;

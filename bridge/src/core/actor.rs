@@ -168,14 +168,39 @@ pub(crate) async fn run(
         let result = match msg {
             ConvMsg::Inbound(m) => {
                 let event = (m.platform.clone(), m.event_id.clone());
-                let r = retrying!(actor.on_inbound_event(m.clone(), event.clone()));
-                // Handled without a transaction of its own (nothing to do, or only a reply that
-                // failed): marked now. After a step that never reached the database it stays in
-                // the inbox and is taken again at the next start.
-                let left = actor.take_unmarked(&event);
-                if left && !matches!(&r, Err(e) if e.is_transient()) {
-                    let _ = retrying!(actor.mark_alone(&event));
-                }
+                let mut again = false;
+                let r = loop {
+                    // S4: every attempt is counted before it starts; one that keeps failing is
+                    // set aside with a notice instead of being tried forever.
+                    if again {
+                        match retrying!(actor.core.count_attempt(&m)) {
+                            Ok(true) => {}
+                            Ok(false) => break Ok(()),
+                            Err(e) => break Err(e),
+                        }
+                    }
+                    let r = retrying!(actor.on_inbound_event(m.clone(), event.clone()));
+                    let left = actor.take_unmarked(&event);
+                    match r {
+                        Err(e) if left && !e.is_transient() => {
+                            tracing::error!(conversation = %actor.conv.id, error = %e, "an inbound event failed");
+                            match retrying!(actor.core.inbound_failed(&m, &e, false)) {
+                                Ok(super::AfterFailure::Again) => again = true,
+                                Ok(_) => break Ok(()),
+                                Err(e) => break Err(e),
+                            }
+                        }
+                        // Handled without a transaction of its own (nothing to do, or only a reply
+                        // that failed): marked now. After a step that never reached the database it
+                        // stays in the inbox and is taken again at the next start.
+                        r => {
+                            if left && r.is_ok() {
+                                let _ = retrying!(actor.mark_alone(&event));
+                            }
+                            break r;
+                        }
+                    }
+                };
                 actor.core.busy_add(-1);
                 r
             }
@@ -482,6 +507,13 @@ impl Actor {
                     .notice(Tone::Warning, &format!("The queue is full ({n} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."))
                     .await;
             }
+            if let Some((platform, id)) = &event {
+                // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
+                // Best effort: if this is lost, the attempt simply stays counted.
+                if let Ok(mut c) = self.core.store.conn().await {
+                    let _ = inbound::taken(&mut c, platform, id).await;
+                }
+            }
             self.queue.push_back(Queued {
                 user,
                 text,
@@ -520,12 +552,14 @@ impl Actor {
             }
         };
         self.mark_on_commit(event);
-        let mut tx = self.begin().await?;
-        let kept = self.kept(&text);
-        let row = turns::start(tx.conn(), &self.conv.id, &kept, &user, now_ms()).await?;
-        self.record(&mut tx, Some(&row.id), "prompt", &user, &kept, None)
-            .await?;
-        self.commit(tx).await?;
+        let row = match self.record_turn(&text, &user).await {
+            Ok(row) => row,
+            Err(e) => {
+                // Not started: no longer busy (a retry counts itself again).
+                self.core.busy_add(-1);
+                return Err(e);
+            }
+        };
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
         self.prompt_seq += 1;
         let seq = self.prompt_seq;
@@ -539,6 +573,17 @@ impl Actor {
             let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
         });
         Ok(())
+    }
+
+    /// Records a new turn and its prompt, marking the inbox entries of this step.
+    async fn record_turn(&self, text: &str, user: &str) -> Result<Turn> {
+        let mut tx = self.begin().await?;
+        let kept = self.kept(text);
+        let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        self.record(&mut tx, Some(&row.id), "prompt", user, &kept, None)
+            .await?;
+        self.commit(tx).await?;
+        Ok(row)
     }
 
     async fn ensure_session(&mut self) -> std::result::Result<SessionId, daemon_client::Error> {

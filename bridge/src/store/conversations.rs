@@ -4,6 +4,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::BindExt;
 use super::{Result, new_id, sql};
 
 /// A conversation's key, as the channel adapter sees it.
@@ -66,14 +67,14 @@ pub async fn find_or_create(
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8)
          ON CONFLICT (platform, workspace, channel, thread) DO NOTHING",
     )
-    .bind(new_id())
-    .bind(key.platform)
-    .bind(key.workspace)
-    .bind(key.channel)
-    .bind(key.thread)
-    .bind(started_by)
-    .bind(title)
-    .bind(now)
+    .arg(new_id())
+    .arg(key.platform)
+    .arg(key.workspace)
+    .arg(key.channel)
+    .arg(key.thread)
+    .arg(started_by)
+    .arg(title)
+    .arg(now)
     .execute(&mut *c)
     .await?
     .rows_affected()
@@ -81,10 +82,10 @@ pub async fn find_or_create(
     let conv = sqlx::query_as::<_, Conversation>(sql(format!(
         "SELECT {COLUMNS} FROM conversations WHERE platform = $1 AND workspace = $2 AND channel = $3 AND thread = $4"
     )))
-    .bind(key.platform)
-    .bind(key.workspace)
-    .bind(key.channel)
-    .bind(key.thread)
+    .arg(key.platform)
+    .arg(key.workspace)
+    .arg(key.channel)
+    .arg(key.thread)
     .fetch_one(&mut *c)
     .await?;
     Ok((conv, inserted))
@@ -98,10 +99,10 @@ pub async fn find(c: &mut AnyConnection, key: &Key<'_>) -> Result<Option<Convers
     Ok(sqlx::query_as::<_, Conversation>(sql(format!(
         "SELECT {COLUMNS} FROM conversations WHERE platform = $1 AND workspace = $2 AND channel = $3 AND thread = $4"
     )))
-    .bind(key.platform)
-    .bind(key.workspace)
-    .bind(key.channel)
-    .bind(key.thread)
+    .arg(key.platform)
+    .arg(key.workspace)
+    .arg(key.channel)
+    .arg(key.thread)
     .fetch_optional(c)
     .await?)
 }
@@ -114,7 +115,7 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Conversation>
     Ok(sqlx::query_as::<_, Conversation>(sql(format!(
         "SELECT {COLUMNS} FROM conversations WHERE id = $1"
     )))
-    .bind(id)
+    .arg(id)
     .fetch_optional(c)
     .await?)
 }
@@ -127,7 +128,7 @@ pub async fn by_session(c: &mut AnyConnection, session: &str) -> Result<Option<C
     Ok(sqlx::query_as::<_, Conversation>(sql(format!(
         "SELECT {COLUMNS} FROM conversations WHERE daemon_session = $1"
     )))
-    .bind(session)
+    .arg(session)
     .fetch_optional(c)
     .await?)
 }
@@ -146,10 +147,10 @@ pub async fn set_session(
     sqlx::query(
         "UPDATE conversations SET daemon_session = $2, cwd = $3, updated_at = $4 WHERE id = $1",
     )
-    .bind(id)
-    .bind(session)
-    .bind(cwd)
-    .bind(now)
+    .arg(id)
+    .arg(session)
+    .arg(cwd)
+    .arg(now)
     .execute(c)
     .await?;
     Ok(())
@@ -161,9 +162,9 @@ pub async fn set_session(
 /// Database errors.
 pub async fn touch(c: &mut AnyConnection, id: &str, status: &str, now: i64) -> Result<()> {
     sqlx::query("UPDATE conversations SET status = $2, updated_at = $3 WHERE id = $1")
-        .bind(id)
-        .bind(status)
-        .bind(now)
+        .arg(id)
+        .arg(status)
+        .arg(now)
         .execute(c)
         .await?;
     Ok(())

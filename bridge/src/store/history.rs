@@ -5,6 +5,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::BindExt;
 use super::conversations::Conversation;
 use super::tool_calls::ToolCall;
 use super::transcript::Entry;
@@ -79,15 +80,15 @@ pub async fn list(c: &mut AnyConnection, f: &Filter) -> Result<Page, HistoryErro
          ORDER BY created_at DESC, id DESC
          LIMIT $9",
     )
-    .bind(f.platform.as_deref())
-    .bind(f.channel.as_deref())
-    .bind(f.user.as_deref())
-    .bind(f.since)
-    .bind(f.until)
-    .bind(f.status.as_deref())
-    .bind(cursor_at)
-    .bind(cursor_id)
-    .bind(limit + 1)
+    .arg(f.platform.as_deref())
+    .arg(f.channel.as_deref())
+    .arg(f.user.as_deref())
+    .arg(f.since)
+    .arg(f.until)
+    .arg(f.status.as_deref())
+    .arg(cursor_at)
+    .arg(cursor_id)
+    .arg(limit + 1)
     .fetch_all(c)
     .await
     .map_err(StoreError::from)?;
@@ -219,8 +220,8 @@ pub async fn search(c: &mut AnyConnection, q: &str, limit: i64) -> Result<Vec<Hi
     let mut hits = Vec::new();
     for (field, sql) in sources {
         let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(sql)
-            .bind(&pattern)
-            .bind(limit)
+            .arg(&pattern)
+            .arg(limit)
             .fetch_all(&mut *c)
             .await?;
         hits.extend(rows.into_iter().map(|(conversation_id, id, text, at)| Hit {

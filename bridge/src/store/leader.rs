@@ -5,6 +5,7 @@
 use sqlx::AnyConnection;
 use sqlx::Connection;
 
+use super::bind::BindExt;
 use super::{Backend, Result, Store};
 
 /// The advisory-lock key chat-bridge replicas contend for (`chatbrdg` in ASCII).
@@ -27,7 +28,7 @@ pub async fn try_acquire(store: &Store, key: i64) -> Result<Option<Lease>> {
     }
     let mut conn = store.pool().acquire().await?.detach();
     let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
-        .bind(key)
+        .arg(key)
         .fetch_one(&mut conn)
         .await?;
     if held {
@@ -55,7 +56,7 @@ impl Lease {
     pub async fn release(mut self) {
         if let Some(mut conn) = self.conn.take() {
             let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-                .bind(self.key)
+                .arg(self.key)
                 .execute(&mut conn)
                 .await;
             let _ = conn.close().await;

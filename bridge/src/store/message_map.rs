@@ -4,6 +4,7 @@
 use sqlx::AnyConnection;
 
 use super::Result;
+use super::bind::BindExt;
 
 /// The platform message id for `key`.
 ///
@@ -13,8 +14,8 @@ pub async fn get(c: &mut AnyConnection, conversation: &str, key: &str) -> Result
     let row: Option<(String,)> = sqlx::query_as(
         "SELECT platform_id FROM message_map WHERE conversation_id = $1 AND logical_key = $2",
     )
-    .bind(conversation)
-    .bind(key)
+    .arg(conversation)
+    .arg(key)
     .fetch_optional(c)
     .await?;
     Ok(row.map(|r| r.0))
@@ -36,10 +37,10 @@ pub async fn put(
          VALUES ($1, $2, $3, $4, $4)
          ON CONFLICT (conversation_id, logical_key) DO UPDATE SET platform_id = excluded.platform_id, updated_at = excluded.updated_at",
     )
-    .bind(conversation)
-    .bind(key)
-    .bind(platform_id)
-    .bind(now)
+    .arg(conversation)
+    .arg(key)
+    .arg(platform_id)
+    .arg(now)
     .execute(c)
     .await?;
     Ok(())

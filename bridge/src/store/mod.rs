@@ -12,6 +12,7 @@
 //! - [`history`]: the read side for on-call (lists, transcripts, search).
 //! - [`leader`]: the Postgres advisory-lock lease behind D5.
 
+pub mod bind;
 pub mod conversations;
 pub mod history;
 pub mod inbound;

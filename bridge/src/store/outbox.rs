@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::{BindExt, Json};
 use super::{Result, ms};
 
 /// What kind of action a row holds; only edits coalesce.
@@ -73,9 +74,9 @@ pub async fn enqueue(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Resu
                AND claimed_by IS NULL AND status = 'pending'
              RETURNING id",
         )
-        .bind(a.conversation_id)
-        .bind(key)
-        .bind(a.action)
+        .arg(a.conversation_id)
+        .arg(key)
+        .arg(Json(a.action))
         .fetch_optional(&mut *c)
         .await?;
         if let Some((id,)) = replaced {
@@ -86,11 +87,11 @@ pub async fn enqueue(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Resu
         "INSERT INTO outbox (conversation_id, kind, coalesce_key, action, status, attempts, next_attempt_at, created_at)
          VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5) RETURNING id",
     )
-    .bind(a.conversation_id)
-    .bind(a.kind.as_str())
-    .bind(a.coalesce_key)
-    .bind(a.action)
-    .bind(now)
+    .arg(a.conversation_id)
+    .arg(a.kind.as_str())
+    .arg(a.coalesce_key)
+    .arg(Json(a.action))
+    .arg(now)
     .fetch_one(c)
     .await?;
     Ok(Enqueued::Inserted(id))
@@ -136,9 +137,9 @@ pub async fn claim_next(
            AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
          RETURNING id, conversation_id, kind, coalesce_key, action, attempts",
     )
-    .bind(worker)
-    .bind(now.saturating_add(ms(lease)))
-    .bind(now)
+    .arg(worker)
+    .arg(now.saturating_add(ms(lease)))
+    .arg(now)
     .fetch_optional(c)
     .await?)
 }
@@ -157,9 +158,9 @@ pub async fn mark_delivered(
         "UPDATE outbox SET status = 'delivered', delivered_at = $3, claimed_by = NULL, claim_until = NULL
          WHERE id = $1 AND claimed_by = $2 AND status = 'pending'",
     )
-    .bind(id)
-    .bind(worker)
-    .bind(now)
+    .arg(id)
+    .arg(worker)
+    .arg(now)
     .execute(c)
     .await?
     .rows_affected()
@@ -230,7 +231,7 @@ pub async fn retry(
     now: i64,
 ) -> Result<Retry> {
     let (attempts,): (i64,) = sqlx::query_as("SELECT attempts FROM outbox WHERE id = $1")
-        .bind(id)
+        .arg(id)
         .fetch_one(&mut *c)
         .await?;
     let (attempts, delay, error) = match failure {
@@ -247,12 +248,12 @@ pub async fn retry(
         "UPDATE outbox SET attempts = $3, next_attempt_at = $4, last_error = $5, status = $6, claimed_by = NULL, claim_until = NULL
          WHERE id = $1 AND claimed_by = $2",
     )
-    .bind(id)
-    .bind(worker)
-    .bind(attempts)
-    .bind(at)
-    .bind(error)
-    .bind(if dead { "dead" } else { "pending" })
+    .arg(id)
+    .arg(worker)
+    .arg(attempts)
+    .arg(at)
+    .arg(error)
+    .arg(if dead { "dead" } else { "pending" })
     .execute(c)
     .await?;
     Ok(if dead {
@@ -317,7 +318,7 @@ pub async fn dead_letters(c: &mut AnyConnection, limit: i64) -> Result<Vec<DeadL
     Ok(sqlx::query_as::<_, DeadLetter>(
         "SELECT id, conversation_id, kind, attempts, last_error, created_at FROM outbox WHERE status = 'dead' ORDER BY id DESC LIMIT $1",
     )
-    .bind(limit)
+    .arg(limit)
     .fetch_all(c)
     .await?)
 }

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::{BindExt, Json};
 use super::{Result, new_id, sql};
 
 /// A stored permission request.
@@ -72,16 +73,16 @@ pub async fn create(c: &mut AnyConnection, r: &NewRequest<'_>, now: i64) -> Resu
         "INSERT INTO permission_requests (id, conversation_id, turn_id, request_id, call_id, title, options, requester, status, created_at, expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)",
     )
-    .bind(&id)
-    .bind(r.conversation_id)
-    .bind(r.turn_id)
-    .bind(r.request_id)
-    .bind(r.call_id)
-    .bind(r.title)
-    .bind(r.options)
-    .bind(r.requester)
-    .bind(now)
-    .bind(r.expires_at)
+    .arg(&id)
+    .arg(r.conversation_id)
+    .arg(r.turn_id)
+    .arg(Json(r.request_id))
+    .arg(r.call_id)
+    .arg(r.title)
+    .arg(Json(r.options))
+    .arg(r.requester)
+    .arg(now)
+    .arg(r.expires_at)
     .execute(c)
     .await?;
     Ok(id)
@@ -103,10 +104,10 @@ pub async fn resolve(
         "UPDATE permission_requests SET status = 'decided', decider = $2, option_id = $3, decided_at = $4
          WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
     )))
-    .bind(id)
-    .bind(decider)
-    .bind(option_id)
-    .bind(now)
+    .arg(id)
+    .arg(decider)
+    .arg(option_id)
+    .arg(now)
     .fetch_optional(c)
     .await?)
 }
@@ -119,7 +120,7 @@ pub async fn pending_of(c: &mut AnyConnection, conversation: &str) -> Result<Vec
     Ok(sqlx::query_as::<_, PermissionRow>(sql(format!(
         "SELECT {COLUMNS} FROM permission_requests WHERE conversation_id = $1 AND status = 'pending' ORDER BY created_at"
     )))
-    .bind(conversation)
+    .arg(conversation)
     .fetch_all(c)
     .await?)
 }
@@ -133,7 +134,7 @@ pub async fn expire_due(c: &mut AnyConnection, now: i64) -> Result<Vec<Permissio
         "UPDATE permission_requests SET status = 'expired', decided_at = $1
          WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
     )))
-    .bind(now)
+    .arg(now)
     .fetch_all(c)
     .await?)
 }
@@ -146,7 +147,7 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<PermissionRow
     Ok(sqlx::query_as::<_, PermissionRow>(sql(format!(
         "SELECT {COLUMNS} FROM permission_requests WHERE id = $1"
     )))
-    .bind(id)
+    .arg(id)
     .fetch_optional(c)
     .await?)
 }

@@ -5,6 +5,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::{BindExt, Json};
 use super::{Result, new_id, sql};
 
 /// A stored tool call.
@@ -67,13 +68,13 @@ pub async fn start(
              kind = COALESCE(excluded.kind, tool_calls.kind)
          RETURNING id",
     )
-    .bind(new_id())
-    .bind(conversation)
-    .bind(turn)
-    .bind(call_id)
-    .bind(title)
-    .bind(kind)
-    .bind(now)
+    .arg(new_id())
+    .arg(conversation)
+    .arg(turn)
+    .arg(call_id)
+    .arg(title)
+    .arg(kind)
+    .arg(now)
     .fetch_one(c)
     .await?;
     Ok(id.0)
@@ -101,11 +102,11 @@ pub async fn progress(
          WHERE conversation_id = $1 AND call_id = $2
          RETURNING status",
     )
-    .bind(conversation)
-    .bind(call_id)
-    .bind(heartbeats)
-    .bind(last_progress)
-    .bind(now)
+    .arg(conversation)
+    .arg(call_id)
+    .arg(heartbeats)
+    .arg(last_progress.map(Json))
+    .arg(now)
     .fetch_optional(c)
     .await?;
     Ok(status.is_some_and(|(s,)| s == "running"))
@@ -143,14 +144,14 @@ pub async fn finish(
          WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'
          RETURNING id",
     )
-    .bind(conversation)
-    .bind(call_id)
-    .bind(f.outcome)
-    .bind(f.summary)
-    .bind(f.output)
-    .bind(f.exit_code)
-    .bind(f.signal)
-    .bind(now)
+    .arg(conversation)
+    .arg(call_id)
+    .arg(f.outcome)
+    .arg(f.summary)
+    .arg(f.output)
+    .arg(f.exit_code)
+    .arg(f.signal)
+    .arg(now)
     .fetch_optional(c)
     .await?;
     Ok(row.map(|r| r.0))
@@ -164,7 +165,7 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<ToolCall>> {
     Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
         "SELECT {COLUMNS} FROM tool_calls WHERE id = $1"
     )))
-    .bind(id)
+    .arg(id)
     .fetch_optional(c)
     .await?)
 }
@@ -181,8 +182,8 @@ pub async fn by_call_id(
     Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
         "SELECT {COLUMNS} FROM tool_calls WHERE conversation_id = $1 AND call_id = $2"
     )))
-    .bind(conversation)
-    .bind(call_id)
+    .arg(conversation)
+    .arg(call_id)
     .fetch_optional(c)
     .await?)
 }
@@ -195,7 +196,7 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
         "SELECT {COLUMNS} FROM tool_calls WHERE conversation_id = $1 ORDER BY started_at, id"
     )))
-    .bind(conversation)
+    .arg(conversation)
     .fetch_all(c)
     .await?)
 }

@@ -5,6 +5,7 @@ use serde::Serialize;
 use sqlx::AnyConnection;
 
 use super::Result;
+use super::bind::BindExt;
 
 /// One transcript entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -55,13 +56,13 @@ pub async fn append(
          SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, $5, $6, $7 FROM transcript WHERE conversation_id = $1
          RETURNING seq",
     )
-    .bind(conversation)
-    .bind(e.turn_id)
-    .bind(e.kind)
-    .bind(e.actor)
-    .bind(e.body)
-    .bind(e.tool_call_id)
-    .bind(now)
+    .arg(conversation)
+    .arg(e.turn_id)
+    .arg(e.kind)
+    .arg(e.actor)
+    .arg(e.body)
+    .arg(e.tool_call_id)
+    .arg(now)
     .fetch_one(c)
     .await?;
     Ok(seq.0)
@@ -75,7 +76,7 @@ pub async fn list(c: &mut AnyConnection, conversation: &str) -> Result<Vec<Entry
     Ok(sqlx::query_as::<_, Entry>(
         "SELECT seq, turn_id, kind, actor, body, tool_call_id, created_at FROM transcript WHERE conversation_id = $1 ORDER BY seq",
     )
-    .bind(conversation)
+    .arg(conversation)
     .fetch_all(c)
     .await?)
 }

@@ -3,6 +3,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
+use super::bind::BindExt;
 use super::{Result, new_id, sql};
 
 /// A stored turn.
@@ -50,11 +51,11 @@ pub async fn start(
         "INSERT INTO turns (id, conversation_id, seq, prompt, requested_by, status, started_at)
          SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, 'open', $5 FROM turns WHERE conversation_id = $2",
     )
-    .bind(&id)
-    .bind(conversation)
-    .bind(prompt)
-    .bind(requested_by)
-    .bind(now)
+    .arg(&id)
+    .arg(conversation)
+    .arg(prompt)
+    .arg(requested_by)
+    .arg(now)
     .execute(&mut *c)
     .await?;
     get(c, &id)
@@ -69,7 +70,7 @@ pub async fn start(
 pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Turn>> {
     Ok(
         sqlx::query_as::<_, Turn>(sql(format!("SELECT {COLUMNS} FROM turns WHERE id = $1")))
-            .bind(id)
+            .arg(id)
             .fetch_optional(c)
             .await?,
     )
@@ -97,12 +98,12 @@ pub async fn finish(c: &mut AnyConnection, id: &str, end: &Ending<'_>, now: i64)
         "UPDATE turns SET status = $2, stop_reason = $3, end_cause = $4, answer = $5, ended_at = $6
          WHERE id = $1 AND status = 'open'",
     )
-    .bind(id)
-    .bind(end.status)
-    .bind(end.stop_reason)
-    .bind(end.end_cause)
-    .bind(end.answer)
-    .bind(now)
+    .arg(id)
+    .arg(end.status)
+    .arg(end.stop_reason)
+    .arg(end.end_cause)
+    .arg(end.answer)
+    .arg(now)
     .execute(c)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -128,7 +129,7 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     Ok(sqlx::query_as::<_, Turn>(sql(format!(
         "SELECT {COLUMNS} FROM turns WHERE conversation_id = $1 ORDER BY seq"
     )))
-    .bind(conversation)
+    .arg(conversation)
     .fetch_all(c)
     .await?)
 }

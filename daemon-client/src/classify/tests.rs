@@ -448,3 +448,28 @@ fn f2_updates_never_take_the_tool_name_as_a_title() {
         "{events:?}"
     );
 }
+
+#[test]
+fn s4_a_lone_surrogate_escape_in_output_is_a_replacement_character_not_a_lost_result() {
+    // A daemon written in JavaScript can cut a string between the halves of a surrogate pair (an
+    // emoji at the edge of a truncation); JSON.stringify then writes a lone `\ud83d`.
+    let events = classify_all(&[
+        &update(
+            r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"cat","kind":"execute","status":"in_progress"}"#,
+        ),
+        &update(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"output":"cut \ud83d here, \uDE00 there, kept \ud83d\ude00 whole, typed \\ud83d as is"}}"#,
+        ),
+    ]);
+    let result = events
+        .iter()
+        .find_map(|e| match e {
+            DaemonEvent::ToolFinished { result, .. } => Some(result.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the result arrives: {events:?}"));
+    assert_eq!(
+        result.output,
+        "cut \u{FFFD} here, \u{FFFD} there, kept 😀 whole, typed \\ud83d as is"
+    );
+}
