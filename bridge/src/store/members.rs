@@ -4,6 +4,7 @@
 use sqlx::AnyConnection;
 
 use super::Result;
+use super::bind::BindExt;
 
 /// Adds `user` to the conversation's members; `false` when they were already one.
 ///
@@ -20,10 +21,10 @@ pub async fn add(
         "INSERT INTO thread_members (conversation_id, user_id, added_by, added_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (conversation_id, user_id) DO NOTHING",
     )
-    .bind(conversation)
-    .bind(user)
-    .bind(added_by)
-    .bind(now)
+    .arg(conversation)
+    .arg(user)
+    .arg(added_by)
+    .arg(now)
     .execute(c)
     .await?
     .rows_affected();
@@ -36,8 +37,8 @@ pub async fn add(
 /// Database errors.
 pub async fn remove(c: &mut AnyConnection, conversation: &str, user: &str) -> Result<bool> {
     let n = sqlx::query("DELETE FROM thread_members WHERE conversation_id = $1 AND user_id = $2")
-        .bind(conversation)
-        .bind(user)
+        .arg(conversation)
+        .arg(user)
         .execute(c)
         .await?
         .rows_affected();
@@ -52,7 +53,7 @@ pub async fn of(c: &mut AnyConnection, conversation: &str) -> Result<Vec<String>
     Ok(sqlx::query_scalar::<_, String>(
         "SELECT user_id FROM thread_members WHERE conversation_id = $1 ORDER BY added_at, user_id",
     )
-    .bind(conversation)
+    .arg(conversation)
     .fetch_all(c)
     .await?)
 }
