@@ -78,11 +78,8 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
-def config_is_accepted_by_the_binary(docs, label, env):
-    cm = by_kind(docs, "ConfigMap")[0]
-    text = cm["data"]["config.toml"]
-    cfg = tomllib.loads(text)
-    check(cfg["http"]["listen"].endswith(":8080"), f"config.toml listens on the container port ({label})")
+def check_config(text, env):
+    """`chat-bridge check-config` on a rendered config.toml, with only `env` as CHAT_BRIDGE_* variables."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
         path = f.name
@@ -93,6 +90,22 @@ def config_is_accepted_by_the_binary(docs, label, env):
         capture_output=True, text=True, env=run_env,
     )
     os.unlink(path)
+    return out
+
+
+def config_is_refused_by_the_binary(docs, label, env, says):
+    text = by_kind(docs, "ConfigMap")[0]["data"]["config.toml"]
+    out = check_config(text, env)
+    check(out.returncode != 0 and says in out.stderr,
+          f"chat-bridge check-config refuses the rendered config.toml ({label}): {out.stderr.strip() or out.stdout.strip()}")
+
+
+def config_is_accepted_by_the_binary(docs, label, env):
+    cm = by_kind(docs, "ConfigMap")[0]
+    text = cm["data"]["config.toml"]
+    cfg = tomllib.loads(text)
+    check(cfg["http"]["listen"].endswith(":8080"), f"config.toml listens on the container port ({label})")
+    out = check_config(text, env)
     platform = cfg["service"]["platform"]
     check(out.returncode == 0 and f"platform {platform}" in out.stdout,
           f"chat-bridge check-config accepts the rendered config.toml ({label}): {out.stdout.strip() or out.stderr.strip()}")
@@ -126,7 +139,17 @@ lint(None, "default")
 docs = render(None, "default")
 validate_k8s(docs, "default")
 deployment_is_hardened(docs, "default", defaults)
-config_is_accepted_by_the_binary(docs, "default", {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x", "CHAT_BRIDGE_SLACK__APP_TOKEN": "xapp-x"})
+slack_tokens = {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x", "CHAT_BRIDGE_SLACK__APP_TOKEN": "xapp-x"}
+# A1: the defaults name nobody, so they refuse to start until the operator says who may run commands.
+config_is_refused_by_the_binary(docs, "default, no allowlist: A1", slack_tokens, "(A1)")
+config_is_refused_by_the_binary(docs, "default, an empty token: S1",
+                                {**slack_tokens, "CHAT_BRIDGE_SLACK__APP_TOKEN": ""}, "CHAT_BRIDGE_SLACK__APP_TOKEN is set but empty")
+with_users = copy.deepcopy(defaults)
+with_users["config"]["slack"]["allowed_users"] = ["U0123ABCD"]
+config_is_accepted_by_the_binary(render(with_users, "default + slack.allowed_users"), "default + slack.allowed_users", slack_tokens)
+with_open = copy.deepcopy(defaults)
+with_open["config"]["access"]["open"] = True
+config_is_accepted_by_the_binary(render(with_open, "default + access.open"), "default + access.open", slack_tokens)
 check(len(by_kind(docs, "Secret")) == 1 and len(by_kind(docs, "PodDisruptionBudget")) == 1
       and not by_kind(docs, "NetworkPolicy") and not by_kind(docs, "ServiceMonitor"),
       "defaults: a created Secret and a PDB; no NetworkPolicy or ServiceMonitor")
@@ -151,6 +174,9 @@ for label, mutate in [
     ("an unknown platform", lambda v: v["config"]["service"].update(platform="irc")),
     ("a bad duration", lambda v: v["config"]["service"].update(drain_timeout="soon")),
     ("runAsNonRoot false", lambda v: v["podSecurityContext"].update(runAsNonRoot=False)),
+    ("access.open not a boolean", lambda v: v["config"]["access"].update(open="yes")),
+    ("an unknown access key", lambda v: v["config"]["access"].update(opne=True)),
+    ("an unknown slack.mode", lambda v: v["config"]["slack"].update(mode="htp")),
 ]:
     bad = copy.deepcopy(defaults)
     mutate(bad)

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{Channel, console};
-use crate::config::Config;
+use crate::config::{Config, Secret, SlackMode};
 use crate::core::redact::Redactor;
 use crate::core::{Core, CoreConfig};
 use crate::outbox_worker;
@@ -98,7 +98,7 @@ impl Http {
         let router = crate::http::router(crate::http::HttpState::new(
             store.clone(),
             status.clone(),
-            cfg.http.api_token.clone(),
+            cfg.http.api_token.as_ref().map(|t| t.expose().to_owned()),
         ));
         let stop = CancellationToken::new();
         let stop_http = stop.clone();
@@ -197,7 +197,11 @@ impl Application {
             None => std::env::current_dir().context("reading the current directory")?,
         };
         let (agent, url, token) = match &cfg.daemon.url {
-            Some(url) => (None, url.clone(), cfg.daemon.token.clone()),
+            Some(url) => (
+                None,
+                url.clone(),
+                cfg.daemon.token.as_ref().map(|t| t.expose().to_owned()),
+            ),
             None => {
                 let agent_cfg = AgentConfig {
                     heartbeat_interval: cfg.shell_agent.heartbeat_interval,
@@ -449,29 +453,27 @@ impl Application {
     }
 }
 
+/// A secret `validate` guarantees is set for this platform.
+fn required<'a>(secret: Option<&'a Secret>, var: &str) -> anyhow::Result<&'a str> {
+    Ok(secret.context(format!("{var} is not set"))?.expose())
+}
+
 /// Runs the bridge on Slack (Socket Mode in, Web API out) until `stop`.
 ///
 /// # Errors
-/// Missing tokens, Slack refusing the bot token, or anything `Application::build` reports.
+/// An invalid configuration ([`Config::validate`]: missing or empty tokens, no allowlist without
+/// `access.open`, …), Slack refusing the bot token, or anything `Application::build` reports.
 pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
     use crate::channel::slack::api::{SlackToken, WebApi};
     use crate::channel::slack::{Slack, events::Access, socket};
-    let bot = cfg
-        .slack
-        .bot_token
-        .clone()
-        .context("CHAT_BRIDGE_SLACK__BOT_TOKEN is not set")?;
-    let http = match cfg.slack.mode.as_str() {
-        "socket" => false,
-        "http" => true,
-        other => anyhow::bail!("slack.mode must be socket or http, not {other:?}"),
-    };
-    let app_token = if http {
-        None
-    } else {
-        Some(cfg.slack.app_token.clone().context(
-            "CHAT_BRIDGE_SLACK__APP_TOKEN is not set (Socket Mode needs the app-level token)",
-        )?)
+    cfg.validate()?;
+    let bot = required(cfg.slack.bot_token.as_ref(), "CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
+    let app_token = match cfg.slack.mode {
+        SlackMode::Http => None,
+        SlackMode::Socket => Some(required(
+            cfg.slack.app_token.as_ref(),
+            "CHAT_BRIDGE_SLACK__APP_TOKEN",
+        )?),
     };
     let api = WebApi::new(&cfg.slack.api_base_url, SlackToken::new(bot))?;
     let me = api
@@ -501,7 +503,10 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
             connected,
         )),
         None => {
-            let secret = cfg.slack.signing_secret.clone().context("CHAT_BRIDGE_SLACK__SIGNING_SECRET is not set (the http mode verifies every request)")?;
+            let secret = required(
+                cfg.slack.signing_secret.as_ref(),
+                "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
+            )?;
             let listen = cfg
                 .slack
                 .listen
@@ -509,7 +514,7 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
                 .with_context(|| format!("slack.listen {:?}", cfg.slack.listen))?;
             let (_, task) = crate::channel::slack::http_mode::serve(
                 listen,
-                &secret,
+                secret,
                 me.user_id,
                 access,
                 tx,
@@ -530,15 +535,14 @@ pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<
 /// Runs the bridge on Discord (serenity's gateway in, its REST client out) until `stop`.
 ///
 /// # Errors
-/// A missing or refused token, the gateway giving up, or anything `Application::build` reports.
+/// An invalid configuration ([`Config::validate`]: a missing or empty token, no allowlist without
+/// `access.open`, …), a refused token, the gateway giving up, or anything `Application::build`
+/// reports.
 pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
     use crate::channel::discord::{self, Gateway, events::Access};
-    let token = cfg
-        .discord
-        .token
-        .clone()
-        .context("CHAT_BRIDGE_DISCORD__TOKEN is not set")?;
-    let http = discord::http(&token, &cfg.discord.api_base_url);
+    cfg.validate()?;
+    let token = required(cfg.discord.token.as_ref(), "CHAT_BRIDGE_DISCORD__TOKEN")?;
+    let http = discord::http(token, &cfg.discord.api_base_url);
     let me = http.get_current_user().await.map_err(|e| {
         anyhow::anyhow!("Discord refused the bot token or could not be reached ({e}); check CHAT_BRIDGE_DISCORD__TOKEN and discord.api_base_url")
     })?;

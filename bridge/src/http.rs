@@ -1,13 +1,22 @@
 //! The HTTP side: `/healthz` (the process is alive), `/readyz` (this replica's role; store, daemon and chat platform —
 //! 503 with a JSON body saying which is not), and the history API under `/api/v1`, bearer-protected with
 //! `http.api_token`. Errors are JSON with stable codes (`unauthorized`, `bad_request`, `bad_cursor`,
-//! `not_found`, `unavailable`); a store failure's cause goes to the log, never to the client.
+//! `not_found`, `method_not_allowed`, `unavailable`); a store failure's cause goes to the log, never to
+//! the client.
+//!
+//! Under `/api` the token is checked before anything else answers (S1, issue 13 item 9): a layer in
+//! front of every route, the 404 fallback and the 405 answers, so without a token every path there —
+//! known or not — is 401. The one exception is `/api/v1/openapi.json`, the public contract (no data).
+//! The check is constant-time including the length, and the `Bearer` scheme is matched in any case
+//! (RFC 7235).
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -43,11 +52,19 @@ struct ApiError(StatusCode, &'static str, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.0,
             axum::Json(json!({"error": {"code": self.1, "message": self.2}})),
         )
-            .into_response()
+            .into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            // RFC 7235 §3.1: a 401 names the scheme it wants.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }
 
@@ -69,18 +86,9 @@ fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
         ));
     };
     let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    // Constant-time enough for a bearer check: compare all bytes regardless of where they differ.
-    let ok = given.is_some_and(|g| {
-        g.len() == expected.len()
-            && g.bytes()
-                .zip(expected.bytes())
-                .fold(0u8, |a, (x, y)| a | (x ^ y))
-                == 0
-    });
-    if ok {
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if shell_agent::auth::bearer_matches(given, expected) {
         Ok(())
     } else {
         Err(ApiError(
@@ -89,6 +97,52 @@ fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
             "missing or wrong bearer token".into(),
         ))
     }
+}
+
+/// In front of everything under `/api`: nothing there answers before the token is checked.
+async fn require_token(State(state): State<HttpState>, request: Request, next: Next) -> Response {
+    match authorize(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An `/api` path that is no route (reached only with a valid token).
+async fn api_not_found() -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such API path (see /api/v1/openapi.json)".into(),
+    )
+}
+
+/// Any other path: under `/api` (`/api/` itself included, which the nested router does not
+/// see) the token comes first; then the JSON 404.
+async fn not_found(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    request: Request,
+) -> ApiError {
+    if request.uri().path().starts_with("/api")
+        && let Err(e) = authorize(&state, &headers)
+    {
+        return e;
+    }
+    ApiError(StatusCode::NOT_FOUND, "not_found", "no such path".into())
+}
+
+/// A known `/api` path with a method it does not serve (reached only with a valid token).
+async fn api_method_not_allowed() -> ApiError {
+    ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "the history API is read-only: use GET".into(),
+    )
+}
+
+/// A path segment that does not decode (invalid percent-encoding, not UTF-8).
+fn bad_path(e: &PathRejection) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, "bad_request", e.body_text())
 }
 
 async fn healthz() -> &'static str {
@@ -146,10 +200,8 @@ struct ListParams {
 
 async fn list(
     State(state): State<HttpState>,
-    headers: HeaderMap,
     params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
     let Query(p) = params.map_err(bad_query)?;
     let limit = check_limit(p.limit)?;
     let filter = Filter {
@@ -188,10 +240,9 @@ fn found<T: serde::Serialize>(item: Option<T>, what: &str, id: &str) -> Result<R
 
 async fn conversation(
     State(state): State<HttpState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    let Path(id) = id.map_err(|e| bad_path(&e))?;
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     let detail = history::detail(&mut c, &id)
         .await
@@ -201,10 +252,9 @@ async fn conversation(
 
 async fn tool_call(
     State(state): State<HttpState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    let Path(id) = id.map_err(|e| bad_path(&e))?;
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
     let call = tool_calls::get(&mut c, &id)
         .await
@@ -220,10 +270,8 @@ struct SearchParams {
 
 async fn search(
     State(state): State<HttpState>,
-    headers: HeaderMap,
     params: Result<Query<SearchParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
     let Query(p) = params.map_err(bad_query)?;
     let q = p.q.filter(|q| !q.trim().is_empty()).ok_or_else(|| {
         ApiError(
@@ -267,10 +315,8 @@ fn bad_query(e: axum::extract::rejection::QueryRejection) -> ApiError {
 /// events the bridge set aside after they failed to be handled again and again (S4).
 async fn dead_letters(
     State(state): State<HttpState>,
-    headers: HeaderMap,
     params: Result<Query<LimitParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
     let Query(p) = params.map_err(bad_query)?;
     let limit = check_limit(p.limit)?.unwrap_or(50);
     let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
@@ -292,18 +338,22 @@ async fn openapi() -> Response {
 
 /// The router.
 pub fn router(state: HttpState) -> Router {
+    let api = Router::new()
+        .route("/v1/conversations", axum::routing::get(list))
+        .route("/v1/conversations/{id}", axum::routing::get(conversation))
+        .route("/v1/tool-calls/{id}", axum::routing::get(tool_call))
+        .route("/v1/search", axum::routing::get(search))
+        .route("/v1/dead-letters", axum::routing::get(dead_letters))
+        .fallback(api_not_found)
+        .method_not_allowed_fallback(api_method_not_allowed)
+        // Last, so it wraps the routes, the fallback and the 405s alike.
+        .layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", axum::routing::get(healthz))
         .route("/readyz", axum::routing::get(readyz))
         .route("/metrics", axum::routing::get(prometheus))
-        .route("/api/v1/conversations", axum::routing::get(list))
-        .route(
-            "/api/v1/conversations/{id}",
-            axum::routing::get(conversation),
-        )
-        .route("/api/v1/tool-calls/{id}", axum::routing::get(tool_call))
-        .route("/api/v1/search", axum::routing::get(search))
-        .route("/api/v1/dead-letters", axum::routing::get(dead_letters))
         .route("/api/v1/openapi.json", axum::routing::get(openapi))
+        .nest("/api", api)
+        .fallback(not_found)
         .with_state(state)
 }

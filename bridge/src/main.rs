@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use chat_bridge::app::Application;
 use chat_bridge::channel::console::Console;
-use chat_bridge::config::{Config, Flags};
+use chat_bridge::config::{Config, Flags, Platform, mask_url};
 use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
 use shell_agent::{AgentConfig, ShellAgent, parse_duration};
@@ -110,8 +110,9 @@ struct ShellAgentArgs {
     /// Address to listen on; a non-loopback address needs a token.
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Bearer token clients must send; generated and printed when not given.
-    #[arg(long, env = "CHAT_BRIDGE_SHELL_AGENT_TOKEN", hide_env_values = true)]
+    /// Bearer token clients must send; generated and printed when not given. Set but empty is an
+    /// error (S1).
+    #[arg(long, env = SHELL_AGENT_TOKEN, hide_env_values = true)]
     token: Option<String>,
     /// Heartbeat period while a command is silent (`0` disables).
     #[arg(long, default_value = "10s", value_parser = duration)]
@@ -131,49 +132,53 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// The shell-agent subcommand's token variable (read outside the configuration).
+const SHELL_AGENT_TOKEN: &str = "CHAT_BRIDGE_SHELL_AGENT_TOKEN";
+
+/// Log targets capped at `info` whatever `CHAT_BRIDGE_LOG` says (S2): at debug and trace they print
+/// what must never reach a log — tungstenite the daemon handshake with its `Authorization` header and
+/// every frame (command output); hyper, h2 and reqwest request headers with the Slack and Discord bot
+/// tokens; serenity the gateway's IDENTIFY payload with the bot token.
+const SECRET_BEARING_TARGETS: [&str; 8] = [
+    "tungstenite",
+    "tokio_tungstenite",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "reqwest",
+    "serenity",
+    "tower_http",
+];
+
+/// `CHAT_BRIDGE_LOG` (default `info`), then a cap no directive can lift: a second filter that must
+/// also pass, so even `CHAT_BRIDGE_LOG=trace,tungstenite::handshake=trace` stays at info there.
 fn init_logging() {
     use std::io::IsTerminal;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHAT_BRIDGE_LOG")
         .unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::io::stderr().is_terminal() {
-        builder.init();
+    let cap = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_targets(
+            SECRET_BEARING_TARGETS
+                .iter()
+                .map(|t| (*t, LevelFilter::INFO)),
+        );
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = if std::io::stderr().is_terminal() {
+        layer.boxed()
     } else {
-        builder.json().init();
-    }
+        layer.json().boxed()
+    };
+    tracing_subscriber::registry()
+        .with(layer.with_filter(filter.and(cap)))
+        .init();
 }
 
 /// Cancelled on SIGTERM or Ctrl-C.
-/// Which platform to serve: `service.platform`, or by the tokens set when it is `auto`.
-fn platform(cfg: &Config) -> anyhow::Result<&'static str> {
-    let slack = cfg.slack.bot_token.is_some();
-    let discord = cfg.discord.token.is_some();
-    match cfg.service.platform.as_str() {
-        "auto" => match (slack, discord) {
-            (true, true) => anyhow::bail!(
-                "both CHAT_BRIDGE_SLACK__BOT_TOKEN and CHAT_BRIDGE_DISCORD__TOKEN are set; one process serves one platform (set service.platform, or run one deployment per platform)"
-            ),
-            (true, false) => Ok("slack"),
-            (false, true) => Ok("discord"),
-            (false, false) => Ok("console"),
-        },
-        "slack" if !slack => {
-            anyhow::bail!("service.platform is slack but CHAT_BRIDGE_SLACK__BOT_TOKEN is not set")
-        }
-        "discord" if !discord => {
-            anyhow::bail!("service.platform is discord but CHAT_BRIDGE_DISCORD__TOKEN is not set")
-        }
-        "slack" => Ok("slack"),
-        "discord" => Ok("discord"),
-        "console" => Ok("console"),
-        other => {
-            anyhow::bail!("service.platform must be auto, console, slack or discord, not {other:?}")
-        }
-    }
-}
-
 fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
@@ -200,6 +205,13 @@ fn shutdown_signal() -> CancellationToken {
 }
 
 async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
+    // S3 holds here too (a misspelt token variable would silently mean a generated token), and an
+    // empty CHAT_BRIDGE_SHELL_AGENT_TOKEN is refused rather than read as unset (S1).
+    chat_bridge::config::check_variable_names(env().iter().map(|(k, _)| k.as_str()))?;
+    let token = match args.token {
+        Some(t) => Some(t),
+        None => std::env::var_os(SHELL_AGENT_TOKEN).map(|v| v.to_string_lossy().into_owned()),
+    };
     let cfg = AgentConfig {
         heartbeat_interval: args.heartbeat_interval,
         default_timeout: args.default_timeout,
@@ -207,7 +219,7 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
         output_cap: args.output_cap,
         ..AgentConfig::default()
     };
-    let agent = ShellAgent::start(args.listen, args.token, cfg)
+    let agent = ShellAgent::start(args.listen, token, cfg)
         .await
         .context("starting the shell agent")?;
     println!("shell-agent listening on {}", agent.url());
@@ -218,28 +230,61 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The environment as (name, value) pairs; a value that is not UTF-8 is read lossily rather than
+/// making `std::env::vars` panic.
+fn env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The configuration, validated: the one path start-up and `check-config` share (S3).
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let flags = Flags {
         database_url: cli.database_url.clone(),
         daemon_url: cli.daemon_url.clone(),
         daemon_token: cli.daemon_token.clone(),
     };
-    Ok(Config::load(
-        cli.config.as_deref(),
-        std::env::vars(),
-        &flags,
-    )?)
+    Ok(Config::load(cli.config.as_deref(), env(), &flags)?)
+}
+
+fn platform(cfg: &Config) -> anyhow::Result<Platform> {
+    cfg.platform().map_err(anyhow::Error::msg)
 }
 
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
     let platform = platform(cfg)?;
+    let access = match platform {
+        Platform::Slack if cfg.access.open && cfg.slack.allowed_users.is_empty() => {
+            "open to everyone (access.open)".to_owned()
+        }
+        Platform::Slack => format!("{} allowed users", cfg.slack.allowed_users.len()),
+        Platform::Discord
+            if cfg.access.open
+                && cfg.discord.allowed_users.is_empty()
+                && cfg.discord.allowed_roles.is_empty() =>
+        {
+            "open to everyone (access.open)".to_owned()
+        }
+        Platform::Discord => format!(
+            "{} allowed users, {} allowed roles",
+            cfg.discord.allowed_users.len(),
+            cfg.discord.allowed_roles.len()
+        ),
+        Platform::Console | Platform::Auto => "local console".to_owned(),
+    };
     println!(
-        "configuration ok: platform {platform}; database {}; daemon {}; http {}",
-        chat_bridge::store::mask_url(&cfg.database.url),
+        "configuration ok: platform {platform}; access {access}; database {}; daemon {}; http {}",
+        mask_url(&cfg.database.url),
         cfg.daemon
             .url
             .as_deref()
-            .unwrap_or("the built-in shell agent"),
+            .map_or_else(|| "the built-in shell agent".to_owned(), mask_url),
         cfg.http.listen.as_deref().unwrap_or("off"),
     );
     Ok(())
@@ -247,7 +292,7 @@ fn check_config(cfg: &Config) -> anyhow::Result<()> {
 
 async fn migrate(cfg: &Config) -> anyhow::Result<()> {
     let store = chat_bridge::store::Store::open(&cfg.database.url).await?;
-    println!("migrations applied to {}", store.url());
+    println!("migrations applied to {}", mask_url(&cfg.database.url));
     store.close().await;
     Ok(())
 }
@@ -302,8 +347,8 @@ async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
     if std::io::stdin().is_terminal() {
         println!(
             "chat-bridge — agent at {} · database {} · type a shell command, /help for commands, Ctrl-D to quit",
-            app.daemon_url,
-            app.store.url()
+            mask_url(&app.daemon_url),
+            mask_url(&cfg.database.url)
         );
     }
     let input = tokio::io::BufReader::new(tokio::io::stdin());
@@ -330,21 +375,14 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     init_logging();
-    let result = match load_config(&cli) {
-        Err(e) => Err(e),
-        Ok(cfg) => match cli.command {
-            None => match platform(&cfg) {
-                Ok("slack") => chat_bridge::app::run_slack(&cfg, shutdown_signal()).await,
-                Ok("discord") => chat_bridge::app::run_discord(&cfg, shutdown_signal()).await,
-                Ok(_) => run_bridge(&cfg).await,
-                Err(e) => Err(e),
-            },
-            Some(Command::ShellAgent(args)) => shell_agent(args).await,
-            Some(Command::Migrate) => migrate(&cfg).await,
-            Some(Command::CheckConfig) => check_config(&cfg),
-            Some(Command::History(cmd)) => history(&cfg, cmd).await,
+    let result = match cli.command.take() {
+        // The standalone agent reads its flags, not the bridge's configuration.
+        Some(Command::ShellAgent(args)) => shell_agent(args).await,
+        command => match load_config(&cli) {
+            Ok(cfg) => run_command(&cfg, command).await,
+            Err(e) => Err(e),
         },
     };
     match result {
@@ -353,5 +391,20 @@ async fn run() -> ExitCode {
             eprintln!("chat-bridge: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs `command` (the bridge itself when `None`) with a validated configuration.
+async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<()> {
+    match command {
+        None => match platform(cfg)? {
+            Platform::Slack => chat_bridge::app::run_slack(cfg, shutdown_signal()).await,
+            Platform::Discord => chat_bridge::app::run_discord(cfg, shutdown_signal()).await,
+            Platform::Console | Platform::Auto => run_bridge(cfg).await,
+        },
+        Some(Command::ShellAgent(args)) => shell_agent(args).await,
+        Some(Command::Migrate) => migrate(cfg).await,
+        Some(Command::CheckConfig) => check_config(cfg),
+        Some(Command::History(cmd)) => history(cfg, cmd).await,
     }
 }

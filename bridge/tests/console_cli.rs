@@ -154,6 +154,8 @@ fn an_explicit_platform_without_its_token_is_a_clear_error_and_check_config_neve
     let out = bridge(dir.path(), &["check-config"])
         .env("CHAT_BRIDGE_SERVICE__PLATFORM", "slack")
         .env("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-very-secret")
+        .env("CHAT_BRIDGE_SLACK__APP_TOKEN", "xapp-very-secret")
+        .env("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"U1\"]")
         .env(
             "CHAT_BRIDGE_DATABASE__URL",
             "postgres://bridge:hunter2@db/chat",
@@ -166,7 +168,9 @@ fn an_explicit_platform_without_its_token_is_a_clear_error_and_check_config_neve
         "{stdout}"
     );
     assert!(
-        !stdout.contains("xoxb-very-secret") && !stdout.contains("hunter2"),
+        !stdout.contains("xoxb-very-secret")
+            && !stdout.contains("xapp-very-secret")
+            && !stdout.contains("hunter2"),
         "{stdout}"
     );
     let out = bridge(dir.path(), &["check-config"])

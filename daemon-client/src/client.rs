@@ -68,7 +68,7 @@ pub struct ClientConfig {
 impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientConfig")
-            .field("url", &self.url)
+            .field("url", &crate::mask::mask_url(&self.url))
             .field("token", &self.token)
             .field("max_frame_size", &self.max_frame_size)
             .field("request_timeout", &self.request_timeout)
@@ -192,7 +192,7 @@ pub struct DaemonClient {
 impl std::fmt::Debug for DaemonClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DaemonClient")
-            .field("url", &self.shared.cfg.url)
+            .field("url", &crate::mask::mask_url(&self.shared.cfg.url))
             .finish_non_exhaustive()
     }
 }
@@ -684,7 +684,7 @@ impl Shared {
                 self.emit(DaemonEvent::Closed { reason }).await;
                 return;
             }
-            tracing::warn!(%reason, url = %self.cfg.url, "daemon connection lost; reconnecting");
+            tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
             self.emit(DaemonEvent::Disconnected { reason }).await;
             let mut attempt = 0u32;
             io = loop {

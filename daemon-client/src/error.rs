@@ -8,7 +8,7 @@ pub enum Error {
     /// Fatal until the configuration changes: the daemon refused the bearer token.
     #[error("the daemon at {url} refused our credentials (HTTP {status}); check daemon.token")]
     Unauthorized {
-        /// The URL (never carries the token).
+        /// The URL, credentials masked (never carries the token).
         url: String,
         /// 401 or 403.
         status: u16,
@@ -16,7 +16,7 @@ pub enum Error {
     /// Fatal until the configuration changes: the URL cannot be used.
     #[error("the daemon URL {url:?} is not usable: {reason}")]
     BadUrl {
-        /// The URL as configured.
+        /// The URL as configured, credentials masked.
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -24,7 +24,7 @@ pub enum Error {
     /// Retry later: the daemon could not be reached.
     #[error("cannot reach the daemon at {url}: {reason}")]
     Unreachable {
-        /// The URL.
+        /// The URL, credentials masked.
         url: String,
         /// The transport's words.
         reason: String,

@@ -16,6 +16,7 @@
 //! - [`client`]: `DaemonClient` — JSON-RPC correlation, typed calls, ping/pong, reconnect.
 //! - [`liveness`]: idle/wall limits per turn, heartbeat-fed, clock-injected.
 //! - [`error`]: `Error`, named for what the caller does next.
+//! - [`mask`]: URLs with their credentials masked, for logs and errors (S2).
 
 pub mod classify;
 pub mod client;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod liveness;
+pub mod mask;
 mod transport;
 pub mod wire;
 
@@ -37,4 +39,5 @@ pub use event::{
 };
 pub use ids::{RequestId, SessionId, ToolCallId};
 pub use liveness::{EndCause, Liveness, LivenessConfig, Stall, StallKind};
+pub use mask::mask_url;
 pub use transport::{Token, install_crypto_provider};

@@ -63,7 +63,7 @@ pub(crate) async fn connect(
 ) -> Result<Ws, Error> {
     install_crypto_provider();
     let bad_url = |reason: String| Error::BadUrl {
-        url: url.to_owned(),
+        url: crate::mask::mask_url(url),
         reason,
     };
     if !(url.starts_with("ws://") || url.starts_with("wss://")) {
@@ -85,7 +85,7 @@ pub(crate) async fn connect(
     let handshake = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     match tokio::time::timeout(timeout, handshake).await {
         Err(_) => Err(Error::Unreachable {
-            url: url.to_owned(),
+            url: crate::mask::mask_url(url),
             reason: format!("no handshake within {timeout:?}"),
         }),
         Ok(Ok((ws, _response))) => Ok(ws),
@@ -93,19 +93,19 @@ pub(crate) async fn connect(
             let status = response.status().as_u16();
             if status == 401 || status == 403 {
                 Err(Error::Unauthorized {
-                    url: url.to_owned(),
+                    url: crate::mask::mask_url(url),
                     status,
                 })
             } else {
                 Err(Error::Unreachable {
-                    url: url.to_owned(),
+                    url: crate::mask::mask_url(url),
                     reason: format!("HTTP {status} during the handshake"),
                 })
             }
         }
         Ok(Err(tungstenite::Error::Url(e))) => Err(bad_url(e.to_string())),
         Ok(Err(e)) => Err(Error::Unreachable {
-            url: url.to_owned(),
+            url: crate::mask::mask_url(url),
             reason: e.to_string(),
         }),
     }

@@ -7,12 +7,14 @@
 //! `status: failed` with `rawOutput.outcome = "timed_out"` and the partial output (T1).
 //!
 //! # Layout
+//! - [`auth`]: bearer tokens: RFC 7235 scheme matching, constant-time comparison.
 //! - [`server`]: WebSocket `/acp` with a bearer token; JSON-RPC dispatch; the prompt turn.
 //! - `session`: sessions outlive connections; history for `session/load`.
 //! - [`runner`]: one command in a PTY — output, heartbeats, timeout, cancel (H2, T1–T3).
 //! - `output`: bounded output between the PTY thread and the async side (T4).
 //! - [`duration`]: `500ms` / `10s` / `2m` parsing and formatting.
 
+pub mod auth;
 pub mod duration;
 mod output;
 pub mod runner;

@@ -58,6 +58,11 @@ pub enum StartError {
     /// A non-loopback address needs an explicit token.
     #[error("refusing to listen on {0} (not loopback) without --token")]
     TokenRequired(SocketAddr),
+    /// A token was given but is empty or only whitespace (S1): it would let anyone in.
+    #[error(
+        "the shell-agent token (CHAT_BRIDGE_SHELL_AGENT_TOKEN / --token) is set but empty; set a real token or leave it unset to have one generated"
+    )]
+    EmptyToken,
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -98,12 +103,16 @@ impl ShellAgent {
     ///
     /// # Errors
     /// [`StartError::TokenRequired`] for a non-loopback address without a token;
+    /// [`StartError::EmptyToken`] for a token that is empty or whitespace;
     /// [`StartError::Bind`] when the address cannot be bound.
     pub async fn start(
         listen: SocketAddr,
         token: Option<String>,
         cfg: AgentConfig,
     ) -> Result<Self, StartError> {
+        if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(StartError::EmptyToken);
+        }
         if token.is_none() && !listen.ip().is_loopback() {
             return Err(StartError::TokenRequired(listen));
         }
@@ -174,8 +183,7 @@ impl ShellAgent {
     }
 }
 
-async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, token: String) {
-    let expected = format!("Bearer {token}");
+async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, expected: String) {
     loop {
         let accepted = tokio::select! {
             () = agent.shutdown.cancelled() => break,
@@ -207,20 +215,21 @@ async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<()
             *e.status_mut() = status;
             e
         };
-        if req.uri().path() != "/acp" {
-            return Err(refuse(
-                http::StatusCode::NOT_FOUND,
-                "the ACP endpoint is /acp",
-            ));
-        }
+        // The token first: without it, nothing about this server (not even its paths) answers.
         let auth = req
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        if auth != Some(expected.as_str()) {
+        if !crate::auth::bearer_matches(auth, &expected) {
             return Err(refuse(
                 http::StatusCode::UNAUTHORIZED,
                 "missing or wrong bearer token",
+            ));
+        }
+        if req.uri().path() != "/acp" {
+            return Err(refuse(
+                http::StatusCode::NOT_FOUND,
+                "the ACP endpoint is /acp",
             ));
         }
         Ok(resp)

@@ -20,6 +20,9 @@ pub fn config(url: &str, cwd: &std::path::Path) -> Config {
     cfg
 }
 
+/// The signing secret the Slack HTTP-mode tests sign with (S1: at least 16 bytes).
+pub const SLACK_SIGNING_SECRET: &str = "test-signing-secret-0123456789ab";
+
 /// Waits until no turn is open and every chat action was delivered.
 ///
 /// # Panics

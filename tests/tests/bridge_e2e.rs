@@ -115,7 +115,7 @@ on_both! {
         .await;
         let mut cfg = config(&db.url, dir.path());
         cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
         cfg.liveness.on_stall = OnStall::Cancel;
         let rec = Arc::new(Recorder::default());
         let app = Application::build(&cfg, rec.clone()).await.expect("build");
@@ -146,7 +146,7 @@ on_both! {
         .await;
         let mut cfg = config(&db.url, dir.path());
         cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
         let rec = Arc::new(Recorder::default());
         let app = Application::build(&cfg, rec.clone()).await.expect("build");
         app.core.accept(console::inbound("make deploy")).await.expect("accept");

@@ -60,6 +60,7 @@ fn start_bridge(fake: &FakeSlack, db: &str, agent: &ShellAgent, dir: &std::path:
         .env("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-test")
         .env("CHAT_BRIDGE_SLACK__APP_TOKEN", "xapp-1-test")
         .env("CHAT_BRIDGE_SLACK__API_BASE_URL", &fake.base_url)
+        .env("CHAT_BRIDGE_ACCESS__OPEN", "true")
         .env("CHAT_BRIDGE_DATABASE__URL", db)
         .env("CHAT_BRIDGE_DAEMON__URL", agent.url())
         .env("CHAT_BRIDGE_DAEMON__TOKEN", agent.token())

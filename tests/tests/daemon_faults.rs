@@ -37,7 +37,7 @@ on_both! {
         let proxy = Proxy::start(agent.addr()).await;
         let mut cfg = config(&db.url, dir.path());
         cfg.daemon.url = Some(format!("ws://{}/acp", proxy.addr));
-        cfg.daemon.token = Some(agent.token().to_owned());
+        cfg.daemon.token = Some(agent.token().into());
         cfg.liveness.idle = Duration::from_secs(5);
         let rec = Arc::new(Recorder::default());
         let app = Application::build(&cfg, rec.clone()).await.expect("build");

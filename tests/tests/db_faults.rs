@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chat_bridge::app::Application;
 use chat_bridge::channel::Inbound;
 use chat_bridge::store::{Store, history, tool_calls};
-use chat_bridge_tests::bridge::{config, settle};
+use chat_bridge_tests::bridge::{SLACK_SIGNING_SECRET, config, settle};
 use chat_bridge_tests::pg_cluster::Cluster;
 use chat_bridge_tests::recorder::Recorder;
 use tokio_util::sync::CancellationToken;
@@ -162,6 +162,7 @@ async fn q3_slack_an_event_during_a_database_outage_is_not_acknowledged_until_re
     cfg.slack.bot_token = Some("xoxb-test".into());
     cfg.slack.app_token = Some("xapp-1-test".into());
     cfg.slack.api_base_url = fake.base_url.clone();
+    cfg.access.open = true;
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
@@ -253,9 +254,10 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
     let mut cfg = config(&cluster.url(), dir.path());
     cfg.slack.bot_token = Some("xoxb-test".into());
     cfg.slack.api_base_url = fake.base_url.clone();
-    cfg.slack.mode = "http".into();
+    cfg.slack.mode = chat_bridge::config::SlackMode::Http;
     cfg.slack.listen = format!("127.0.0.1:{port}");
-    cfg.slack.signing_secret = Some("s3cret".into());
+    cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
+    cfg.access.open = true;
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
@@ -264,7 +266,7 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
     let http = reqwest::Client::new();
     let post = |body: String, retry: u32| {
         let ts = (chat_bridge::store::now_ms() / 1000).to_string();
-        let sig = sign(b"s3cret", &ts, body.as_bytes());
+        let sig = sign(SLACK_SIGNING_SECRET.as_bytes(), &ts, body.as_bytes());
         let mut r = http
             .post(format!("http://127.0.0.1:{port}/slack/events"))
             .header("x-slack-request-timestamp", ts)

@@ -31,6 +31,8 @@ async fn bridge_with(
     );
     cfg.discord.token = Some(TOKEN.into());
     cfg.discord.api_base_url = fake.base_url.clone();
+    // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
+    cfg.access.open = true;
     tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
@@ -468,6 +470,7 @@ async fn discord_a_refused_token_is_a_clear_error() {
     );
     cfg.discord.token = Some("wrong-token".into());
     cfg.discord.api_base_url = fake.base_url.clone();
+    cfg.discord.allowed_users = vec!["111".into()];
     let err = chat_bridge::app::run_discord(&cfg, CancellationToken::new())
         .await
         .expect_err("refused");

@@ -74,7 +74,7 @@ on_both! {
         let daemon = ScriptedDaemon::start(hostile_daemon).await;
         let mut cfg = config(&db.url, dir.path());
         cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
         cfg.liveness.idle = std::time::Duration::from_secs(10);
         let rec = Arc::new(Recorder::default());
         let app = Application::build(&cfg, rec.clone()).await.expect("build");

@@ -112,3 +112,110 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+/// The history API on its own (SQLite, no daemon): what answers before and after the token check.
+#[tokio::test]
+async fn s1_bearer_scheme_is_case_insensitive_and_unknown_api_paths_are_401() {
+    use chat_bridge::http::{HttpState, router};
+    daemon_client::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("api.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let state = HttpState::new(store, Arc::default(), Some("api-secret-0123".into()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, auth: Option<&str>| {
+        let mut r = http.request(method, format!("{base}{path}"));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send()
+    };
+    let get = reqwest::Method::GET;
+    // Every spelling of the scheme is the same scheme (RFC 7235).
+    for auth in [
+        "Bearer api-secret-0123",
+        "bearer api-secret-0123",
+        "BEARER api-secret-0123",
+        "bEaReR  api-secret-0123",
+    ] {
+        let r = send(get.clone(), "/api/v1/conversations", Some(auth))
+            .await
+            .expect("list");
+        assert_eq!(r.status(), 200, "{auth}");
+    }
+    // Wrong, shorter, longer, other scheme, none: 401 with the JSON shape and a challenge.
+    for auth in [
+        None,
+        Some("Bearer api-secret-012"),
+        Some("Bearer api-secret-01234"),
+        Some("Basic api-secret-0123"),
+        Some("Bearer "),
+        Some("api-secret-0123"),
+    ] {
+        let r = send(get.clone(), "/api/v1/conversations", auth)
+            .await
+            .expect("list");
+        assert_eq!(r.status(), 401, "{auth:?}");
+        assert_eq!(
+            r.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Bearer")
+        );
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], "unauthorized", "{auth:?}");
+    }
+    // Nothing under /api answers before the token: unknown paths and wrong methods are 401 too.
+    for (method, path) in [
+        (get.clone(), "/api/v2/nope"),
+        (get.clone(), "/api/v1/nope"),
+        (get.clone(), "/api"),
+        (get.clone(), "/api/"),
+        (reqwest::Method::POST, "/api/v1/conversations"),
+        (reqwest::Method::DELETE, "/api/v1/tool-calls/x"),
+    ] {
+        let r = send(method.clone(), path, None).await.expect("request");
+        assert_eq!(r.status(), 401, "{method} {path}");
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], "unauthorized", "{method} {path}");
+    }
+    // With the token, the same requests get the JSON error shape, never an empty or text body.
+    let t = Some("Bearer api-secret-0123");
+    for (method, path, status, code) in [
+        (get.clone(), "/api/v2/nope", 404, "not_found"),
+        (get.clone(), "/api/v1/nope", 404, "not_found"),
+        (
+            reqwest::Method::POST,
+            "/api/v1/conversations",
+            405,
+            "method_not_allowed",
+        ),
+        (get.clone(), "/api/v1/tool-calls/%FF", 400, "bad_request"),
+    ] {
+        let r = send(method.clone(), path, t).await.expect("request");
+        assert_eq!(r.status(), status, "{method} {path}");
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], code, "{method} {path}");
+    }
+    // The public contract stays public; health stays unauthenticated.
+    assert_eq!(
+        send(get.clone(), "/api/v1/openapi.json", None)
+            .await
+            .expect("openapi")
+            .status(),
+        200
+    );
+    assert_eq!(
+        send(get.clone(), "/healthz", None)
+            .await
+            .expect("healthz")
+            .status(),
+        200
+    );
+    server.abort();
+}

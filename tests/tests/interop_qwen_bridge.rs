@@ -28,7 +28,7 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
     let mut cfg = Config::default();
     cfg.database.url = format!("sqlite://{}", dir.path().join("qwen.db").display());
     cfg.daemon.url = Some(peer.url.clone());
-    cfg.daemon.token = Some(peer.token.clone());
+    cfg.daemon.token = Some(peer.token.clone().into());
     cfg.daemon.mode = Some("yolo".into());
     cfg.daemon.cwd = Some(peer.workspace());
     cfg.liveness.idle = Duration::from_secs(12);

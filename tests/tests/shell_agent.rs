@@ -566,6 +566,78 @@ async fn a_wrong_token_is_refused_at_the_handshake_and_non_loopback_needs_a_toke
     agent.shutdown().await;
 }
 
+/// The HTTP status of a WebSocket handshake on `path` with this `Authorization` value (101: accepted).
+async fn handshake_status(agent: &ShellAgent, path: &str, auth: Option<&str>) -> u16 {
+    use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+    let url = format!("ws://{}{path}", agent.addr());
+    let mut req = url.into_client_request().expect("request");
+    if let Some(auth) = auth {
+        req.headers_mut()
+            .insert("authorization", auth.parse().expect("header value"));
+    }
+    match tokio_tungstenite::connect_async(req).await {
+        Ok(_) => 101,
+        Err(tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Err(e) => panic!("handshake failed without an HTTP status: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn s1_shell_agent_bearer_scheme_is_case_insensitive_and_unknown_paths_are_401_without_a_token()
+ {
+    let agent = start(cfg(1000)).await;
+    let token = agent.token().to_owned();
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let auth = format!("{scheme} {token}");
+        assert_eq!(
+            handshake_status(&agent, "/acp", Some(&auth)).await,
+            101,
+            "{scheme}"
+        );
+    }
+    let prefix = format!("Bearer {}", &token[..token.len() - 1]);
+    let longer = format!("Bearer {token}x");
+    for auth in [
+        None,
+        Some("Bearer "),
+        Some(prefix.as_str()),
+        Some(longer.as_str()),
+        Some("Basic x"),
+    ] {
+        assert_eq!(
+            handshake_status(&agent, "/acp", auth).await,
+            401,
+            "{auth:?}"
+        );
+    }
+    // Nothing but 401 answers before the token is checked, not even "no such path".
+    assert_eq!(handshake_status(&agent, "/nope", None).await, 401);
+    let right = format!("Bearer {token}");
+    assert_eq!(handshake_status(&agent, "/nope", Some(&right)).await, 404);
+    agent.shutdown().await;
+}
+
+#[tokio::test]
+async fn s1_an_empty_shell_agent_token_is_a_startup_error() {
+    for token in ["", "   ", "\t\n"] {
+        let refused = ShellAgent::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some(token.to_owned()),
+            cfg(1000),
+        )
+        .await;
+        match refused {
+            Err(e @ shell_agent::StartError::EmptyToken) => {
+                assert!(
+                    e.to_string().contains("CHAT_BRIDGE_SHELL_AGENT_TOKEN"),
+                    "{e}"
+                );
+            }
+            other => panic!("{token:?} was accepted: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn session_load_from_a_new_connection_replays_history_and_receives_the_running_command() {
     let agent = start(cfg(100)).await;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chat_bridge_tests::bridge::config;
+use chat_bridge_tests::bridge::{SLACK_SIGNING_SECRET, config};
 use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
 use chat_bridge_tests::init_tracing;
 use serde_json::json;
@@ -39,6 +39,8 @@ async fn bridge_with(
     cfg.slack.bot_token = Some("xoxb-test".into());
     cfg.slack.app_token = Some("xapp-1-test".into());
     cfg.slack.api_base_url = fake.base_url.clone();
+    // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
+    cfg.access.open = true;
     tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
@@ -369,9 +371,9 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
     let port = chat_bridge_tests::free_port();
     let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
         cfg.slack.app_token = None;
-        cfg.slack.mode = "http".into();
+        cfg.slack.mode = chat_bridge::config::SlackMode::Http;
         cfg.slack.listen = format!("127.0.0.1:{port}");
-        cfg.slack.signing_secret = Some("s3cret".into());
+        cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
     })
     .await;
     daemon_client::install_crypto_provider();
@@ -394,7 +396,7 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
         match send(
             challenge.clone(),
             ts.clone(),
-            sign(b"s3cret", &ts, challenge.as_bytes()),
+            sign(SLACK_SIGNING_SECRET.as_bytes(), &ts, challenge.as_bytes()),
         )
         .await
         {
@@ -421,15 +423,19 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
         .to_string();
     let ts = now();
     let tampered = event.replace("over http", "over HTTP");
-    let r = send(tampered, ts.clone(), sign(b"s3cret", &ts, event.as_bytes()))
-        .await
-        .expect("send");
+    let r = send(
+        tampered,
+        ts.clone(),
+        sign(SLACK_SIGNING_SECRET.as_bytes(), &ts, event.as_bytes()),
+    )
+    .await
+    .expect("send");
     assert_eq!(r.status(), 401, "a tampered body is refused");
     let stale = (chat_bridge::store::now_ms() / 1000 - 600).to_string();
     let r = send(
         event.clone(),
         stale.clone(),
-        sign(b"s3cret", &stale, event.as_bytes()),
+        sign(SLACK_SIGNING_SECRET.as_bytes(), &stale, event.as_bytes()),
     )
     .await
     .expect("send");
@@ -442,7 +448,7 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
     let r = send(
         event.clone(),
         ts.clone(),
-        sign(b"s3cret", &ts, event.as_bytes()),
+        sign(SLACK_SIGNING_SECRET.as_bytes(), &ts, event.as_bytes()),
     )
     .await
     .expect("send");

@@ -3,7 +3,8 @@
 //! opens a conversation in a thread created from that message (the thread's id is the message's id);
 //! messages in a thread continue the conversation the bridge owns there; DMs follow the DM policy;
 //! button clicks become actions (the core decides who may answer an approval). The A-rules: channel,
-//! user and role allowlists — empty lists allow everyone.
+//! user and role allowlists — empty lists allow everyone, which start-up refuses for users and roles
+//! unless `access.open` says so on purpose (A1). DMs follow the user list (they carry no roles).
 
 use serenity::model::application::ComponentInteraction;
 use serenity::model::channel::{Message, MessageType};
@@ -305,6 +306,45 @@ mod tests {
         }
         assert!(matches!(
             decide_message(&dm(), UserId::new(ME), &Access::default()),
+            Decision::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn a1_discord_dms_follow_the_user_allowlist() {
+        let me = UserId::new(ME);
+        let dm = || {
+            message(
+                json!({"guild_id": null, "member": null, "channel_id": "55", "content": "id", "mentions": []}),
+            )
+        };
+        let listed = Access {
+            users: vec!["501".into()],
+            channels: vec!["11".into()],
+            allow_dms: true,
+            ..Access::default()
+        };
+        assert!(
+            matches!(decide_message(&dm(), me, &listed), Decision::Inbound(_)),
+            "the author is on the list; the channel allowlist does not apply to DMs"
+        );
+        let others = Access {
+            users: vec!["999".into()],
+            allow_dms: true,
+            ..Access::default()
+        };
+        assert!(matches!(
+            decide_message(&dm(), me, &others),
+            Decision::Ignore(_)
+        ));
+        // A DM carries no guild roles: a role allowlist cannot admit it.
+        let by_role = Access {
+            roles: vec!["77".into()],
+            allow_dms: true,
+            ..Access::default()
+        };
+        assert!(matches!(
+            decide_message(&dm(), me, &by_role),
             Decision::Ignore(_)
         ));
     }

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::channel::{Inbound, InboundKind, Target};
 
-/// Who may prompt (A-rules). Empty lists allow everyone.
+/// Who may prompt (A-rules). Empty lists allow everyone, which start-up refuses for users unless
+/// `access.open` says so on purpose (A1). DMs follow the user list too.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Access {
     /// Channel ids the bridge answers in.
@@ -238,6 +239,36 @@ mod tests {
                     Decision::Ignore(_)
                 ),
                 "{ev}"
+            );
+        }
+    }
+
+    #[test]
+    fn a1_slack_dms_follow_the_user_allowlist() {
+        let access = Access {
+            channels: vec!["C1".into()],
+            users: vec!["U1".into()],
+            allow_dms: true,
+        };
+        let dm = |user: &str, thread: Option<&str>| {
+            let mut ev = json!({"type": "message", "channel_type": "im", "user": user, "channel": "D1", "ts": "1700.3", "text": "id"});
+            if let Some(t) = thread {
+                ev["thread_ts"] = json!(t);
+            }
+            envelope(ev)
+        };
+        // The channel allowlist is about channels; a DM is admitted by the user allowlist alone.
+        assert!(matches!(
+            decide(&dm("U1", None), "UBOT", &access),
+            Decision::Inbound(_)
+        ));
+        for thread in [None, Some("1700.1")] {
+            assert!(
+                matches!(
+                    decide(&dm("U2", thread), "UBOT", &access),
+                    Decision::Ignore(_)
+                ),
+                "a DM from someone not on the list runs nothing ({thread:?})"
             );
         }
     }

@@ -33,6 +33,11 @@ pub fn verify(
     signature: &str,
     now: i64,
 ) -> Result<(), SignatureError> {
+    // An empty key is no key: anyone can compute its HMAC (S1). Start-up refuses one; this is the
+    // second lock.
+    if secret.iter().all(u8::is_ascii_whitespace) {
+        return Err(SignatureError::Mismatch);
+    }
     let ts: i64 = timestamp
         .trim()
         .parse()
@@ -117,5 +122,17 @@ mod tests {
             verify(b"other secret", "1531420618", BODY, &sig, 1_531_420_618),
             Err(SignatureError::Mismatch)
         );
+    }
+
+    #[test]
+    fn s1_an_empty_signing_secret_verifies_nothing() {
+        for key in [&b""[..], b"  "] {
+            let sig = sign(key, "1531420618", BODY);
+            assert_eq!(
+                verify(key, "1531420618", BODY, &sig, 1_531_420_618),
+                Err(SignatureError::Mismatch),
+                "a request signed with an empty key is refused"
+            );
+        }
     }
 }
