@@ -100,7 +100,16 @@ async fn one_case(rig: &Rig, text: &str, bytes: &[u8], raw: &str) -> Result<(), 
         std::fs::write(rig.dir.path().join(&file), bytes).expect("write the bytes");
         format!("cat {file}")
     };
-    let text_cmd = format!("printf '%s' '{}'", text.replace('\'', r"'\''"));
+    // A shell command is one `sh -c` argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN): text
+    // past that (100 kB of NUL is 300 kB as `␀`) goes through a file, as bytes do.
+    let text_shown = storable(text);
+    let text_cmd = if text_shown.len() <= 96 * 1024 {
+        format!("printf '%s' '{}'", text.replace('\'', r"'\''"))
+    } else {
+        let file = format!("case-{case}.txt");
+        std::fs::write(rig.dir.path().join(&file), text_shown.as_bytes()).expect("write the text");
+        format!("cat {file}")
+    };
     let raw_cmd = format!("timeout=5s {raw}");
     let before = rig.rec.posts().len();
     for p in [&bytes_cmd, &text_cmd, &raw_cmd] {
