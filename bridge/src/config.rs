@@ -522,14 +522,20 @@ impl fmt::Debug for Flags {
 /// The keys whose values are secrets: refused in the file, always read as strings from the
 /// environment, checked for blankness (S1). `secret_keys_are_exactly_the_secret_typed_fields` keeps
 /// this list equal to the fields of type [`Secret`].
-const SECRET_KEYS: [(&str, &str); 6] = [
-    ("daemon", "token"),
-    ("slack", "bot_token"),
-    ("slack", "app_token"),
-    ("slack", "signing_secret"),
-    ("discord", "token"),
-    ("http", "api_token"),
+const SECRET_KEYS: [&str; 6] = [
+    "daemon.token",
+    "slack.bot_token",
+    "slack.app_token",
+    "slack.signing_secret",
+    "discord.token",
+    "http.api_token",
 ];
+
+fn is_secret(section: &str, key: &str) -> bool {
+    SECRET_KEYS
+        .iter()
+        .any(|k| k.split_once('.') == Some((section, key)))
+}
 
 /// `CHAT_BRIDGE_*` variables the product and its scripts read outside the configuration: the config
 /// file's path, the log filter, the standalone shell-agent's token, and the test and chart scripts'
@@ -723,16 +729,9 @@ impl Config {
                 })?;
                 let t: toml::Table =
                     toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
-                for (section, key) in SECRET_KEYS {
+                for name in SECRET_KEYS {
+                    let (section, key) = name.split_once('.').unwrap_or((name, ""));
                     if t.get(section).and_then(|d| d.get(key)).is_some() {
-                        let name = match (section, key) {
-                            ("daemon", "token") => "daemon.token",
-                            ("slack", "bot_token") => "slack.bot_token",
-                            ("slack", "app_token") => "slack.app_token",
-                            ("slack", "signing_secret") => "slack.signing_secret",
-                            ("discord", "token") => "discord.token",
-                            _ => "http.api_token",
-                        };
                         return Err(ConfigError::SecretInFile(name));
                     }
                 }
@@ -752,7 +751,7 @@ impl Config {
                 continue;
             };
             let (section, key) = (section.to_lowercase(), key.to_lowercase());
-            let secret = SECRET_KEYS.contains(&(section.as_str(), key.as_str()));
+            let secret = is_secret(&section, &key);
             // Strings stay strings (`DAEMON__TOKEN=424242` is a token, `DAEMON__MODE=1` a mode);
             // other keys read TOML (`true`, `5`, `["U1"]`, `90` seconds).
             let value = match keys.get(&(section.clone(), key.clone())) {
@@ -1308,13 +1307,13 @@ mod tests {
                 .try_into::<Config>()
                 .err()
                 .is_some_and(|e| e.to_string().contains("a secret must be a string"));
-            let listed = SECRET_KEYS.contains(&(section.as_str(), key.as_str()));
+            let listed = is_secret(&section, &key);
             assert_eq!(typed_secret, listed, "{section}.{key}");
         }
         let c = Config::default();
         assert_eq!(
             c.secrets().map(|(var, _)| var.to_owned()),
-            SECRET_KEYS.map(|(s, k)| env_name(s, k)),
+            SECRET_KEYS.map(secret_env_var),
         );
     }
 
