@@ -186,31 +186,8 @@ pub fn ms(d: Duration) -> i64 {
 /// Masks the password in a database URL (`postgres://user:***@host/db`) and `password=` parameters.
 #[must_use]
 pub fn mask_url(url: &str) -> String {
-    let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find('/')
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
-            let userinfo = &out[rest_start..rest_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
-            }
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let (base, query) = out.split_at(q + 1);
-        let masked: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out = format!("{base}{}", masked.join("&"));
-    }
-    out
+    // One masking for every URL the bridge prints (S2): a password may hold `/` or `@`.
+    daemon_client::mask_url(url)
 }
 
 /// The store: a pool on one backend.
@@ -457,5 +434,20 @@ mod tests {
             "sqlite://./chat-bridge.db"
         );
         assert_eq!(mask_url("postgres://u:p%40ss@h/d"), "postgres://u:***@h/d");
+    }
+
+    #[test]
+    fn s2_a_store_error_never_carries_a_password_holding_slash_or_at() {
+        for url in [
+            "postgres://bridge:pa/ss@db:5432/cb",
+            "postgres://bridge:p@ss/w@db:5432/cb",
+        ] {
+            let masked = mask_url(url);
+            assert!(
+                masked.starts_with("postgres://bridge:***@db:5432/cb"),
+                "{masked}"
+            );
+            assert!(!masked.contains("ss"), "{masked}");
+        }
     }
 }
