@@ -311,18 +311,25 @@ impl Application {
         input: R,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut lines = input.lines();
+        let mut input = input;
+        let mut raw = Vec::new();
         loop {
-            let line = tokio::select! {
+            raw.clear();
+            let n = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
                 () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-                l = lines.next_line() => l.context("reading the console")?,
+                n = input.read_until(b'\n', &mut raw) => n.context("reading the console")?,
             };
-            let Some(line) = line else { break };
+            if n == 0 {
+                break;
+            }
+            // Bytes that are not UTF-8 become U+FFFD: a line is never lost for them (S4).
+            let line = String::from_utf8_lossy(&raw);
+            let line = line.trim_end_matches(['\n', '\r']);
             if line.trim().is_empty() {
                 continue;
             }
-            self.accept(console::inbound(&line), &stop).await;
+            self.accept(console::inbound(line), &stop).await;
         }
         tokio::select! {
             () = stop.cancelled() => return Ok(()),

@@ -80,7 +80,9 @@ impl<'de> Deserialize<'de> for Secret {
         // Through a `toml::Value` so that a wrong type is reported without serde's default
         // "invalid type: integer `424242`", which would print the secret back.
         match toml::Value::deserialize(d)? {
-            toml::Value::String(s) => Ok(Self(s)),
+            // Surrounding whitespace is never part of a token or key: a trailing newline (a secret
+            // made `--from-file`) would otherwise make every real signature fail to match.
+            toml::Value::String(s) => Ok(Self(s.trim().to_owned())),
             other => Err(serde::de::Error::custom(format!(
                 "a secret must be a string, not a {} (its value is not shown)",
                 other.type_str()
@@ -456,7 +458,7 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read the config file {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -656,6 +658,27 @@ fn unknown_variable(
 }
 
 /// Is `s` something a listener can bind: `IP:port` or `host:port`?
+/// Whether start-up will be able to read `url` as connection options.
+fn database_url_parses(url: &str) -> bool {
+    use std::str::FromStr;
+    if url.to_ascii_lowercase().starts_with("sqlite:") {
+        sqlx::sqlite::SqliteConnectOptions::from_str(url).is_ok()
+    } else {
+        sqlx::postgres::PgConnectOptions::from_str(url).is_ok()
+    }
+}
+
+/// Whether two listen addresses would take the same port on an overlapping address.
+fn same_port(a: &str, b: &str) -> bool {
+    match (a.parse::<SocketAddr>(), b.parse::<SocketAddr>()) {
+        (Ok(a), Ok(b)) => {
+            a.port() == b.port()
+                && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+        }
+        _ => false,
+    }
+}
+
 fn is_listen_address(s: &str) -> bool {
     if s.parse::<SocketAddr>().is_ok() {
         return true;
@@ -741,6 +764,11 @@ impl Config {
         };
         let keys = key_defaults();
         for (name, value) in env {
+            if name == "CHAT_BRIDGE_SHELL_AGENT_TOKEN" && value.trim().is_empty() {
+                return Err(ConfigError::Refused(vec![
+                    "CHAT_BRIDGE_SHELL_AGENT_TOKEN is set but empty (S1): a blank secret would let anyone in; set the real value or unset CHAT_BRIDGE_SHELL_AGENT_TOKEN".into(),
+                ]));
+            }
             if !name.starts_with(ENV_PREFIX) || OTHER_VARIABLES.contains(&name.as_str()) {
                 continue;
             }
@@ -864,8 +892,13 @@ impl Config {
             || db.starts_with("postgresql://")
             || db.starts_with("sqlite:"))
         {
+            // Not echoed: a URL with a mistyped scheme (`postgres:/u:pw@h/db`) is not masked reliably.
+            problems.push(
+                "database.url must start with postgres://, postgresql:// or sqlite: (its value is not shown: it may hold a password)".into(),
+            );
+        } else if !database_url_parses(&self.database.url) {
             problems.push(format!(
-                "database.url must start with postgres://, postgresql:// or sqlite:, not {:?}",
+                "database.url {} cannot be parsed as a database URL: check the host and the port, and percent-encode a password that holds / @ : ? or # (%2F %40 %3A %3F %23)",
                 mask_url(&self.database.url)
             ));
         }
@@ -887,6 +920,29 @@ impl Config {
             problems.push(format!(
                 "http.listen must be an address with a port (0.0.0.0:8080), not {listen:?}"
             ));
+        }
+        if self.slack.mode == SlackMode::Http
+            && let Some(listen) = &self.http.listen
+            && same_port(listen, &self.slack.listen)
+        {
+            problems.push(format!(
+                "http.listen ({listen}) and slack.listen ({}) use the same port: give the Slack events listener its own",
+                self.slack.listen
+            ));
+        }
+        for (key, list) in [
+            ("slack.allowed_users", &self.slack.allowed_users),
+            ("slack.allowed_channels", &self.slack.allowed_channels),
+            ("discord.allowed_users", &self.discord.allowed_users),
+            ("discord.allowed_roles", &self.discord.allowed_roles),
+            ("discord.allowed_channels", &self.discord.allowed_channels),
+            ("approvals.approvers", &self.approvals.approvers),
+        ] {
+            if let Some(i) = list.iter().position(|v| v.trim().is_empty()) {
+                problems.push(format!(
+                    "{key}[{i}] is blank (A1): an empty id admits no one you meant and may admit an event without a user; list real ids"
+                ));
+            }
         }
         if !is_listen_address(&self.slack.listen) {
             problems.push(format!(
@@ -1462,5 +1518,101 @@ mod tests {
         for bad in ["0.0.0.0", "8080", ":8080", "host:port", "a b:80", ""] {
             assert!(!is_listen_address(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn s3_check_config_refuses_database_urls_start_up_could_not_read_and_clashing_ports() {
+        for url in [
+            "postgres://u:p/ss@h:1/db",
+            "postgres://u:pw@[::1/db",
+            "postgres://u:pw@h:99999/db",
+        ] {
+            let err = load_with(&SLACK, &[("CHAT_BRIDGE_DATABASE__URL", url)]).expect_err(url);
+            let text = err.to_string();
+            assert!(text.contains("cannot be parsed"), "{url}: {text}");
+            assert!(
+                !text.contains("p/ss") && !text.contains(":pw@"),
+                "masked: {text}"
+            );
+        }
+        for url in [
+            "postgres://u:p%2Fss@h:1/db",
+            "sqlite://./x.db",
+            "sqlite::memory:",
+        ] {
+            assert!(
+                load_with(&SLACK, &[("CHAT_BRIDGE_DATABASE__URL", url)]).is_ok(),
+                "{url}"
+            );
+        }
+        let err = load_with(
+            &SLACK,
+            &[
+                ("CHAT_BRIDGE_SLACK__MODE", "http"),
+                ("CHAT_BRIDGE_SLACK__SIGNING_SECRET", SIGNING_SECRET),
+                ("CHAT_BRIDGE_SLACK__LISTEN", "0.0.0.0:8080"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+            ],
+        )
+        .expect_err("same port");
+        assert!(err.to_string().contains("same port"), "{err}");
+    }
+
+    #[test]
+    fn s2_a_database_url_with_a_mistyped_scheme_is_never_echoed() {
+        let err = load_with(
+            &SLACK,
+            &[(
+                "CHAT_BRIDGE_DATABASE__URL",
+                "postgres:/bridge:hunter2pw@host/db",
+            )],
+        )
+        .expect_err("bad scheme");
+        assert!(err.to_string().contains("database.url"), "{err}");
+        assert!(!err.to_string().contains("hunter2pw"), "{err}");
+    }
+
+    #[test]
+    fn a1_blank_allowlist_entries_are_refused() {
+        for (var, value) in [
+            ("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"\"]"),
+            ("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"U1\", \" \"]"),
+            ("CHAT_BRIDGE_APPROVALS__APPROVERS", "[\"\"]"),
+        ] {
+            let err = load_with(&SLACK, &[(var, value)]).expect_err(value);
+            assert!(err.to_string().contains("is blank"), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn s1_secrets_lose_surrounding_whitespace_and_a_blank_shell_agent_token_is_refused() {
+        let padded = format!("  {SIGNING_SECRET}\n");
+        let c = load_with(
+            &SLACK,
+            &[
+                ("CHAT_BRIDGE_SLACK__MODE", "http"),
+                ("CHAT_BRIDGE_SLACK__SIGNING_SECRET", &padded),
+            ],
+        )
+        .expect("a trailing newline is not part of the secret");
+        assert_eq!(
+            c.slack.signing_secret.as_ref().map(Secret::expose),
+            Some(SIGNING_SECRET)
+        );
+        let short = format!("{}x", " ".repeat(15));
+        let err = load_with(
+            &SLACK,
+            &[
+                ("CHAT_BRIDGE_SLACK__MODE", "http"),
+                ("CHAT_BRIDGE_SLACK__SIGNING_SECRET", &short),
+            ],
+        )
+        .expect_err("padding does not count toward the length");
+        assert!(err.to_string().contains("shorter than"), "{err}");
+        let err = load(&[("CHAT_BRIDGE_SHELL_AGENT_TOKEN", " ")]).expect_err("blank");
+        assert!(
+            err.to_string().contains("CHAT_BRIDGE_SHELL_AGENT_TOKEN"),
+            "{err}"
+        );
     }
 }

@@ -330,6 +330,8 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
             history_cli::search(&store, &query, limit, json).await?
         }
     };
+    // What commands printed goes to on-call's terminal: shown, never obeyed (S4).
+    let out = chat_bridge::channel::text::terminal_safe(&out);
     print!("{out}");
     if !out.ends_with('\n') {
         println!();

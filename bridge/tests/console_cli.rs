@@ -267,3 +267,38 @@ fn the_embedded_default_with_only_http_listen_and_api_token_serves_health_readin
     drop(stdin);
     assert!(child.wait().expect("wait").success());
 }
+
+#[test]
+fn s4_invalid_utf8_typed_at_the_console_loses_no_line_and_escapes_are_shown_not_obeyed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut child = bridge(dir.path(), &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo ok1\necho \xffbad\nprintf 'x\\033]0;TITLE\\007y'\necho ok2\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a byte that is not UTF-8 is no reason to stop:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in ["    │ ok1", "    │ \u{fffd}bad", "    │ ok2"] {
+        assert!(stdout.contains(line), "{line:?} in:\n{stdout}");
+    }
+    assert!(
+        stdout.contains("x␛]0;TITLE␇y"),
+        "the escape is shown:\n{stdout}"
+    );
+    assert!(
+        !out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07),
+        "no raw ESC or BEL reaches the terminal"
+    );
+}

@@ -177,21 +177,39 @@ async fn a2_strangers_cannot_prompt_cancel_or_ride_on_allow_always_until_the_own
         "the invitation is said in the thread"
     );
 
-    // Uninvited again: refused again.
+    // While the owner's slow command runs, the member queues a command; then the owner uninvites
+    // them: at its turn the queued command is asked again, refused, and never runs.
     fake.push(event_envelope(
         "env-7",
         "Ev7",
         0,
-        reply("U1", "1700.000600", "/uninvite <@U2>"),
+        reply("U1", "1700.000600", "sleep 2; echo slow"),
     ));
+    fake.wait_for("the slow command's message", |f| {
+        f.calls_of("chat.postMessage").iter().any(|c| {
+            c.body["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("sleep 2; echo slow"))
+        })
+    })
+    .await;
     fake.push(event_envelope(
         "env-8",
         "Ev8",
         0,
         reply("U2", "1700.000700", &format!("touch {}", pwned.display())),
     ));
-    fake.wait_for("the third refusal", |f| ephemerals_to(f, "U2").len() == 3)
-        .await;
+    fake.push(event_envelope(
+        "env-8b",
+        "Ev8b",
+        0,
+        reply("U1", "1700.000750", "/uninvite <@U2>"),
+    ));
+    fake.wait_for("the queued message's refusal", |f| {
+        ephemerals_to(f, "U2").len() == 3 && reacted(f, "1700.000700", "no_entry_sign")
+    })
+    .await;
+    assert!(finished(&fake, "sleep 2; echo slow"));
     // A member cannot invite: only the owner (and approvers).
     fake.push(event_envelope(
         "env-9",
@@ -236,6 +254,10 @@ async fn a3_four_eyes_refuse_the_requesters_own_click_and_a_forged_option() {
         .await;
     let buttons = approvals(&fake)[0].clone();
     let once = option(&buttons, "allow_once").to_owned();
+    assert!(
+        !buttons.iter().any(|b| b.ends_with(":allow_always")),
+        "no \"always\" under four eyes, or the requester's later calls would run unseen: {buttons:?}"
+    );
 
     fake.push(click("env-2", "U1", &once));
     fake.wait_for("the requester's refusal", |f| {
@@ -255,6 +277,24 @@ async fn a3_four_eyes_refuse_the_requesters_own_click_and_a_forged_option() {
     })
     .await;
     assert!(ephemerals_to(&fake, "U9")[0].contains("not one of the options"));
+    // "Allow always" was not offered, so a hand-made click for it is refused too.
+    fake.push(click(
+        "env-3b",
+        "U9",
+        &once.replace(":allow_once", ":allow_always"),
+    ));
+    // A number out of range while the approval waits is a wrong answer, not a shell command.
+    fake.push(event_envelope(
+        "env-3c",
+        "Ev3c",
+        0,
+        reply("U9", "1700.000900", "9"),
+    ));
+    fake.wait_for("both refusals", |f| ephemerals_to(f, "U9").len() == 3)
+        .await;
+    for text in ephemerals_to(&fake, "U9") {
+        assert!(text.contains("not one of the options"), "{text}");
+    }
     assert!(
         !finished(&fake, "echo four eyes"),
         "nothing ran on a refused answer"

@@ -79,6 +79,7 @@ impl Console {
 
     fn print(&self, message: &Message) -> Result<(), DeliveryError> {
         let text = render(message);
+        let text = super::text::terminal_safe(&text);
         let mut out = self
             .out
             .lock()

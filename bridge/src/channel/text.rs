@@ -2,6 +2,30 @@
 //! output into fenced code chunks that each stay under a platform's limit (no fence is ever left
 //! open; when not everything fits, the tail is kept — the end of the output is what people need).
 
+/// `s` safe to write to a terminal: control characters other than newline and tab are shown as
+/// their visible symbols (ESC as `␛`, BEL as `␇`, DEL as `␡`; C1 controls as `�`), so command output
+/// or a hostile daemon cannot retitle, clear or write the clipboard of an operator's terminal
+/// (OSC and CSI sequences) when the console or `chat-bridge history` prints it. Borrows when there
+/// is nothing to change.
+#[must_use]
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars()
+            .map(|c| match c {
+                '\n' | '\t' => c,
+                '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+                '\u{7f}' => '\u{2421}',
+                c if c.is_control() => '\u{fffd}',
+                c => c,
+            })
+            .collect(),
+    )
+}
+
 /// `s` cut to at most `max` characters, with `…` when it was cut.
 #[must_use]
 pub fn truncate_chars(s: &str, max: usize) -> String {
@@ -121,5 +145,21 @@ mod tests {
         let out = fenced_tail("a\n```\nb\n", 500, 5, 1800);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].matches("```").count(), 2, "{}", out[0]);
+    }
+
+    #[test]
+    fn s4_terminal_escapes_are_shown_not_obeyed() {
+        let hostile = "ok\u{1b}]0;TITLE\u{7}\u{1b}[2J\r\tend\u{7f}\u{9b}\nnext";
+        let safe = super::terminal_safe(hostile);
+        assert_eq!(safe, "ok␛]0;TITLE␇␛[2J␍\tend␡\u{fffd}\nnext");
+        assert!(
+            !safe
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t')
+        );
+        assert!(matches!(
+            super::terminal_safe("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }

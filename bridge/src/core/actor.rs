@@ -451,6 +451,8 @@ impl Actor {
                     if let Some((id, option)) = found {
                         return self.decide(&m.user, &id, &option).await;
                     }
+                    // A number while an approval waits is an answer, never a command (A3).
+                    return self.refuse(&m, &Refusal::UnknownOption).await;
                 }
                 let command = text.strip_prefix('/').map(|cmd| {
                     let word = cmd.split_whitespace().next().unwrap_or("");
@@ -1183,7 +1185,12 @@ impl Actor {
         self.commit(tx).await
     }
 
-    async fn on_permission(&mut self, req: PermissionRequest) -> Result<()> {
+    async fn on_permission(&mut self, mut req: PermissionRequest) -> Result<()> {
+        if self.core.cfg.require_second_person {
+            // Four eyes on every call: an "always" would let the requester's later calls run
+            // unseen, so it is not offered (and, not offered, a forged click is refused).
+            req.options.retain(|o| o.kind != "allow_always");
+        }
         if let Some(turn) = self.turn.as_mut() {
             turn.liveness.observe(
                 &DaemonEvent::PermissionRequested(req.clone()),
@@ -1442,7 +1449,23 @@ impl Actor {
         metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
             .record(took);
         let _ended = BusyGuard(self.core.clone());
-        if let Some(q) = self.queue.pop_front() {
+        while let Some(q) = self.queue.pop_front() {
+            // Asked again at its turn: its author may have been `/uninvite`d while it waited (A2).
+            if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {
+                self.core.busy_add(-1);
+                self.mark_on_commit(q.event.clone());
+                let refused = Inbound {
+                    event_id: String::new(),
+                    platform: self.conv.platform.clone(),
+                    target: self.target.clone(),
+                    user: q.user,
+                    message_id: q.message_id,
+                    opens: false,
+                    kind: InboundKind::Message(String::new()),
+                };
+                self.refuse(&refused, &refusal).await?;
+                continue;
+            }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
             if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
@@ -1452,6 +1475,7 @@ impl Actor {
                 }
                 return Err(e);
             }
+            break;
         }
         Ok(())
     }
