@@ -365,3 +365,31 @@ impl Drop for FakeSlack {
         self.task.abort();
     }
 }
+
+/// Runs the bridge on `fake` (Socket Mode, SQLite in `dir`, the built-in shell agent) after `tweak`
+/// adjusts the configuration. Everyone may use it (`access.open`) unless `tweak` sets allowlists.
+/// Stop it with the returned token and await the task.
+pub async fn run_bridge(
+    fake: &FakeSlack,
+    dir: &std::path::Path,
+    tweak: impl FnOnce(&mut chat_bridge::config::Config),
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    crate::init_tracing();
+    let mut cfg =
+        crate::bridge::config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
+    cfg.slack.bot_token = Some("xoxb-test".into());
+    cfg.slack.app_token = Some("xapp-1-test".into());
+    cfg.slack.api_base_url = fake.base_url.clone();
+    // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
+    cfg.access.open = true;
+    tweak(&mut cfg);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+    });
+    (stop, task)
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chat_bridge_tests::bridge::{SLACK_SIGNING_SECRET, config};
+use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
 use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
 use chat_bridge_tests::init_tracing;
 use serde_json::json;
@@ -34,20 +34,7 @@ async fn bridge_with(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    init_tracing();
-    let mut cfg = config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
-    cfg.slack.bot_token = Some("xoxb-test".into());
-    cfg.slack.app_token = Some("xapp-1-test".into());
-    cfg.slack.api_base_url = fake.base_url.clone();
-    // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
-    cfg.access.open = true;
-    tweak(&mut cfg);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
-    });
-    (stop, task)
+    chat_bridge_tests::fake_slack::run_bridge(fake, dir, tweak).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,9 +6,8 @@
 
 use std::path::Path;
 
-use chat_bridge_tests::bridge::config;
 use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
-use chat_bridge_tests::init_tracing;
+
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -37,20 +36,11 @@ async fn bridge(
     CancellationToken,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    init_tracing();
-    let mut cfg = config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
-    cfg.slack.bot_token = Some("xoxb-test".into());
-    cfg.slack.app_token = Some("xapp-1-test".into());
-    cfg.slack.api_base_url = fake.base_url.clone();
-    cfg.access.open = true;
-    cfg.shell_agent.require_approval = true;
-    tweak(&mut cfg);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
-    });
-    (stop, task)
+    chat_bridge_tests::fake_slack::run_bridge(fake, dir, |cfg| {
+        cfg.shell_agent.require_approval = true;
+        tweak(cfg);
+    })
+    .await
 }
 
 /// The approval buttons' values (`perm:<id>:<option>`) of every approval message, in order.
