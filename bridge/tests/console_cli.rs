@@ -4,15 +4,11 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+mod binary;
+
 fn bridge(dir: &std::path::Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chat-bridge"));
-    c.current_dir(dir).args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CHAT_BRIDGE_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("CHAT_BRIDGE_SHELL_AGENT__HEARTBEAT_INTERVAL", "200ms");
+    let mut c = binary::command(dir, &[]);
+    c.args(args);
     c
 }
 
@@ -271,19 +267,10 @@ fn the_embedded_default_with_only_http_listen_and_api_token_serves_health_readin
 #[test]
 fn s4_invalid_utf8_typed_at_the_console_loses_no_line_and_escapes_are_shown_not_obeyed() {
     let dir = tempfile::tempdir().expect("tmp");
-    let mut child = bridge(dir.path(), &[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"echo ok1\necho \xffbad\nprintf 'x\\033]0;TITLE\\007y'\necho ok2\n")
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
+    let out = binary::piped(
+        &mut bridge(dir.path(), &[]),
+        b"echo ok1\necho \xffbad\nprintf 'x\\033]0;TITLE\\007y'\necho ok2\n",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

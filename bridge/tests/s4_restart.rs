@@ -2,34 +2,16 @@
 //! handling, stay in the inbox, and make every later start exit 1 (a crash loop under Kubernetes).
 //! The real binary, the built-in shell agent, started twice on the same database.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+mod binary;
 mod support;
 
 fn run(db: &str, cwd: &std::path::Path, stdin: &[u8]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chat-bridge"));
-    c.current_dir(cwd);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CHAT_BRIDGE_") {
-            c.env_remove(k);
-        }
-    }
-    let mut child = c
-        .env("CHAT_BRIDGE_DATABASE__URL", db)
-        .env("CHAT_BRIDGE_SHELL_AGENT__HEARTBEAT_INTERVAL", "200ms")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start chat-bridge");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write");
-    child.wait_with_output().expect("wait")
+    binary::piped(
+        &mut binary::command(cwd, &[("CHAT_BRIDGE_DATABASE__URL", db)]),
+        stdin,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,22 +2,15 @@
 //! refuses and how it says so, what `check-config` says about the same settings, and what a trace
 //! log holds.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
+
+mod binary;
 
 /// `chat-bridge` in `dir` with none of the caller's `CHAT_BRIDGE_*` variables.
 fn bridge(dir: &std::path::Path, args: &[&str], vars: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chat-bridge"));
-    c.current_dir(dir).args(args);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("CHAT_BRIDGE_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("CHAT_BRIDGE_SHELL_AGENT__HEARTBEAT_INTERVAL", "200ms");
-    for (k, v) in vars {
-        c.env(k, v);
-    }
+    let mut c = binary::command(dir, vars);
+    c.args(args);
     c
 }
 
@@ -255,26 +248,17 @@ fn s2_trace_logs_never_carry_the_daemon_token() {
         .strip_prefix("shell-agent listening on ")
         .expect("the URL line")
         .to_owned();
-    let mut child = bridge(
-        dir.path(),
-        &["--daemon-url", &url],
-        &[
-            ("CHAT_BRIDGE_DAEMON__TOKEN", TOKEN),
-            ("CHAT_BRIDGE_LOG", LOG),
-        ],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("start chat-bridge");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"echo traced-run\n")
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
+    let out = binary::piped(
+        &mut bridge(
+            dir.path(),
+            &["--daemon-url", &url],
+            &[
+                ("CHAT_BRIDGE_DAEMON__TOKEN", TOKEN),
+                ("CHAT_BRIDGE_LOG", LOG),
+            ],
+        ),
+        b"echo traced-run\n",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let err = stderr(&out);
     assert!(out.status.success(), "{stdout}\n{err}");
