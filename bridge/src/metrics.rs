@@ -80,6 +80,7 @@ const TOOL_OUTCOMES: &[&str] = &["completed", "failed", "timed_out", "cancelled"
 const TURN_STATUSES: &[&str] = &["ended", "cancelled", "stalled", "interrupted"];
 const DELIVERY_RESULTS: &[&str] = &["ok", "retried", "rate_limited", "dead_lettered", "skipped"];
 const API_METHODS: &[&str] = &["post", "edit"];
+const API_ERRORS: &[&str] = &["rate_limited", "temporary", "permanent"];
 const ROLES: &[&str] = &["starting", "standby", "active", "stopping"];
 
 /// Every family `/metrics` exports, in the order of `docs/operations.md`.
@@ -196,6 +197,16 @@ pub const FAMILIES: &[Family] = &[
         ],
     },
     Family {
+        name: "chatbridge_chat_api_errors_total",
+        kind: Kind::Counter,
+        help: "Chat API calls that failed, by platform, method and error (rate_limited: 429; temporary: 5xx or network; permanent: refused for good)",
+        labels: &[
+            ("platform", Values::Platform),
+            ("method", Values::Known(API_METHODS)),
+            ("error", Values::Known(API_ERRORS)),
+        ],
+    },
+    Family {
         name: "chatbridge_inbound_duplicates_total",
         kind: Kind::Counter,
         help: "Platform events seen twice and ignored",
@@ -220,6 +231,16 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
     },
 ];
+
+/// The `error` label of a failed chat API call.
+#[must_use]
+pub fn delivery_error(e: &crate::channel::DeliveryError) -> &'static str {
+    match e {
+        crate::channel::DeliveryError::RateLimited(_) => "rate_limited",
+        crate::channel::DeliveryError::Temporary(_) => "temporary",
+        crate::channel::DeliveryError::Permanent(_) => "permanent",
+    }
+}
 
 /// Installs the process-wide recorder (once), starts its upkeep, and returns the handle that
 /// renders `/metrics`.
