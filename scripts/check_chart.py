@@ -305,6 +305,10 @@ config_is_accepted_by_the_binary(docs, "production", {"CHAT_BRIDGE_DISCORD__TOKE
 check(secret == "chat-bridge-secrets" and not by_kind(docs, "Secret"), "production: the existing Secret is referenced, none created")
 check(len(by_kind(docs, "NetworkPolicy")) == 1 and len(by_kind(docs, "ServiceMonitor")) == 1,
       "production: NetworkPolicy and ServiceMonitor rendered")
+stuck = [r for g in by_kind(docs, "PrometheusRule")[0]["spec"]["groups"] for r in g["rules"]
+         if r["alert"] == "ChatBridgeTurnStuck"]
+check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
+      "production: ChatBridgeTurnStuck follows config.liveness.wall (90m = 5400 s)")
 pdb = by_kind(docs, "PodDisruptionBudget")[0]
 check(pdb["spec"]["minAvailable"] == 2, "production: PDB minAvailable 2")
 
