@@ -42,6 +42,12 @@ def lint(values, label):
     check(not problems and not errors, f"helm lint --strict ({label})")
 
 
+def chart_notes(values):
+    chart = helm.Chart.load(CHART)
+    manifests = chart.render(values, name="chat-bridge", namespace="chat", is_install=True)
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
 def render(values, label):
     chart = helm.Chart.load(CHART)
     chart.validate_schema(values)
@@ -62,10 +68,18 @@ def validate_k8s(docs, label):
     for doc in docs:
         kind = doc["kind"]
         name = f'{kind}/{doc["metadata"]["name"]}'
-        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        if kind == "ServiceMonitor":
             # A Prometheus Operator CRD: not in the Kubernetes schemas; check what it must say.
             ep = doc["spec"]["endpoints"][0]
             check(ep["port"] == "http" and ep["path"] == "/metrics", f"{name} scrapes /metrics ({label})")
+            continue
+        if kind == "PrometheusRule":
+            # Its expressions are parsed and unit-tested by promtool in scripts/check-alerts.
+            rules = [r for g in doc["spec"]["groups"] for r in g["rules"]]
+            check(bool(rules) and all(set(r) <= {"alert", "expr", "for", "labels", "annotations"}
+                                      and r["labels"].get("severity") and r["annotations"].get("runbook_url")
+                                      for r in rules),
+                  f"{name}: {len(rules)} alerts, each with severity and runbook_url ({label})")
             continue
         try:
             kubernetes_validate.validate(doc, KUBE, strict=True)
@@ -104,7 +118,9 @@ def config_is_accepted_by_the_binary(docs, label, env):
     cm = by_kind(docs, "ConfigMap")[0]
     text = cm["data"]["config.toml"]
     cfg = tomllib.loads(text)
-    check(cfg["http"]["listen"].endswith(":8080"), f"config.toml listens on the container port ({label})")
+    port = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["ports"][0]
+    check(port["name"] == "http" and cfg["http"]["listen"].endswith(f':{port["containerPort"]}'),
+          f"config.toml listens on the container port {port['containerPort']} ({label})")
     out = check_config(text, env)
     platform = cfg["service"]["platform"]
     check(out.returncode == 0 and f"platform {platform}" in out.stdout,
@@ -127,6 +143,10 @@ def deployment_is_hardened(docs, label, values):
     grace = pod["terminationGracePeriodSeconds"]
     drain = values["config"]["service"]["drain_timeout"]
     check(grace > int(drain.rstrip("s")), f"terminationGracePeriodSeconds {grace} > drain_timeout {drain} ({label})")
+    spread = pod.get("topologySpreadConstraints", [])
+    check(any(t["topologyKey"] == "kubernetes.io/hostname"
+              and t["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"] for t in spread),
+          f"replicas spread across nodes (the standby away from the active one) ({label})")
     secret = c["envFrom"][0]["secretRef"]["name"]
     return secret
 
@@ -154,6 +174,128 @@ check(len(by_kind(docs, "Secret")) == 1 and len(by_kind(docs, "PodDisruptionBudg
       and not by_kind(docs, "NetworkPolicy") and not by_kind(docs, "ServiceMonitor"),
       "defaults: a created Secret and a PDB; no NetworkPolicy or ServiceMonitor")
 
+check(not by_kind(docs, "Ingress") and not by_kind(docs, "PrometheusRule")
+      and [c["metadata"]["name"] for c in by_kind(docs, "ConfigMap")] == ["chat-bridge"],
+      "defaults: no Ingress, PrometheusRule or dashboard")
+test_pods = [p for p in by_kind(docs, "Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+check(len(test_pods) == 1 and test_pods[0]["spec"]["containers"][0]["command"][-1]
+      == "http://chat-bridge:8080/readyz", "defaults: a `helm test` pod asks the Service's /readyz")
+check(all(not p.get("name") == "slack" for p in
+          by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["ports"])
+      and [p["name"] for p in by_kind(docs, "Service")[0]["spec"]["ports"]] == ["http"],
+      "defaults (Slack Socket Mode): only the HTTP port, no Slack port")
+
+
+def service_port_reaches(docs, port_name):
+    """The container port a Service port name leads to (by the Service's targetPort)."""
+    svc = by_kind(docs, "Service")[0]
+    sp = [p for p in svc["spec"]["ports"] if p["name"] == port_name]
+    if not sp:
+        return None
+    target = sp[0]["targetPort"]
+    for c in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]:
+        for p in c["ports"]:
+            if target in (p["name"], p["containerPort"]):
+                return p["containerPort"]
+    return None
+
+
+def ingress_routes(docs):
+    """(path, service name, service port name) of every Ingress rule."""
+    out = []
+    for ing in by_kind(docs, "Ingress"):
+        for rule in ing["spec"]["rules"]:
+            for p in rule["http"]["paths"]:
+                b = p["backend"]["service"]
+                out.append((p["path"], b["name"], b["port"].get("name", b["port"].get("number"))))
+    return out
+
+
+print("chart: Slack HTTP Events API behind an Ingress")
+slack_http = copy.deepcopy(defaults)
+slack_http["config"]["slack"].update(mode="http", listen="0.0.0.0:3000", allowed_users=["U0123ABCD"])
+slack_http["ingress"] = {"enabled": True, "className": "nginx", "hosts": [{"host": "bridge.example.com"}],
+                         "tls": [{"secretName": "bridge-tls", "hosts": ["bridge.example.com"]}],
+                         "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}}
+slack_http["networkPolicy"] = {**defaults["networkPolicy"], "enabled": True}
+lint(slack_http, "slack http")
+docs = render(slack_http, "slack http")
+validate_k8s(docs, "slack http")
+deployment_is_hardened(docs, "slack http", slack_http)
+config_is_accepted_by_the_binary(docs, "slack http", {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x",
+                                                      "CHAT_BRIDGE_SLACK__SIGNING_SECRET": "s" * 32})
+svc_name = by_kind(docs, "Service")[0]["metadata"]["name"]
+check(service_port_reaches(docs, "slack") == 3000,
+      "slack http: Service port `slack` targets the container port of slack.listen (3000)")
+routes = ingress_routes(docs)
+for path in ("/slack/events", "/slack/interactive"):
+    hits = [r for r in routes if r[0] == path]
+    check(len(hits) == 1 and hits[0][1] == svc_name and service_port_reaches(docs, hits[0][2]) == 3000,
+          f"slack http: Ingress {path} → Service {svc_name} port {hits[0][2] if hits else '?'} → container port 3000")
+check(not any(r[0].startswith(("/api", "/metrics", "/healthz", "/readyz")) for r in routes),
+      f"slack http: the Ingress exposes no /api/v1, /metrics or probes ({[r[0] for r in routes]})")
+ing = by_kind(docs, "Ingress")[0]
+check(ing["spec"]["ingressClassName"] == "nginx" and ing["spec"]["tls"][0]["secretName"] == "bridge-tls"
+      and ing["metadata"]["annotations"] == slack_http["ingress"]["annotations"],
+      "slack http: Ingress class, TLS and annotations as given")
+np = by_kind(docs, "NetworkPolicy")[0]
+check({"http", "slack"} <= {p["port"] for p in np["spec"]["ingress"][0]["ports"]},
+      "slack http: the NetworkPolicy admits the Slack port")
+notes = chart_notes(slack_http)
+check("https://bridge.example.com/slack/events" in notes and "https://bridge.example.com/slack/interactive" in notes
+      and "SIGNING_SECRET" in notes, "slack http: NOTES.txt gives Slack's two request URLs and the signing secret")
+check("Message Content" in chart_notes(prod), "discord: NOTES.txt says to switch on the Message Content intent")
+check("Socket Mode" in chart_notes(None), "slack socket: NOTES.txt says Socket Mode needs no inbound route")
+no_ing = copy.deepcopy(slack_http)
+no_ing["ingress"]["enabled"] = False
+check("WARNING: ingress.enabled is false" in chart_notes(no_ing),
+      "slack http without an Ingress: NOTES.txt warns that Slack cannot reach the bridge")
+nothing = copy.deepcopy(defaults)
+nothing["ingress"] = {"enabled": True, "hosts": [{"host": "x.example.com"}]}
+try:
+    render(nothing, "ingress-with-nothing-to-route")
+    check(False, "an Ingress with nothing to route is refused")
+except helm.HelmError as e:
+    check("needs something to expose" in str(e), "an Ingress with nothing to route is refused")
+api_on_purpose = copy.deepcopy(slack_http)
+api_on_purpose["ingress"]["extraPaths"] = [{"path": "/api/v1", "port": "http"}]
+check(("/api/v1", svc_name, "http") in ingress_routes(render(api_on_purpose, "slack-http-plus-api")),
+      "ingress.extraPaths exposes /api/v1 only when asked")
+
+print("chart: a release with every optional object")
+everything = copy.deepcopy(slack_http)
+everything.update(
+    ui={"enabled": True},
+    serviceMonitor={**defaults["serviceMonitor"], "enabled": True},
+    metrics={**defaults["metrics"], "prometheusRule": {**defaults["metrics"]["prometheusRule"], "enabled": True,
+                                                       "alertLabels": {"team": "platform"}},
+             "dashboard": {**defaults["metrics"]["dashboard"], "enabled": True}},
+    topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "chat-bridge"}}}],
+)
+lint(everything, "everything")
+docs = render(everything, "everything")
+validate_k8s(docs, "everything")
+kinds = sorted({d["kind"] for d in docs})
+check(kinds == ["ConfigMap", "Deployment", "Ingress", "NetworkPolicy", "Pod", "PodDisruptionBudget",
+                "PrometheusRule", "Secret", "Service", "ServiceAccount", "ServiceMonitor"],
+      f"everything: every optional object rendered ({', '.join(kinds)})")
+check(("/ui/", svc_name, "http") in ingress_routes(docs), "everything: the Ingress routes /ui/ to the HTTP port")
+check(tomllib.loads(by_kind(docs, "ConfigMap")[0]["data"]["config.toml"])["http"].get("ui") is True,
+      "everything: ui.enabled turns on config http.ui")
+dash_cm = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+dash = json.loads(dash_cm[0]["data"]["chat-bridge.json"]) if dash_cm else {}
+check(bool(dash_cm) and dash_cm[0]["metadata"]["labels"].get("grafana_dashboard") == "1"
+      and dash.get("uid") == "chat-bridge" and len(dash.get("panels", [])) >= 10,
+      f"everything: the dashboard ConfigMap carries the Grafana sidecar label ({len(dash.get('panels', []))} panels)")
+rule = by_kind(docs, "PrometheusRule")[0]
+check(all(r["labels"].get("team") == "platform" for g in rule["spec"]["groups"] for r in g["rules"]),
+      "everything: alertLabels reach every alert")
+spread = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["topologySpreadConstraints"]
+check([t["topologyKey"] for t in spread] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
+      "everything: the node spread and the zone spread both apply")
+
 print("chart: production-like values")
 lint(prod, "production")
 docs = render(prod, "production")
@@ -163,6 +305,10 @@ config_is_accepted_by_the_binary(docs, "production", {"CHAT_BRIDGE_DISCORD__TOKE
 check(secret == "chat-bridge-secrets" and not by_kind(docs, "Secret"), "production: the existing Secret is referenced, none created")
 check(len(by_kind(docs, "NetworkPolicy")) == 1 and len(by_kind(docs, "ServiceMonitor")) == 1,
       "production: NetworkPolicy and ServiceMonitor rendered")
+stuck = [r for g in by_kind(docs, "PrometheusRule")[0]["spec"]["groups"] for r in g["rules"]
+         if r["alert"] == "ChatBridgeTurnStuck"]
+check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
+      "production: ChatBridgeTurnStuck follows config.liveness.wall (90m = 5400 s)")
 pdb = by_kind(docs, "PodDisruptionBudget")[0]
 check(pdb["spec"]["minAvailable"] == 2, "production: PDB minAvailable 2")
 
@@ -177,6 +323,10 @@ for label, mutate in [
     ("access.open not a boolean", lambda v: v["config"]["access"].update(open="yes")),
     ("an unknown access key", lambda v: v["config"]["access"].update(opne=True)),
     ("an unknown slack.mode", lambda v: v["config"]["slack"].update(mode="htp")),
+    ("an unknown alert key", lambda v: v["metrics"]["prometheusRule"]["alerts"]["daemonDown"].update(fro="1m")),
+    ("an alert severity that is not critical/warning/info", lambda v: v["metrics"]["prometheusRule"]["alerts"]["stalls"].update(severity="page")),
+    ("an ingress path to an unknown port", lambda v: v["ingress"].update(extraPaths=[{"path": "/x", "port": "admin"}])),
+    ("an unknown ingress key", lambda v: v["ingress"].update(host="x")),
 ]:
     bad = copy.deepcopy(defaults)
     mutate(bad)

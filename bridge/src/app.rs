@@ -139,7 +139,7 @@ impl Application {
         stop_waiting: &CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
-        let _ = crate::metrics::handle();
+        crate::metrics::register(channel.platform());
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
         let (http, http_addr) = match Http::start(cfg, &store, &status).await? {

@@ -150,22 +150,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn prometheus(State(state): State<HttpState>) -> Response {
-    // Queue figures are read at scrape time, so they are never stale.
-    if let Ok(mut c) = state.store.conn().await
-        && let Ok(stats) = crate::store::outbox::stats(&mut c, crate::store::now_ms()).await
-    {
-        metrics::gauge!("chatbridge_outbox_pending").set(stats.pending as f64);
-        metrics::gauge!("chatbridge_outbox_oldest_pending_age_seconds")
-            .set(stats.oldest_pending_age_ms as f64 / 1000.0);
-        metrics::gauge!("chatbridge_outbox_dead_letters").set(stats.dead as f64);
-    }
-    metrics::gauge!("chatbridge_daemon_connected").set(
-        if state.status.daemon_connected() == Some(true) {
-            1.0
-        } else {
-            0.0
-        },
-    );
+    crate::metrics::refresh(&state.store, &state.status).await;
     match crate::metrics::handle() {
         Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
         None => (

@@ -9,7 +9,7 @@
 //! - [`app`]: wiring it all together; the embedded default.
 //! - [`history_cli`]: `chat-bridge history`.
 //! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
-//! - [`metrics`]: the Prometheus recorder.
+//! - [`metrics`]: the Prometheus recorder and every metric family, registered at start-up.
 
 pub mod app;
 pub mod channel;

@@ -226,6 +226,10 @@ pub async fn deliver_once_budgeted(
     };
     metrics::histogram!("chatbridge_chat_api_seconds", "platform" => channel.platform(), "method" => method)
         .record(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        metrics::counter!("chatbridge_chat_api_errors_total", "platform" => channel.platform(), "method" => method, "error" => crate::metrics::delivery_error(e))
+            .increment(1);
+    }
     if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
         // A progress edit never waits in line ahead of results: drop it and rest the channel.
         budget.back_off(ch, *d);

@@ -76,11 +76,20 @@ on_both! {
         let r = get("/metrics", None).await.expect("metrics");
         assert_eq!(r.status(), 200);
         let text = r.text().await.expect("body");
-        for name in [
+        // Every family is registered at 0 from start-up: what happened shows as a count above 0.
+        for series in [
             "chatbridge_daemon_events_total{kind=\"tool_progress\"}",
             "chatbridge_tool_results_total{outcome=\"timed_out\"}",
-            "chatbridge_turn_duration_seconds",
             "chatbridge_deliveries_total{result=\"ok\"}",
+        ] {
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+                .unwrap_or_else(|| panic!("{series} missing from /metrics:\n{text}"));
+            assert!(value > 0.0, "{series} was not counted:\n{text}");
+        }
+        for name in [
+            "chatbridge_turn_duration_seconds",
             "chatbridge_chat_api_seconds",
             "chatbridge_outbox_pending",
             "chatbridge_outbox_oldest_pending_age_seconds",

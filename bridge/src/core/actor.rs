@@ -1122,6 +1122,10 @@ impl Actor {
         self.commit(tx).await?;
         metrics::counter!("chatbridge_tool_results_total", "outcome" => result.outcome.as_str())
             .increment(1);
+        if let Some(took) = took {
+            metrics::histogram!("chatbridge_tool_duration_seconds", "outcome" => result.outcome.as_str())
+                .record(took.as_secs_f64());
+        }
         // R4: ids and the short outcome only — never output or prompt text.
         tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
         Ok(())

@@ -121,6 +121,18 @@ pub async fn open(c: &mut AnyConnection) -> Result<Vec<Turn>> {
     .await?)
 }
 
+/// When the oldest open turn started (unix ms), if any turn is open.
+///
+/// # Errors
+/// Database errors.
+pub async fn oldest_open_started_at(c: &mut AnyConnection) -> Result<Option<i64>> {
+    let (oldest,): (Option<i64>,) =
+        sqlx::query_as("SELECT MIN(started_at) FROM turns WHERE status = 'open'")
+            .fetch_one(c)
+            .await?;
+    Ok(oldest)
+}
+
 /// A conversation's turns in order.
 ///
 /// # Errors

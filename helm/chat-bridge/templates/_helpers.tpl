@@ -44,3 +44,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "chat-bridge.secretName" -}}
 {{- default (include "chat-bridge.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
+
+{{/* Whether Slack's HTTP Events API mode is on (the bridge then listens on config.slack.listen). */}}
+{{- define "chat-bridge.slackHttp" -}}
+{{- if and (eq (dig "service" "platform" "" .Values.config) "slack") (eq (dig "slack" "mode" "socket" .Values.config) "http") }}true{{- end }}
+{{- end }}
+
+{{/* The container port of Slack's HTTP Events API: the port of config.slack.listen (default 3000). */}}
+{{- define "chat-bridge.slackPort" -}}
+{{- $listen := dig "slack" "listen" "0.0.0.0:3000" .Values.config }}
+{{- regexFind "[0-9]+$" $listen }}
+{{- end }}
+
+{{/* The container port of the HTTP listener (/healthz, /readyz, /metrics, /api/v1, /ui/). */}}
+{{- define "chat-bridge.httpPort" -}}
+{{- regexFind "[0-9]+$" .Values.config.http.listen }}
+{{- end }}
+
+{{/* The series selector of this release's metrics in the alert rules. */}}
+{{- define "chat-bridge.metricsSelector" -}}
+{{- if .Values.metrics.selector }}{{ .Values.metrics.selector }}{{- else -}}
+job="{{ include "chat-bridge.fullname" . }}", namespace="{{ .Release.Namespace }}"
+{{- end }}
+{{- end }}
+
+{{/* A duration of the configuration ("90s", "60m", "1.5h", "500ms") in whole seconds. */}}
+{{- define "chat-bridge.seconds" -}}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
+{{- $unit := regexFind "(ms|s|m|h)$" . }}
+{{- if eq $unit "ms" }}{{ div ($n | int) 1000 }}
+{{- else if eq $unit "m" }}{{ mulf $n 60 | int }}
+{{- else if eq $unit "h" }}{{ mulf $n 3600 | int }}
+{{- else }}{{ $n | int }}
+{{- end }}
+{{- end }}
