@@ -150,7 +150,7 @@ pub async fn show(store: &Store, id: &str, json: bool) -> anyhow::Result<String>
                 fmt_time(e.created_at),
                 e.kind,
                 who,
-                e.body.lines().next().unwrap_or("")
+                crate::channel::text::plain(e.body.lines().next().unwrap_or(""))
             );
             if let Some(tc) = &e.tool_call_id
                 && e.kind == "tool_finished"
