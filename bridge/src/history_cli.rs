@@ -150,7 +150,7 @@ pub async fn show(store: &Store, id: &str, json: bool) -> anyhow::Result<String>
                 fmt_time(e.created_at),
                 e.kind,
                 who,
-                e.body.lines().next().unwrap_or("")
+                crate::channel::text::plain(e.body.lines().next().unwrap_or(""))
             );
             if let Some(tc) = &e.tool_call_id
                 && e.kind == "tool_finished"
@@ -172,8 +172,10 @@ pub async fn show(store: &Store, id: &str, json: bool) -> anyhow::Result<String>
     }
     let _ = writeln!(
         out,
-        "exit code: {:?}  signal: {:?}  heartbeats: {}",
-        call.exit_code, call.signal, call.heartbeats
+        "exit code: {}  signal: {}  heartbeats: {}",
+        shown(call.exit_code.as_ref()),
+        shown(call.signal.as_ref()),
+        call.heartbeats
     );
     let _ = writeln!(
         out,
@@ -181,6 +183,11 @@ pub async fn show(store: &Store, id: &str, json: bool) -> anyhow::Result<String>
         call.output.as_deref().unwrap_or("")
     );
     Ok(out)
+}
+
+/// A value for people: itself, or `-` when there is none (never `Some(0)`).
+fn shown(v: Option<&impl std::fmt::Display>) -> String {
+    v.map_or_else(|| "-".to_owned(), ToString::to_string)
 }
 
 /// `history search QUERY`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chat_bridge::app::Application;
-use chat_bridge::channel::console::Console;
+use chat_bridge::channel::console::{self, Console};
 use chat_bridge::config::{Config, Flags, Platform, mask_url};
 use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
@@ -167,7 +167,7 @@ fn init_logging() {
                 .iter()
                 .map(|t| (*t, LevelFilter::INFO)),
         );
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer().with_writer(console::LogWriter);
     let layer = if std::io::stderr().is_terminal() {
         layer.boxed()
     } else {
@@ -343,14 +343,20 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
 async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let stop = shutdown_signal();
-    let Some(app) = Application::build_until(cfg, Arc::new(Console::stdout()), &stop).await? else {
+    let log_file = console::logs_to_file().unwrap_or(None);
+    let channel = Console::stdout().with_pointer(console::Pointer::for_config(cfg));
+    let Some(app) = Application::build_until(cfg, Arc::new(channel), &stop).await? else {
         return Ok(());
     };
     if std::io::stdin().is_terminal() {
         println!(
-            "chat-bridge — agent at {} · database {} · type a shell command, /help for commands, Ctrl-D to quit",
-            mask_url(&app.daemon_url),
-            mask_url(&cfg.database.url)
+            "{}",
+            console::banner(
+                &app.daemon_url,
+                &cfg.database.url,
+                cfg.daemon.url.is_none(),
+                log_file.as_deref()
+            )
         );
     }
     let input = tokio::io::BufReader::new(tokio::io::stdin());

@@ -122,6 +122,10 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         one.contains("timed_out") && one.contains("--- output ---\npartial"),
         "{one}"
     );
+    assert!(
+        one.contains("exit code: ") && !one.contains("Some("),
+        "numbers for people, not Rust's Option: {one}"
+    );
 
     let found = bridge(dir.path(), &["history", "search", "HELLO FROM"])
         .output()

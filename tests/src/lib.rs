@@ -12,6 +12,7 @@
 //! - [`pg_cluster`]: a throwaway PostgreSQL cluster of the test's own, to stop and start.
 //! - [`proxy`]: a TCP proxy that can cut every connection through it (network faults).
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
+//! - [`slack_emulate`]: a Slack Web API written by others (npm `emulate`), started on loopback.
 
 pub mod bridge;
 pub mod capture;
@@ -24,6 +25,7 @@ pub mod qwen;
 pub mod raw;
 pub mod recorder;
 pub mod scripted;
+pub mod slack_emulate;
 pub mod summary;
 
 use std::path::PathBuf;

@@ -4,10 +4,18 @@
 //!
 //! When stdin is not a terminal, each line is one message, in order, and the bridge exits once stdin
 //! has closed and the last turn has finished — so it can be scripted.
+//!
+//! On a terminal the console is a conversation, not a log: when it is the channel and stderr is a
+//! terminal, logs go to `./chat-bridge.log` ([`LogWriter`], said once in the [`banner`]) unless
+//! `CHAT_BRIDGE_LOG` is set, which keeps them on stderr. A tool prints one start line (an edit that
+//! would print the same running state again is skipped), and the full-output pointer is a command
+//! that works when pasted ([`Pointer`]).
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{
     BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
@@ -20,6 +28,55 @@ pub type Sink = Arc<Mutex<Box<dyn Write + Send>>>;
 pub struct Console {
     out: Sink,
     next_id: AtomicU64,
+    pointer: Pointer,
+    /// What each message last printed as (its title while running), so a repeat is not printed.
+    shown: Mutex<HashMap<String, String>>,
+}
+
+/// How the full-output pointer is written so that it works when pasted: `--database-url` when the
+/// database is not the default one, the `GET /api/v1/…` half only when the HTTP API is on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pointer {
+    /// The database URL to name (`None`: the default, nothing to add). Shown masked.
+    pub database_url: Option<String>,
+    /// Whether the HTTP API is served (`http.listen` and `http.api_token` set).
+    pub api: bool,
+}
+
+impl Pointer {
+    /// The pointer for a configuration: its database when not the default, the API when served.
+    #[must_use]
+    pub fn for_config(cfg: &crate::config::Config) -> Self {
+        let default = crate::config::Config::default().database.url;
+        Self {
+            database_url: (cfg.database.url != default).then(|| cfg.database.url.clone()),
+            api: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+        }
+    }
+
+    /// Rewrites a core pointer (`full output: `chat-bridge history show ID` · GET /api/v1/tool-calls/ID`)
+    /// for this console; other text is returned as it is.
+    #[must_use]
+    pub fn apply(&self, footer: &str) -> String {
+        const START: &str = "full output: `chat-bridge history show ";
+        let Some(rest) = footer.strip_prefix(START) else {
+            return footer.to_owned();
+        };
+        let Some((id, tail)) = rest.split_once('`') else {
+            return footer.to_owned();
+        };
+        let db = self
+            .database_url
+            .as_deref()
+            .map(|u| format!(" --database-url '{}'", crate::store::mask_url(u)))
+            .unwrap_or_default();
+        let api = if self.api {
+            tail.to_owned()
+        } else {
+            String::new()
+        };
+        format!("full output: `chat-bridge history show {id}{db}`{api}")
+    }
 }
 
 impl std::fmt::Debug for Console {
@@ -68,7 +125,19 @@ impl Console {
         Self {
             out,
             next_id: AtomicU64::new(1),
+            pointer: Pointer {
+                database_url: None,
+                api: true,
+            },
+            shown: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same console writing the full-output pointer as `pointer` says.
+    #[must_use]
+    pub fn with_pointer(mut self, pointer: Pointer) -> Self {
+        self.pointer = pointer;
+        self
     }
 
     /// A console on stdout.
@@ -77,8 +146,27 @@ impl Console {
         Self::new(Arc::new(Mutex::new(Box::new(std::io::stdout()))))
     }
 
-    fn print(&self, message: &Message) -> Result<(), DeliveryError> {
-        let text = render(message);
+    /// Prints `message` as message `id` — unless it would show a running tool again that is already
+    /// on screen (the start line is printed once; the result follows as its own block).
+    fn print(&self, id: &str, message: &Message) -> Result<(), DeliveryError> {
+        let mut message = message.clone();
+        message.footer = message.footer.as_deref().map(|f| self.pointer.apply(f));
+        let seen = if message.tone == Tone::Running {
+            message.title.clone()
+        } else {
+            render(&message)
+        };
+        {
+            let mut shown = self
+                .shown
+                .lock()
+                .map_err(|_| DeliveryError::Permanent("console state poisoned".into()))?;
+            if shown.get(id) == Some(&seen) {
+                return Ok(());
+            }
+            shown.insert(id.to_owned(), seen);
+        }
+        let text = render(&message);
         let text = super::text::terminal_safe(&text);
         let mut out = self
             .out
@@ -98,8 +186,9 @@ pub fn render(m: &Message) -> String {
         Tone::Warning => "WARN  ",
         _ => "",
     };
-    let mut s = format!("{mark}{}\n", m.title);
+    let mut s = format!("{mark}{}\n", super::text::plain(&m.title));
     if let Some(body) = &m.body {
+        let body = super::text::plain(body);
         for line in body.lines() {
             s.push_str(&format!("    {line}\n"));
         }
@@ -110,16 +199,129 @@ pub fn render(m: &Message) -> String {
         }
     }
     if !m.buttons.is_empty() {
-        let options: Vec<String> = m
-            .buttons
-            .iter()
-            .enumerate()
-            .map(|(i, b)| format!("{}) {}", i + 1, b.label))
-            .collect();
-        s.push_str(&format!("    {}  — type the number\n", options.join("   ")));
+        let numbers: Vec<String> = (1..=m.buttons.len()).map(|i| i.to_string()).collect();
+        let numbers = match numbers.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        s.push_str(&format!(
+            "    Answer with a number ({numbers}) and Enter:\n"
+        ));
+        for (i, b) in m.buttons.iter().enumerate() {
+            s.push_str(&format!(
+                "      {}) {}\n",
+                i + 1,
+                super::text::plain(&b.label)
+            ));
+        }
     }
     if let Some(footer) = &m.footer {
-        s.push_str(&format!("    ↳ {footer}\n"));
+        s.push_str(&format!("    ↳ {}\n", super::text::plain(footer)));
+    }
+    s
+}
+
+/// Where log lines go: stderr, until [`logs_to_file`] sends them to a file. A `MakeWriter` for
+/// `tracing_subscriber`, so the choice can be made after logging is set up (once the configuration
+/// says the console is the channel).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+fn log_file() -> &'static OnceLock<Mutex<std::fs::File>> {
+    static FILE: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+    &FILE
+}
+
+/// One log line's writer (see [`LogWriter`]).
+#[derive(Debug)]
+pub enum LogTarget {
+    /// The terminal's stderr.
+    Stderr(std::io::Stderr),
+    /// The log file.
+    File(&'static Mutex<std::fs::File>),
+}
+
+impl Write for LogTarget {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Stderr(e) => e.write(buf),
+            Self::File(f) => f
+                .lock()
+                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
+                .write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Stderr(e) => e.flush(),
+            Self::File(f) => f
+                .lock()
+                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
+                .flush(),
+        }
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogTarget;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        match log_file().get() {
+            Some(f) => LogTarget::File(f),
+            None => LogTarget::Stderr(std::io::stderr()),
+        }
+    }
+}
+
+/// The file a terminal console session logs to.
+pub const LOG_FILE: &str = "chat-bridge.log";
+
+/// When the console is the channel and stderr is a terminal, sends log lines to `./chat-bridge.log`
+/// (appended) so they do not interleave with the conversation — unless `CHAT_BRIDGE_LOG` is set,
+/// which asks for them on stderr. Returns the file when logs go there.
+///
+/// # Errors
+/// When the file cannot be opened (logs then stay on stderr).
+pub fn logs_to_file() -> std::io::Result<Option<PathBuf>> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || std::env::var_os("CHAT_BRIDGE_LOG").is_some() {
+        return Ok(None);
+    }
+    let path = Path::new(".").join(LOG_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let _ = log_file().set(Mutex::new(file));
+    Ok(Some(path))
+}
+
+/// The console's opening line: where the agent and the database are, what to type (a shell command
+/// only for the built-in shell agent), and where the logs went.
+#[must_use]
+pub fn banner(
+    daemon_url: &str,
+    database_url: &str,
+    built_in_agent: bool,
+    log_file: Option<&Path>,
+) -> String {
+    let what = if built_in_agent {
+        "type a shell command (a leading `timeout=30s ` sets its timeout)"
+    } else {
+        "type a message for the agent"
+    };
+    let mut s = format!(
+        "chat-bridge — agent at {} · database {}\n{what}; /help for commands, Ctrl-D to quit",
+        crate::store::mask_url(daemon_url),
+        crate::store::mask_url(database_url),
+    );
+    if let Some(f) = log_file {
+        s.push_str(&format!(
+            "\nlogs: {} (CHAT_BRIDGE_LOG=info shows them here instead)",
+            f.display()
+        ));
     }
     s
 }
@@ -146,27 +348,131 @@ impl Channel for Console {
         message: &'a Message,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
         Box::pin(async move {
-            self.print(message)?;
-            Ok(format!(
-                "console-{}",
-                self.next_id.fetch_add(1, Ordering::Relaxed)
-            ))
+            let id = format!("console-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+            self.print(&id, message)?;
+            Ok(id)
         })
     }
 
     fn edit<'a>(
         &'a self,
         _target: &'a Target,
-        _id: &'a str,
+        id: &'a str,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
-        Box::pin(async move { self.print(message) })
+        Box::pin(async move { self.print(id, message) })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tool(tone: Tone, title: &str) -> Message {
+        Message::text(tone, title)
+    }
+
+    #[tokio::test]
+    async fn a_tool_prints_one_start_line_and_its_result() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::Error::other("poisoned"))?
+                    .extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let console = Console::new(Arc::new(Mutex::new(Box::new(Shared(buf.clone())))));
+        let t = target();
+        let id = console
+            .post(&t, &tool(Tone::Running, "⏳ ls"))
+            .await
+            .expect("post");
+        let mut running = tool(Tone::Running, "⏳ ls");
+        running.footer = Some("running for 15s".into());
+        console.edit(&t, &id, &running).await.expect("edit");
+        console
+            .edit(&t, &id, &tool(Tone::Success, "✅ ls — 1s"))
+            .await
+            .expect("edit");
+        let printed = String::from_utf8(buf.lock().expect("lock").clone()).expect("utf8");
+        assert_eq!(printed, "⏳ ls\n✅ ls — 1s\n");
+    }
+
+    #[test]
+    fn approvals_list_the_numbers_to_type() {
+        let mut m = Message::text(Tone::Warning, "🔐 approval needed: rm -rf build");
+        for label in ["Allow once", "Allow always", "Reject"] {
+            m.buttons.push(crate::channel::Button {
+                value: format!("perm:1:{label}"),
+                label: label.into(),
+                style: None,
+            });
+        }
+        assert_eq!(
+            render(&m),
+            "WARN  🔐 approval needed: rm -rf build\n    Answer with a number (1, 2 or 3) and Enter:\n      1) Allow once\n      2) Allow always\n      3) Reject\n"
+        );
+    }
+
+    #[test]
+    fn the_full_output_pointer_is_a_command_that_works_when_pasted() {
+        let core = "full output: `chat-bridge history show tc-1` · GET /api/v1/tool-calls/tc-1";
+        let default = Pointer {
+            database_url: None,
+            api: false,
+        };
+        assert_eq!(
+            default.apply(core),
+            "full output: `chat-bridge history show tc-1`"
+        );
+        let pg = Pointer {
+            database_url: Some("postgres://bridge:hunter2@db/chat".into()),
+            api: true,
+        };
+        let out = pg.apply(core);
+        assert!(
+            out.starts_with(
+                "full output: `chat-bridge history show tc-1 --database-url 'postgres://bridge:"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("` · GET /api/v1/tool-calls/tc-1") && !out.contains("hunter2"),
+            "{out}"
+        );
+        assert_eq!(default.apply("asked by x"), "asked by x");
+    }
+
+    #[test]
+    fn the_banner_fits_the_daemon_and_says_where_the_logs_went() {
+        let qwen = banner(
+            "ws://127.0.0.1:4000/acp",
+            "sqlite://./chat-bridge.db",
+            false,
+            None,
+        );
+        assert!(
+            !qwen.contains("shell command") && qwen.contains("message for the agent"),
+            "{qwen}"
+        );
+        let own = banner(
+            "ws://127.0.0.1:1/acp",
+            "sqlite://./chat-bridge.db",
+            true,
+            Some(Path::new("./chat-bridge.log")),
+        );
+        assert!(
+            own.contains("shell command") && own.contains("logs: ./chat-bridge.log"),
+            "{own}"
+        );
+    }
 
     #[test]
     fn errors_are_marked_and_output_is_framed() {

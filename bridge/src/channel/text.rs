@@ -1,6 +1,93 @@
 //! Text helpers every chat adapter shares: cutting to a character limit and splitting command
 //! output into fenced code chunks that each stay under a platform's limit (no fence is ever left
-//! open; when not everything fits, the tail is kept — the end of the output is what people need).
+//! open; when not everything fits, the tail is kept — the end of the output is what people need),
+//! and the typed mention segment: how the core marks a person it names on purpose, so each adapter
+//! can turn it into its platform's mention while escaping everything else (R8).
+
+/// Opens a deliberate mention inside neutral text (U+FFF9, an annotation anchor no keyboard types;
+/// adapters drop it from inbound text so it cannot be forged by a person).
+pub const MENTION_START: char = '\u{fff9}';
+/// Closes a deliberate mention (U+FFFB).
+pub const MENTION_END: char = '\u{fffb}';
+
+/// Whether `id` can be a platform user id (letters, digits, `_ - .`; at most 64).
+fn is_user_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A deliberate mention of `user` for neutral text: Slack renders it `<@U…>`, Discord `<@id>`, the
+/// console `@user`. Everything else in a message is escaped and never pings. Something that is not a
+/// user id is returned as plain text.
+#[must_use]
+pub fn mention(user: &str) -> String {
+    if is_user_id(user) {
+        format!("{MENTION_START}{user}{MENTION_END}")
+    } else {
+        user.to_owned()
+    }
+}
+
+/// A piece of neutral text: plain text (escape it) or a deliberate mention (the user id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment<'a> {
+    /// Text to show as written.
+    Text(&'a str),
+    /// A person the bridge names on purpose.
+    Mention(&'a str),
+}
+
+/// Splits neutral text into plain text and deliberate mentions. A marker that does not enclose a
+/// user id is plain text.
+#[must_use]
+pub fn segments(s: &str) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    let mut text_from = 0;
+    let mut pos = 0;
+    while let Some(start) = rest.find(MENTION_START) {
+        let after = &rest[start + MENTION_START.len_utf8()..];
+        let Some(end) = after.find(MENTION_END) else {
+            break;
+        };
+        let id = &after[..end];
+        let consumed = start + MENTION_START.len_utf8() + end + MENTION_END.len_utf8();
+        if is_user_id(id) {
+            let here = pos + start;
+            if here > text_from {
+                out.push(Segment::Text(&s[text_from..here]));
+            }
+            out.push(Segment::Mention(id));
+            text_from = pos + consumed;
+        }
+        pos += consumed;
+        rest = &rest[consumed..];
+    }
+    if text_from < s.len() {
+        out.push(Segment::Text(&s[text_from..]));
+    }
+    out
+}
+
+/// Neutral text with each deliberate mention written `@user` (the console, logs, plain text).
+#[must_use]
+pub fn plain(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(MENTION_START) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        segments(s)
+            .into_iter()
+            .map(|seg| match seg {
+                Segment::Text(t) => std::borrow::Cow::Borrowed(t),
+                Segment::Mention(u) => std::borrow::Cow::Owned(format!("@{u}")),
+            })
+            .collect(),
+    )
+}
 
 /// `s` safe to write to a terminal: control characters other than newline and tab are shown as
 /// their visible symbols (ESC as `␛`, BEL as `␇`, DEL as `␡`; C1 controls as `�`), so command output
@@ -145,6 +232,23 @@ mod tests {
         let out = fenced_tail("a\n```\nb\n", 500, 5, 1800);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].matches("```").count(), 2, "{}", out[0]);
+    }
+
+    #[test]
+    fn r8_mention_segments_split_text_and_deliberate_mentions() {
+        let s = format!("{} chose: Allow <@U9> {}", mention("U1"), mention("bad id"));
+        assert_eq!(
+            segments(&s),
+            [
+                Segment::Mention("U1"),
+                Segment::Text(" chose: Allow <@U9> bad id")
+            ]
+        );
+        assert_eq!(plain(&s), "@U1 chose: Allow <@U9> bad id");
+        // An unclosed or empty marker is text, and nothing is lost.
+        let odd = format!("a{MENTION_START}{MENTION_END}b{MENTION_START}U2");
+        assert_eq!(segments(&odd), [Segment::Text(&odd)]);
+        assert!(segments("").is_empty());
     }
 
     #[test]

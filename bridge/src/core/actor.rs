@@ -667,7 +667,9 @@ impl Actor {
     /// How a person is named in chat: a mention where the platform has them.
     fn person(&self, user: &str) -> String {
         match self.conv.platform.as_str() {
-            "slack" | "discord" => format!("<@{user}>"),
+            // A typed mention: the Slack renderer escapes all other text (R8).
+            "slack" => crate::channel::text::mention(user),
+            "discord" => format!("<@{user}>"),
             _ => user.to_owned(),
         }
     }

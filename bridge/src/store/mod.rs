@@ -229,6 +229,15 @@ impl Tx {
     }
 }
 
+/// PostgreSQL sends NOTICEs (`relation "_sqlx_migrations" already exists, skipping` on every start
+/// and every `history` command) that sqlx would log; only warnings and errors are worth a line.
+async fn quiet_notices(conn: &mut sqlx::AnyConnection) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query("SET client_min_messages = warning")
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
 impl Store {
     /// Connects to `url` and runs the embedded migrations (D4).
     ///
@@ -267,6 +276,9 @@ impl Store {
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(move |conn, _| {
                 Box::pin(async move {
+                    if backend == Backend::Postgres {
+                        quiet_notices(conn).await?;
+                    }
                     if backend == Backend::Sqlite {
                         sqlx::query("PRAGMA journal_mode = WAL")
                             .execute(&mut *conn)
@@ -298,6 +310,7 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(5))
                 .after_connect(|conn, _| {
                     Box::pin(async move {
+                        quiet_notices(conn).await?;
                         sqlx::query("SET synchronous_commit = off")
                             .execute(&mut *conn)
                             .await?;

@@ -2,11 +2,14 @@
 //! 3,000 characters, a message at most 50 blocks and about 40,000 characters. Output is split into
 //! several code-block sections at line boundaries (each chunk fenced on its own, so no fence is ever
 //! left open); what still does not fit keeps its tail with a notice. Errors and timeouts go in an
-//! attachment with the danger colour so they stand out in the thread.
+//! attachment with the danger colour so they stand out in the thread. Every text field — the
+//! notification `text`, sections, context — is escaped ([`super::format`]), so nothing a person or the
+//! agent wrote can ping or break formatting; the bridge's deliberate mentions stay mentions.
 
 use serde_json::{Value, json};
 
-use crate::channel::text::{fenced_tail, truncate_chars};
+use super::format::{escape, mrkdwn};
+use crate::channel::text::{fenced_tail, plain, truncate_chars};
 use crate::channel::{Message, Tone};
 
 /// Slack's limit for a section's text.
@@ -50,14 +53,6 @@ impl Payload {
     }
 }
 
-/// Escapes `&`, `<` and `>` as Slack's mrkdwn requires.
-#[must_use]
-pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 fn section(text: String) -> Value {
     json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
 }
@@ -65,21 +60,21 @@ fn section(text: String) -> Value {
 /// Renders a message as a Slack payload within the limits.
 #[must_use]
 pub fn render(m: &Message) -> Payload {
-    let title = escape(&m.title);
+    let title = mrkdwn(&m.title);
     let mut blocks = vec![section(truncate_chars(
         &format!("*{title}*"),
         SECTION_LIMIT,
     ))];
     let mut used = title.len();
     if let Some(body) = &m.body {
-        let body = truncate_chars(&escape(body), SECTION_LIMIT);
+        let body = truncate_chars(&mrkdwn(body), SECTION_LIMIT);
         used += body.len();
         blocks.push(section(body));
     }
     let footer = m
         .footer
         .as_ref()
-        .map(|f| truncate_chars(&escape(f), SECTION_LIMIT));
+        .map(|f| truncate_chars(&mrkdwn(f), SECTION_LIMIT));
     let reserve = 2 + usize::from(footer.is_some()) + usize::from(!m.buttons.is_empty());
     if let Some(code) = &m.code {
         let room_blocks = BLOCK_LIMIT.saturating_sub(blocks.len() + reserve);
@@ -103,7 +98,7 @@ pub fn render(m: &Message) -> Payload {
                 let mut e = json!({
                     "type": "button",
                     "action_id": format!("choice_{i}"),
-                    "text": {"type": "plain_text", "text": truncate_chars(&b.label, BUTTON_LABEL_LIMIT)},
+                    "text": {"type": "plain_text", "text": truncate_chars(&plain(&b.label), BUTTON_LABEL_LIMIT)},
                     "value": b.value,
                 });
                 if let Some(style) = &b.style {
@@ -114,7 +109,14 @@ pub fn render(m: &Message) -> Payload {
             .collect();
         blocks.push(json!({"type": "actions", "elements": elements}));
     }
-    let text = truncate_chars(&m.title, 300);
+    // The notification text is mrkdwn too: escaped like the blocks, so an echoed `<!channel>`
+    // never pings; a mention cut in half by the limit is written plainly instead.
+    let short = truncate_chars(&m.title, 300);
+    let text = if short.chars().count() < m.title.chars().count() {
+        escape(&plain(&short)).into_owned()
+    } else {
+        mrkdwn(&short)
+    };
     let color = match m.tone {
         Tone::Error => Some("danger"),
         Tone::Warning => Some("warning"),
@@ -219,6 +221,53 @@ mod tests {
             t.iter().filter(|s| s.starts_with("```")).count() > 5,
             "split into several sections"
         );
+    }
+
+    #[test]
+    fn r8_slack_every_text_field_is_escaped_and_deliberate_mentions_still_ping() {
+        let m = Message {
+            tone: Tone::Error,
+            title: "❌ echo <!channel> && exit 1 — failed".into(),
+            body: Some("<!here> said <@U9>".into()),
+            code: Some("<!everyone>\n".into()),
+            footer: Some(format!(
+                "asked by {} · <https://evil|click>",
+                crate::channel::text::mention("U1")
+            )),
+            buttons: Vec::new(),
+        };
+        for p in [
+            render(&m),
+            render(&Message {
+                tone: Tone::Neutral,
+                ..m.clone()
+            }),
+        ] {
+            let wire = p.to_json().to_string();
+            for raw in [
+                "<!channel>",
+                "<!here>",
+                "<!everyone>",
+                "<@U9>",
+                "<https://evil",
+            ] {
+                assert!(!wire.contains(raw), "{raw} went out unescaped: {wire}");
+            }
+            assert_eq!(
+                p.text,
+                "❌ echo &lt;!channel&gt; &amp;&amp; exit 1 — failed"
+            );
+            assert!(
+                wire.contains("asked by <@U1> · &lt;https://evil|click&gt;"),
+                "{wire}"
+            );
+        }
+        // A title cut by the notification limit never leaves half a mention or an open bracket.
+        let long = Message::text(
+            Tone::Neutral,
+            format!("{}{}", "x".repeat(297), crate::channel::text::mention("U1")),
+        );
+        assert!(!render(&long).text.contains('<'), "{}", render(&long).text);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! every envelope with an `envelope_id` is acknowledged first; mentions and DMs start a conversation in
 //! a thread (`thread_ts` = the mention's `ts`); replies in a thread continue it; bot messages (ours
 //! included), edits, deletions and other subtypes are ignored; button clicks become actions; the
-//! A-rules (allowed channels and users, DM policy) decide who may prompt.
+//! A-rules (allowed channels and users, DM policy) decide who may prompt. Message text is decoded
+//! from Slack's format into what the person typed (R8).
 
 use serde_json::Value;
 
@@ -72,9 +73,18 @@ fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
 }
 
-/// Removes our own mention (`<@UBOT>`) from a prompt.
-fn strip_mention(text: &str, me: &str) -> String {
-    text.replace(&format!("<@{me}>"), "").trim().to_owned()
+/// The prompt a person typed: our own mention (`<@UBOT>`) removed, then Slack's format decoded
+/// ([`super::format::decode`]: `&gt;` is `>`, `<https://x>` is the URL, `<@U1>` is `@U1`).
+fn prompt(text: &str, me: &str) -> String {
+    let mut text = text.replace(&format!("<@{me}>"), "");
+    let labelled = format!("<@{me}|");
+    while let Some(at) = text.find(&labelled) {
+        let Some(end) = text[at..].find('>') else {
+            break;
+        };
+        text.replace_range(at..=at + end, "");
+    }
+    super::format::decode(&text).trim().to_owned()
 }
 
 fn event(payload: &Value, me: &str, access: &Access) -> Decision {
@@ -120,7 +130,7 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
         user: user.to_owned(),
         message_id: Some(ts.to_owned()),
         opens,
-        kind: InboundKind::Message(strip_mention(text, me)),
+        kind: InboundKind::Message(prompt(text, me)),
     })
 }
 
@@ -197,6 +207,37 @@ mod tests {
             ("Ev1", "1700.000100", "U1")
         );
         assert_eq!(m.kind, InboundKind::Message("run the tests".into()));
+    }
+
+    #[test]
+    fn r8_slack_prompts_reach_the_agent_as_typed_in_mentions_replies_and_commands() {
+        let cases = [
+            (
+                "app_mention",
+                "<@UBOT> echo hi &gt; f &amp;&amp; cat f 2&gt;&amp;1",
+                "echo hi > f && cat f 2>&1",
+            ),
+            (
+                "app_mention",
+                "<@UBOT> curl -s <https://example.com/a?b=1&amp;c=2>",
+                "curl -s https://example.com/a?b=1&c=2",
+            ),
+            ("message", "/invite <@U2> <@U3|carol>", "/invite @U2 @U3"),
+            (
+                "message",
+                "<!channel> look &lt;here&gt;",
+                "@channel look <here>",
+            ),
+        ];
+        for (kind, wire, typed) in cases {
+            let e = envelope(
+                json!({"type": kind, "user": "U1", "channel": "C1", "ts": "1700.2", "thread_ts": "1700.1", "text": wire}),
+            );
+            let Decision::Inbound(m) = decide(&e, "UBOT", &open()) else {
+                panic!("inbound for {wire}")
+            };
+            assert_eq!(m.kind, InboundKind::Message(typed.into()), "{wire}");
+        }
     }
 
     #[test]

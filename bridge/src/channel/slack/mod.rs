@@ -5,6 +5,7 @@
 //! - [`api`]: the Web API client; `ok:false` and 429 `Retry-After` become typed errors.
 //! - [`blocks`]: platform-neutral messages → Block Kit, split to fit Slack's limits.
 //! - [`events`]: Socket Mode envelopes → inbound messages, with the ignore and access rules.
+//! - [`format`]: Slack's message format both ways — inbound text decoded, outbound text escaped.
 //! - [`http_mode`]: the HTTP Events API mode — signed requests only, `url_verification`.
 //! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod blocks;
 pub mod events;
+pub mod format;
 pub mod http_mode;
 pub mod signature;
 pub mod socket;
@@ -135,7 +137,12 @@ impl Channel for Slack {
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
             self.api
-                .post_ephemeral(&target.channel, user, Some(&target.thread), text)
+                .post_ephemeral(
+                    &target.channel,
+                    user,
+                    Some(&target.thread),
+                    &format::mrkdwn(text),
+                )
                 .await
                 .map_err(api::SlackError::into_delivery)
         })
