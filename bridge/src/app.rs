@@ -192,10 +192,6 @@ impl Application {
                 tracing::info!(released, "released outbox claims left by a previous run");
             }
         }
-        let cwd = match &cfg.daemon.cwd {
-            Some(c) => c.clone(),
-            None => std::env::current_dir().context("reading the current directory")?,
-        };
         let (agent, url, token) = match &cfg.daemon.url {
             Some(url) => (
                 None,
@@ -220,9 +216,14 @@ impl Application {
         if let Some(t) = token {
             client_cfg = client_cfg.with_token(t);
         }
-        let (client, _info, events) = DaemonClient::connect(client_cfg)
+        client_cfg.session_mode.clone_from(&cfg.daemon.mode);
+        let (client, info, events) = DaemonClient::connect(client_cfg)
             .await
             .context("connecting to the agent daemon")?;
+        let cwd = match info.session_cwd(cfg.daemon.cwd.as_deref())? {
+            Some(c) => c,
+            None => std::env::current_dir().context("reading the current directory")?,
+        };
         let core_cfg = CoreConfig {
             liveness: LivenessConfig {
                 idle: cfg.liveness.idle,
@@ -432,6 +433,12 @@ impl Application {
             }
         }
         Ok(())
+    }
+
+    /// The daemon connection's counters (reconnects, frames).
+    #[must_use]
+    pub fn client_stats(&self) -> daemon_client::ClientStats {
+        self.client.stats()
     }
 
     /// Stops taking work (`/readyz` says `stopping`), delivers what is due (bounded by

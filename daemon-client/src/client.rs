@@ -7,7 +7,7 @@
 //! turn and reports [`DaemonEvent::Reconnected`]; the turn then ends with the daemon's vendor
 //! "turn complete" notification, or fails with [`Error::SessionLost`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -63,6 +63,9 @@ pub struct ClientConfig {
     pub event_buffer: usize,
     /// Optional automatic answer to permission requests.
     pub permission_policy: Option<PermissionPolicy>,
+    /// Mode (`session/set_mode`) applied after every `session/new` and every `session/load` (L6): a
+    /// daemon may bring a reloaded session back in its default mode.
+    pub session_mode: Option<String>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -75,6 +78,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("ping_interval", &self.ping_interval)
             .field("pong_timeout", &self.pong_timeout)
             .field("permission_policy", &self.permission_policy.is_some())
+            .field("session_mode", &self.session_mode)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +99,7 @@ impl ClientConfig {
             backoff_cap: Duration::from_secs(30),
             event_buffer: 1024,
             permission_policy: None,
+            session_mode: None,
         }
     }
 
@@ -122,6 +127,50 @@ pub struct AgentInfo {
     pub protocol_version: u64,
     /// Whether the daemon supports `session/load`.
     pub load_session: bool,
+    /// Whether prompts may carry `image` content (`promptCapabilities.image`).
+    pub images: bool,
+    /// The one workspace the daemon serves, when it says (qwen's `_meta.qwen.workspaceCwd`): sessions
+    /// in any other directory are refused.
+    pub workspace: Option<PathBuf>,
+}
+
+impl AgentInfo {
+    /// The working directory for new sessions: `configured` when it agrees with the workspace the
+    /// daemon serves, the daemon's workspace when nothing is configured, `None` when neither says.
+    ///
+    /// # Errors
+    /// [`WorkspaceMismatch`] when the daemon serves one workspace and `configured` is another: every
+    /// `session/new` would be refused, so the caller should stop at start-up and say so.
+    pub fn session_cwd(
+        &self,
+        configured: Option<&std::path::Path>,
+    ) -> Result<Option<PathBuf>, WorkspaceMismatch> {
+        match (configured, &self.workspace) {
+            (Some(c), Some(w)) if !same_dir(c, w) => Err(WorkspaceMismatch {
+                configured: c.to_path_buf(),
+                workspace: w.clone(),
+            }),
+            (Some(c), _) => Ok(Some(c.to_path_buf())),
+            (None, w) => Ok(w.clone()),
+        }
+    }
+}
+
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// The configured working directory is not the one workspace the daemon serves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the daemon serves the workspace {} but daemon.cwd is {}: set daemon.cwd to {} or leave it unset",
+    workspace.display(), configured.display(), workspace.display()
+)]
+pub struct WorkspaceMismatch {
+    /// `daemon.cwd`.
+    pub configured: PathBuf,
+    /// What the daemon reported at `initialize`.
+    pub workspace: PathBuf,
 }
 
 /// What `session/new` returned.
@@ -155,6 +204,24 @@ impl EventStream {
     }
 }
 
+/// How the daemon ends the history replay of a `session/load` (L6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplayEnd {
+    /// Before it answers the load (shell-agent, the ACP reference agents).
+    WithResponse,
+    /// After the answer, with a `_qwen/notify` of kind `replay_complete` (qwen-code; it sends the
+    /// replay only when the connection next speaks, typically with the next prompt).
+    Marker,
+}
+
+/// Sessions whose frames are history, not live output.
+#[derive(Debug, Default)]
+struct Replays {
+    active: HashSet<SessionId>,
+    /// Loaded sessions waiting for their `replay_complete`, oldest first (the marker names none).
+    awaiting_marker: VecDeque<SessionId>,
+}
+
 struct Pending {
     method: &'static str,
     session: Option<SessionId>,
@@ -173,6 +240,12 @@ struct Shared {
     pending: Mutex<HashMap<RequestId, Pending>>,
     orphans: Mutex<HashMap<SessionId, Orphan>>,
     cwds: Mutex<HashMap<SessionId, PathBuf>>,
+    /// The connection a session was created or loaded on (L6): a daemon may refuse a session on any
+    /// other connection.
+    bound: Mutex<HashMap<SessionId, u64>>,
+    generation: AtomicU64,
+    replays: Mutex<Replays>,
+    replay_end: Mutex<ReplayEnd>,
     out: Mutex<Option<mpsc::Sender<Message>>>,
     events: mpsc::Sender<DaemonEvent>,
     reconnects: AtomicU64,
@@ -212,6 +285,10 @@ impl DaemonClient {
             pending: Mutex::new(HashMap::new()),
             orphans: Mutex::new(HashMap::new()),
             cwds: Mutex::new(HashMap::new()),
+            bound: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            replays: Mutex::new(Replays::default()),
+            replay_end: Mutex::new(ReplayEnd::WithResponse),
             out: Mutex::new(None),
             events,
             reconnects: AtomicU64::new(0),
@@ -291,6 +368,8 @@ impl DaemonClient {
             .and_then(Value::as_str)
             .map(str::to_owned);
         lock(&self.shared.cwds).insert(session.clone(), cwd);
+        self.shared.bind(&session);
+        self.shared.apply_mode(&session).await;
         Ok(NewSession {
             session,
             modes,
@@ -298,7 +377,9 @@ impl DaemonClient {
         })
     }
 
-    /// `session/load`: the daemon replays the session's updates on the event stream, then answers.
+    /// `session/load`: binds the session to this connection and re-applies `session_mode` (L6). The
+    /// daemon's replay of the session's history arrives on the event stream as
+    /// [`DaemonEvent::Replayed`].
     ///
     /// # Errors
     /// [`Error::Rpc`] when the daemon does not know the session; transport errors.
@@ -313,19 +394,20 @@ impl DaemonClient {
         Ok(())
     }
 
+    /// Whether `session` was created or loaded on the current connection. A session that is not must be
+    /// `session/load`ed before its next prompt (L6): after a reconnect, qwen refuses it otherwise.
+    #[must_use]
+    pub fn is_bound(&self, session: &SessionId) -> bool {
+        let generation = self.shared.generation.load(Ordering::SeqCst);
+        lock(&self.shared.bound).get(session) == Some(&generation)
+    }
+
     /// `session/set_mode`.
     ///
     /// # Errors
     /// Transport or daemon errors.
     pub async fn set_mode(&self, session: &SessionId, mode: &str) -> Result<(), Error> {
-        self.shared
-            .call(
-                "session/set_mode",
-                Some(session.clone()),
-                json!({"sessionId": session, "modeId": mode}),
-            )
-            .await
-            .map(drop)
+        self.shared.set_mode(session, mode).await
     }
 
     /// `session/prompt` with one text block; resolves when the turn ends (no request timeout: the
@@ -454,20 +536,99 @@ impl Shared {
             .pointer("/agentCapabilities/loadSession")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        let images = v
+            .pointer("/agentCapabilities/promptCapabilities/image")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let qwen = v.pointer("/agentCapabilities/_meta/qwen");
+        let workspace = qwen
+            .and_then(|q| q.get("workspaceCwd"))
+            .and_then(Value::as_str)
+            .filter(|w| !w.is_empty())
+            .map(PathBuf::from);
+        *lock(&self.replay_end) = if qwen.is_some() {
+            ReplayEnd::Marker
+        } else {
+            ReplayEnd::WithResponse
+        };
         Ok(AgentInfo {
             protocol_version,
             load_session,
+            images,
+            workspace,
         })
     }
 
+    /// `session/load`; its replay is marked as such from the moment the request is sent (L6).
     async fn load(&self, session: &SessionId, cwd: &std::path::Path) -> Result<(), Error> {
+        lock(&self.replays).active.insert(session.clone());
+        let loaded = self
+            .call(
+                "session/load",
+                Some(session.clone()),
+                json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+            )
+            .await;
+        if loaded.is_err() {
+            let mut replays = lock(&self.replays);
+            replays.active.remove(session);
+            replays.awaiting_marker.retain(|s| s != session);
+        }
+        loaded?;
+        self.bind(session);
+        self.apply_mode(session).await;
+        Ok(())
+    }
+
+    fn bind(&self, session: &SessionId) {
+        let generation = self.generation.load(Ordering::SeqCst);
+        lock(&self.bound).insert(session.clone(), generation);
+    }
+
+    /// Applies `session_mode` (L6). A refusal is logged, not fatal: the session still works, and the
+    /// person sees approval requests they did not expect rather than nothing at all.
+    async fn apply_mode(&self, session: &SessionId) {
+        let Some(mode) = self.cfg.session_mode.as_deref() else {
+            return;
+        };
+        if let Err(e) = self.set_mode(session, mode).await {
+            tracing::warn!(error = %e, %mode, session = %session, "could not set the session mode");
+        }
+    }
+
+    async fn set_mode(&self, session: &SessionId, mode: &str) -> Result<(), Error> {
         self.call(
-            "session/load",
+            "session/set_mode",
             Some(session.clone()),
-            json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+            json!({"sessionId": session, "modeId": mode}),
         )
         .await
         .map(drop)
+    }
+
+    /// Marks a replayed frame as history; ends the replay at the daemon's marker.
+    fn replayed(&self, event: DaemonEvent) -> DaemonEvent {
+        if let DaemonEvent::Other {
+            kind: Some(kind), ..
+        } = &event
+            && kind == "replay_complete"
+        {
+            let mut replays = lock(&self.replays);
+            if let Some(done) = replays.awaiting_marker.pop_front() {
+                replays.active.remove(&done);
+            }
+            return event;
+        }
+        let Some(session) = event.session() else {
+            return event;
+        };
+        if !lock(&self.replays).active.contains(session) {
+            return event;
+        }
+        DaemonEvent::Replayed {
+            session: session.clone(),
+            event: Box::new(event),
+        }
     }
 
     async fn emit(&self, event: DaemonEvent) {
@@ -477,6 +638,8 @@ impl Shared {
 
     fn spawn_connection(this: &Arc<Self>, ws: Ws) -> JoinHandle<String> {
         let (tx, rx) = mpsc::channel(256);
+        this.generation.fetch_add(1, Ordering::SeqCst);
+        *lock(&this.replays) = Replays::default();
         *lock(&this.out) = Some(tx);
         tokio::spawn(Self::run_connection(this.clone(), ws, rx))
     }
@@ -544,6 +707,7 @@ impl Shared {
                 if let DaemonEvent::Malformed { session, reason } = &event {
                     tracing::warn!(session = session.as_ref().map(SessionId::as_str), %reason, "malformed frame from the daemon skipped");
                 }
+                let event = self.replayed(event);
                 self.emit(event).await;
             }
             Inbound::VendorTurnComplete {
@@ -580,6 +744,18 @@ impl Shared {
                     code: e.code,
                     message: e.message,
                 });
+                // The replay's end is decided here, in frame order, not when the caller wakes up.
+                if pending.method == "session/load"
+                    && let Some(session) = &pending.session
+                {
+                    let end = *lock(&self.replay_end);
+                    let mut replays = lock(&self.replays);
+                    if result.is_ok() && end == ReplayEnd::Marker {
+                        replays.awaiting_marker.push_back(session.clone());
+                    } else {
+                        replays.active.remove(session);
+                    }
+                }
                 if pending.method == "session/prompt"
                     && let (Ok(raw), Some(session)) = (&result, &pending.session)
                     && let Ok(stop_reason) = parse_stop_reason(raw)

@@ -118,6 +118,15 @@ pub enum DaemonEvent {
         /// What was wrong, without the frame's content.
         reason: String,
     },
+    /// A frame the daemon sent while replaying a session's history after `session/load` (L6): history,
+    /// never live output. The consumer may still use a replayed update for a tool call it knows is
+    /// running (a command that ended while the connection was down); everything else is ignored.
+    Replayed {
+        /// Session being replayed.
+        session: SessionId,
+        /// The frame as it would have been classified live.
+        event: Box<DaemonEvent>,
+    },
     /// The connection to the daemon dropped; the client is reconnecting.
     Disconnected {
         /// Why, in words for the operator.
@@ -152,7 +161,8 @@ impl DaemonEvent {
             | Self::ToolFinished { session, .. }
             | Self::LateUpdate { session, .. }
             | Self::Plan { session, .. }
-            | Self::TurnEnded { session, .. } => Some(session),
+            | Self::TurnEnded { session, .. }
+            | Self::Replayed { session, .. } => Some(session),
             Self::PermissionRequested(p) => Some(&p.session),
             Self::Other { session, .. } | Self::Malformed { session, .. } => session.as_ref(),
             Self::Disconnected { .. } | Self::Reconnected { .. } | Self::Closed { .. } => None,
@@ -177,6 +187,7 @@ impl DaemonEvent {
             Self::TurnEnded { .. } => "turn_ended",
             Self::Other { .. } => "other",
             Self::Malformed { .. } => "malformed",
+            Self::Replayed { .. } => "replayed",
             Self::Disconnected { .. } => "disconnected",
             Self::Reconnected { .. } => "reconnected",
             Self::Closed { .. } => "closed",

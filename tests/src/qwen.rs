@@ -83,6 +83,42 @@ impl QwenPeer {
         Ok(peer)
     }
 
+    /// Stops the daemon and starts it again on the same URL with the same token and the same state
+    /// (its sessions survive on disk), as an operator's restart would.
+    ///
+    /// # Panics
+    /// When it does not come back on the same URL.
+    pub fn restart(&self) {
+        self.stop();
+        let port = self
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.split('/').next())
+            .expect("port in the URL")
+            .to_owned();
+        let out = Command::new("bash")
+            .arg(crate::shared_dir().join("peers/qwen/start.sh"))
+            .arg(&self.state.0)
+            .env("QWEN_PORT", &port)
+            .env("QWEN_SERVER_TOKEN", &self.token)
+            .output()
+            .expect("run start.sh");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.lines().next(),
+            Some(self.url.as_str()),
+            "qwen-code did not come back on {}: {}",
+            self.url,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops the daemon (its state stays for [`QwenPeer::restart`]).
+    pub fn stop(&self) {
+        stop(&self.state.0);
+    }
+
     /// The daemon's workspace directory (its sessions' cwd).
     #[must_use]
     pub fn workspace(&self) -> PathBuf {

@@ -514,3 +514,148 @@ async fn wss_urls_set_up_tls_with_ring_and_fail_cleanly_against_a_non_tls_server
         .expect_err("no TLS there");
     assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
 }
+
+/// L6: a daemon that replays a loaded session's history after answering the load (qwen-code: until
+/// its `_qwen/notify` `replay_complete`) — everything in between is history, marked as such; the mode
+/// is applied after the load; the workspace the daemon serves is read from `initialize`.
+#[tokio::test]
+async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_reapplied() {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+        let init = peer.expect("initialize").await;
+        peer.reply(&init, json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
+            "promptCapabilities": {"image": true}, "_meta": {"qwen": {"workspaceCwd": "/ws"}}}}))
+            .await;
+        let load = peer.expect("session/load").await;
+        peer.reply(&load, json!({"modes": {"currentModeId": "auto"}})).await;
+        let mode = peer.expect("session/set_mode").await;
+        assert_eq!(mode["params"]["modeId"], "yolo", "{mode}");
+        peer.reply(&mode, json!({})).await;
+        peer.send(update(json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"old prompt"}}))).await;
+        peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"old answer"}}))).await;
+        peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c0","title":"echo old","kind":"execute","status":"pending"}))).await;
+        peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c0","status":"completed","rawOutput":{"output":"old","exitCode":0}}))).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"replay_complete","data":{"replayedCount":4}}})).await;
+        peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"new answer"}}))).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let mut cfg = config(&daemon);
+    cfg.session_mode = Some("yolo".into());
+    let (client, info, mut events) = DaemonClient::connect(cfg).await.expect("connect");
+    assert!(info.images);
+    assert_eq!(info.workspace.as_deref(), Some(std::path::Path::new("/ws")));
+    assert_eq!(
+        info.session_cwd(None).expect("no mismatch").as_deref(),
+        Some(std::path::Path::new("/ws"))
+    );
+    let mismatch = info
+        .session_cwd(Some(std::path::Path::new("/elsewhere")))
+        .expect_err("another directory is refused");
+    assert!(mismatch.to_string().contains("daemon.cwd"), "{mismatch}");
+
+    let s1 = SessionId::parse("s1").expect("id");
+    assert!(!client.is_bound(&s1));
+    client.load_session(&s1, "/ws").await.expect("load");
+    assert!(
+        client.is_bound(&s1),
+        "a loaded session belongs to this connection"
+    );
+    let seen = until(&mut events, |e| matches!(e, DaemonEvent::AgentText { .. })).await;
+    let n = names(&seen);
+    assert_eq!(
+        n,
+        [
+            "replayed",
+            "replayed",
+            "replayed",
+            "replayed",
+            "other",
+            "agent_text"
+        ],
+        "history until the marker, live after it: {seen:?}"
+    );
+    assert!(matches!(&seen[1], DaemonEvent::Replayed { event, .. }
+            if matches!(&**event, DaemonEvent::AgentText { text, .. } if text == "old answer")));
+    assert!(
+        matches!(&seen[5], DaemonEvent::AgentText { text, .. } if text == "new answer"),
+        "{seen:?}"
+    );
+}
+
+/// L6: a daemon that replays before answering the load (shell-agent): the frames before the answer
+/// are history, the ones after it are live; a reconnect unbinds every session until it is loaded again.
+#[tokio::test]
+async fn l6_a_reconnect_unbinds_sessions_and_a_replay_before_the_answer_is_history() {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+        peer.handshake().await;
+        if peer.number == 1 {
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "s1"})).await;
+            let _ = peer.expect("session/prompt").await;
+            peer.drop_connection();
+            return;
+        }
+        let load = peer.expect("session/load").await;
+        peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"old"}}))).await;
+        peer.reply(&load, json!({})).await;
+        peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"live"}}))).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_shell_agent/turn_complete","params":{"sessionId":"s1","stopReason":"end_turn"}})).await;
+        let _ = peer.recv().await;
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let s1 = client.new_session("/work").await.expect("new").session;
+    assert!(client.is_bound(&s1));
+    let prompt = {
+        let (client, s1) = (client.clone(), s1.clone());
+        tokio::spawn(async move { client.prompt(&s1, "x").await })
+    };
+    let mut seen = until(&mut events, |e| matches!(e, DaemonEvent::TurnEnded { .. })).await;
+    if !seen
+        .iter()
+        .any(|e| matches!(e, DaemonEvent::Reconnected { .. }))
+    {
+        seen.extend(
+            until(&mut events, |e| {
+                matches!(e, DaemonEvent::Reconnected { .. })
+            })
+            .await,
+        );
+    }
+    // The supervisor's `reconnected` and the connection's live frames race; their order is not the point.
+    let n: Vec<_> = names(&seen)
+        .into_iter()
+        .filter(|n| *n != "reconnected")
+        .collect();
+    assert_eq!(
+        n,
+        [
+            "disconnected",
+            "replayed",
+            "agent_text",
+            "other",
+            "turn_ended"
+        ],
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, DaemonEvent::Reconnected { .. }))
+    );
+    assert!(
+        matches!(seen.iter().find(|e| e.name() == "agent_text"),
+            Some(DaemonEvent::AgentText { text, .. }) if text == "live"),
+        "{seen:?}"
+    );
+    assert!(
+        client.is_bound(&s1),
+        "the open turn's session was loaded on the new connection"
+    );
+    prompt.await.expect("join").expect("the turn ended");
+}

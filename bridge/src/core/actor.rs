@@ -219,6 +219,25 @@ pub(crate) async fn run(
 const STORE_RETRIES: u32 = 130;
 
 /// A tool call's id scoped by its daemon session (see `Actor::scoped`).
+/// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
+/// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
+/// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
+/// already-seen ones harmless). Text is always history: an answer is never glued to an old one.
+fn replay_is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
+    match event {
+        DaemonEvent::AgentText { .. }
+        | DaemonEvent::Thought { .. }
+        | DaemonEvent::Usage { .. }
+        | DaemonEvent::Plan { .. }
+        | DaemonEvent::PermissionRequested(_) => false,
+        DaemonEvent::ToolUpdated { call, .. }
+        | DaemonEvent::ToolProgress { call, .. }
+        | DaemonEvent::ToolOutput { call, .. }
+        | DaemonEvent::ToolFinished { call, .. } => turn.resumed || turn.tools.contains_key(call),
+        _ => turn.resumed,
+    }
+}
+
 fn scoped_id(session: Option<&SessionId>, call: &ToolCallId) -> String {
     match session {
         Some(s) => format!("{s}/{call}"),
@@ -590,7 +609,9 @@ impl Actor {
 
     async fn ensure_session(&mut self) -> std::result::Result<SessionId, daemon_client::Error> {
         if let Some(s) = self.session.clone() {
-            if self.session_ready {
+            // A session belongs to the connection that created or loaded it (L6): after a reconnect
+            // it is loaded again before its next prompt.
+            if self.session_ready && self.core.client.is_bound(&s) {
                 return Ok(s);
             }
             super::lock(&self.core.sessions).insert(s.clone(), self.conv.id.clone());
@@ -609,11 +630,6 @@ impl Actor {
             }
         }
         let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
-        if let Some(mode) = &self.core.cfg.mode
-            && let Err(e) = self.core.client.set_mode(&new.session, mode).await
-        {
-            tracing::warn!(error = %e, %mode, "could not set the session mode");
-        }
         super::lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
         let cwd = self.core.cfg.cwd.display().to_string();
         if let Ok(mut c) = self.core.store.conn().await {
@@ -888,8 +904,17 @@ impl Actor {
         if let DaemonEvent::PermissionRequested(req) = &e {
             return self.on_permission(req.clone()).await;
         }
+        let e = match e {
+            // History replayed by session/load is never live output (L6). Only an update for a
+            // tool this turn is still waiting on is news: it ended while the connection was down.
+            DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
+                Some(turn) if replay_is_news(turn, &event) => *event,
+                _ => return Ok(()),
+            },
+            e => e,
+        };
         let Some(turn) = self.turn.as_mut() else {
-            // Replays after session/load, and stray frames: nothing to attach them to.
+            // Stray frames: nothing to attach them to.
             return Ok(());
         };
         turn.liveness.observe(&e, Instant::now());

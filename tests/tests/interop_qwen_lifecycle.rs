@@ -1,0 +1,154 @@
+//! The bridge against the real qwen-code daemon through its lifecycle (L6): a daemon restarted on
+//! the same URL between two messages of a thread, the mode that must survive a reload, the history a
+//! reload replays, and the workspace the daemon serves. Skipped — loudly — only when npm cannot
+//! install qwen.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{Tone, console};
+use chat_bridge::config::Config;
+use chat_bridge_tests::init_tracing;
+use chat_bridge_tests::qwen::{QwenPeer, Unavailable};
+use chat_bridge_tests::recorder::Recorder;
+
+fn peer() -> Option<QwenPeer> {
+    match QwenPeer::start() {
+        Ok(p) => Some(p),
+        Err(Unavailable::NotInstallable(why)) => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED interop_qwen_lifecycle: the qwen-code daemon could not be installed from npm !!!!!!!!\n{why}\n"
+            );
+            None
+        }
+    }
+}
+
+fn config(peer: &QwenPeer, dir: &tempfile::TempDir) -> Config {
+    let mut cfg = Config::default();
+    cfg.database.url = format!("sqlite://{}", dir.path().join("qwen.db").display());
+    cfg.daemon.url = Some(peer.url.clone());
+    cfg.daemon.token = Some(peer.token.clone().into());
+    cfg.daemon.mode = Some("yolo".into());
+    cfg
+}
+
+async fn settle(app: &Application) {
+    tokio::time::timeout(Duration::from_secs(90), app.core.wait_idle())
+        .await
+        .expect("the turn ends");
+    for _ in 0..200 {
+        if chat_bridge::outbox_worker::drained(&app.store)
+            .await
+            .expect("store")
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the outbox did not drain");
+}
+
+/// L6 items 1–3 and 7: with `daemon.cwd` unset (the README's example), the thread runs in the
+/// daemon's workspace; after the daemon restarts on the same URL the next message of the same thread
+/// runs without `/new`, in `yolo` mode (no approval asked), and its answer is only the new text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l6_a_thread_survives_a_daemon_restart_with_its_mode_and_without_replayed_history() {
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&config(&peer, &dir), rec.clone())
+        .await
+        .expect("build: daemon.cwd unset takes the daemon's workspace");
+
+    app.core
+        .accept(console::inbound("RUN 20000 echo first"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    let before = rec.posts().len();
+
+    peer.restart();
+    // The client notices the restart and reconnects by itself.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let reconnects = app.client_stats().reconnects;
+        if reconnects >= 1 && app.core.daemon_connected.load(Ordering::SeqCst) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reconnected within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    app.core
+        .accept(console::inbound("RUN 20000 echo second"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+
+    let after: Vec<_> = rec.latest().into_iter().skip(before).collect();
+    let all = rec.latest();
+    assert!(
+        all.iter().all(|(_, m)| m.buttons.is_empty()),
+        "yolo is applied after session/load too: no approval asked: {all:#?}"
+    );
+    assert!(
+        all.iter().all(|(_, m)| {
+            let text = format!("{} {:?} {:?}", m.title, m.body, m.code);
+            !text.contains("not owned") && !text.contains("no longer knows")
+        }),
+        "the thread carries on in its own session: {all:#?}"
+    );
+    let second = after
+        .iter()
+        .find(|(_, m)| m.tone == Tone::Success && m.code.as_deref() == Some("second"))
+        .unwrap_or_else(|| panic!("the second command ran after the restart: {after:#?}"));
+    assert!(second.1.title.contains("echo second"), "{:?}", second.1);
+    let answers: Vec<_> = after
+        .iter()
+        .filter(|(_, m)| m.title == "💬 answer")
+        .map(|(_, m)| m.body.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        answers,
+        vec!["Command finished.".to_owned()],
+        "only the new turn's answer, no replayed history glued to it"
+    );
+    assert_eq!(
+        after
+            .iter()
+            .filter(|(_, m)| m.title.contains("echo first"))
+            .count(),
+        0,
+        "the replayed first command is not posted again"
+    );
+    app.shutdown().await;
+    drop(peer);
+}
+
+/// L6 item 7: a `daemon.cwd` the daemon does not serve stops start-up with a message naming the key,
+/// instead of refusing every `session/new` later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(&peer, &dir);
+    cfg.daemon.cwd = Some(dir.path().to_path_buf());
+    let err = Application::build(&cfg, Arc::new(Recorder::default()))
+        .await
+        .err()
+        .expect("refused");
+    let text = format!("{err:#}");
+    assert!(text.contains("daemon.cwd"), "{text}");
+    assert!(
+        text.contains(&peer.workspace().display().to_string()),
+        "{text}"
+    );
+}
