@@ -57,25 +57,7 @@ pub struct Family {
 }
 
 /// Every [`daemon_client::DaemonEvent`] kind name.
-const EVENT_KINDS: &[&str] = &[
-    "agent_text",
-    "thought",
-    "usage",
-    "tool_started",
-    "tool_updated",
-    "tool_progress",
-    "tool_output",
-    "tool_finished",
-    "late_update",
-    "plan",
-    "permission_requested",
-    "turn_ended",
-    "other",
-    "malformed",
-    "disconnected",
-    "reconnected",
-    "closed",
-];
+const EVENT_KINDS: &[&str] = daemon_client::DaemonEvent::NAMES;
 const TOOL_OUTCOMES: &[&str] = &["completed", "failed", "timed_out", "cancelled"];
 const TURN_STATUSES: &[&str] = &["ended", "cancelled", "stalled", "interrupted"];
 const DELIVERY_RESULTS: &[&str] = &["ok", "retried", "rate_limited", "dead_lettered", "skipped"];

@@ -169,6 +169,28 @@ impl DaemonEvent {
         }
     }
 
+    /// Every value [`DaemonEvent::name`] can return, for metrics registered before the first event.
+    pub const NAMES: &'static [&'static str] = &[
+        "agent_text",
+        "thought",
+        "usage",
+        "tool_started",
+        "tool_updated",
+        "tool_progress",
+        "tool_output",
+        "tool_finished",
+        "late_update",
+        "plan",
+        "permission_requested",
+        "turn_ended",
+        "other",
+        "malformed",
+        "replayed",
+        "disconnected",
+        "reconnected",
+        "closed",
+    ];
+
     /// A short, stable name for metrics and logs (never user text).
     #[must_use]
     pub fn name(&self) -> &'static str {

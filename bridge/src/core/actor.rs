@@ -218,7 +218,6 @@ pub(crate) async fn run(
 /// about ten minutes).
 const STORE_RETRIES: u32 = 130;
 
-/// A tool call's id scoped by its daemon session (see `Actor::scoped`).
 /// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
 /// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
 /// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
@@ -238,6 +237,7 @@ fn replay_is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
     }
 }
 
+/// A tool call's id scoped by its daemon session (see `Actor::scoped`).
 fn scoped_id(session: Option<&SessionId>, call: &ToolCallId) -> String {
     match session {
         Some(s) => format!("{s}/{call}"),
