@@ -1,25 +1,38 @@
-//! Wiring: `Application::build` connects the store, the daemon (the built-in shell agent when no URL is
-//! configured), the core and a channel; the console runs on top of it.
+//! The bridge around one channel: `Application::build` connects the store, the daemon (the built-in
+//! shell agent when no URL is configured), the core and the outbox; [`Application::accept`] takes
+//! chat events; [`Application::shutdown`] stops it within a bound. Which platform feeds it, and
+//! the process around it, is `startup.rs`.
+//!
+//! Every task it spawns runs on one [`TaskTracker`] and ends on its cancellation token; shutdown
+//! cancels, closes the tracker and waits a bounded time (`service.drain_timeout` plus
+//! [`SHUTDOWN_GRACE`]), then abandons what is still running and closes the store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use daemon_client::{ClientConfig, DaemonClient, LivenessConfig};
+use secrecy::ExposeSecret;
 use shell_agent::{AgentConfig, ShellAgent};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::channel::{Channel, console};
-use crate::config::{Config, Secret, SlackMode};
+use crate::channel::Channel;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
 use crate::core::redact::Redactor;
 use crate::core::{Core, CoreConfig};
 use crate::outbox_worker;
 use crate::replica::{self, Role, Status, Watch};
 use crate::store::Store;
 use crate::store::outbox::RetryPolicy;
+
+/// How long shutdown waits, beyond `service.drain_timeout`, for tasks to end before it abandons
+/// them and closes the store.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 const LEASE_LOST: &str = "another replica took the leader lease while this one could not reach the database; stopped acting (restart it to stand by)";
 
@@ -34,10 +47,13 @@ pub struct Application {
     agent: Option<ShellAgent>,
     client: DaemonClient,
     stop: CancellationToken,
+    tracker: TaskTracker,
     outbox: JoinHandle<()>,
     router: JoinHandle<()>,
     http: Option<Http>,
     lease: Watch,
+    drain_timeout: Duration,
+    grace: Duration,
     /// Where the daemon is (for the banner).
     pub daemon_url: String,
     /// Where the HTTP server listens, when `http.listen` is set.
@@ -46,18 +62,14 @@ pub struct Application {
 
 /// How long handled inbound event ids are kept for deduplication: platforms retry within minutes
 /// (Slack) or replay within a gateway session (Discord).
-const INBOX_KEEP: Duration = Duration::from_secs(24 * 3600);
+pub const INBOX_KEEP: Duration = Duration::from_secs(24 * 3600);
 
-/// Forgets handled inbox entries older than [`INBOX_KEEP`], hourly, until `stop`.
-async fn prune_inbox(store: Store, stop: CancellationToken) {
+/// Forgets handled inbox entries older than [`INBOX_KEEP`] by `clock`, hourly, until `stop`.
+async fn prune_inbox(store: Store, clock: Arc<dyn Clock>, stop: CancellationToken) {
     loop {
-        let before = crate::store::now_ms() - INBOX_KEEP.as_millis() as i64;
-        match store.conn().await {
-            Ok(mut c) => match crate::store::inbound::prune(&mut c, before).await {
-                Ok(n) if n > 0 => tracing::debug!(n, "pruned handled inbound events"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
-            },
+        match prune_inbox_once(&store, clock.as_ref()).await {
+            Ok(n) if n > 0 => tracing::debug!(n, "pruned handled inbound events"),
+            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
         }
         tokio::select! {
@@ -65,6 +77,19 @@ async fn prune_inbox(store: Store, stop: CancellationToken) {
             () = tokio::time::sleep(Duration::from_secs(3600)) => {}
         }
     }
+}
+
+/// Forgets handled inbox entries received more than [`INBOX_KEEP`] before `clock`'s now; how many.
+///
+/// # Errors
+/// Store errors.
+pub async fn prune_inbox_once(
+    store: &Store,
+    clock: &dyn Clock,
+) -> Result<u64, crate::store::StoreError> {
+    let keep = i64::try_from(INBOX_KEEP.as_millis()).unwrap_or(i64::MAX);
+    let mut c = store.conn().await?;
+    crate::store::inbound::prune(&mut c, clock.now_ms().saturating_sub(keep)).await
 }
 
 impl std::fmt::Debug for Application {
@@ -87,6 +112,7 @@ impl Http {
         cfg: &Config,
         store: &Store,
         status: &Arc<Status>,
+        tracker: &TaskTracker,
     ) -> anyhow::Result<Option<(Self, std::net::SocketAddr)>> {
         let Some(listen) = &cfg.http.listen else {
             return Ok(None);
@@ -98,11 +124,11 @@ impl Http {
         let router = crate::http::router(crate::http::HttpState::new(
             store.clone(),
             status.clone(),
-            cfg.http.api_token.as_ref().map(|t| t.expose().to_owned()),
+            cfg.http.api_token.clone(),
         ));
         let stop = CancellationToken::new();
         let stop_http = stop.clone();
-        let task = tokio::spawn(async move {
+        let task = tracker.spawn(async move {
             let _ = axum::serve(listener, router)
                 .with_graceful_shutdown(async move { stop_http.cancelled().await })
                 .await;
@@ -111,9 +137,10 @@ impl Http {
         Ok(Some((Self { stop, task }, addr)))
     }
 
-    async fn stop(self) {
+    /// Stops the server, waiting for it until `deadline` at most.
+    async fn stop(self, deadline: Instant) {
         self.stop.cancel();
-        let _ = self.task.await;
+        bounded("the HTTP server", deadline, self.task).await;
     }
 }
 
@@ -142,7 +169,20 @@ impl Application {
         let _ = crate::metrics::handle();
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
-        let (http, http_addr) = match Http::start(cfg, &store, &status).await? {
+        let tracker = TaskTracker::new();
+        let http = match Http::start(cfg, &store, &status, &tracker).await {
+            Ok(http) => http,
+            Err(e) => {
+                bounded(
+                    "closing the store",
+                    Instant::now() + SHUTDOWN_GRACE,
+                    store.close(),
+                )
+                .await;
+                return Err(e);
+            }
+        };
+        let (http, http_addr) = match http {
             Some((h, a)) => (Some(h), Some(a)),
             None => (None, None),
         };
@@ -151,9 +191,14 @@ impl Application {
                 Ok(Some(lease)) => lease,
                 other => {
                     if let Some(http) = http {
-                        http.stop().await;
+                        http.stop(Instant::now() + SHUTDOWN_GRACE).await;
                     }
-                    store.close().await;
+                    bounded(
+                        "closing the store",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        store.close(),
+                    )
+                    .await;
                     return match other {
                         Ok(_) => Ok(None),
                         Err(e) => Err(e.into()),
@@ -161,17 +206,18 @@ impl Application {
                 }
             };
         let lease = Watch::start(store.clone(), lease, cfg.service.leader_check);
-        match Self::activate(cfg, channel, store.clone(), status.clone(), lease).await {
+        match Self::activate(cfg, channel, store.clone(), status.clone(), lease, tracker).await {
             Ok(mut app) => {
                 app.http = http;
                 app.http_addr = http_addr;
                 Ok(Some(app))
             }
             Err(e) => {
+                let deadline = Instant::now() + SHUTDOWN_GRACE;
                 if let Some(http) = http {
-                    http.stop().await;
+                    http.stop(deadline).await;
                 }
-                store.close().await;
+                bounded("closing the store", deadline, store.close()).await;
                 Err(e)
             }
         }
@@ -183,6 +229,7 @@ impl Application {
         store: Store,
         status: Arc<Status>,
         lease: Watch,
+        tracker: TaskTracker,
     ) -> anyhow::Result<Self> {
         {
             // This process is the one active replica: claims left by a previous run are void.
@@ -200,7 +247,10 @@ impl Application {
             Some(url) => (
                 None,
                 url.clone(),
-                cfg.daemon.token.as_ref().map(|t| t.expose().to_owned()),
+                cfg.daemon
+                    .token
+                    .as_ref()
+                    .map(|t| t.expose_secret().to_owned()),
             ),
             None => {
                 let agent_cfg = AgentConfig {
@@ -256,8 +306,8 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
-        let router = tokio::spawn(core.clone().route_events(events));
-        let outbox = tokio::spawn(outbox_worker::run(
+        let router = tracker.spawn(core.clone().route_events(events));
+        let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),
             channel.clone(),
             wake,
@@ -265,6 +315,7 @@ impl Application {
             cfg.service.drain_timeout,
             RetryPolicy::default(),
             cfg.service.outbox_workers,
+            Arc::new(SystemClock),
         ));
         status.attach(core.clone(), channel);
         status.set_role(Role::Active);
@@ -279,7 +330,11 @@ impl Application {
                 "taking chat events the previous run recorded but did not act on"
             );
         }
-        tokio::spawn(prune_inbox(store.clone(), stop.clone()));
+        tracker.spawn(prune_inbox(
+            store.clone(),
+            Arc::new(SystemClock),
+            stop.clone(),
+        ));
         Ok(Self {
             core,
             store,
@@ -287,10 +342,13 @@ impl Application {
             agent,
             client,
             stop,
+            tracker,
             outbox,
             router,
             http: None,
             lease,
+            drain_timeout: cfg.service.drain_timeout,
+            grace: SHUTDOWN_GRACE,
             daemon_url: url,
             http_addr: None,
         })
@@ -301,36 +359,12 @@ impl Application {
         self.lease.lost.cancelled().await;
     }
 
-    /// Feeds console lines until `input` ends (or `stop`), then waits for the last turn to finish and
-    /// its messages to be delivered.
+    /// Waits for the work in hand to end — every turn finished and its messages delivered — or
+    /// `stop`: the input ended (the console's stdin closed) and the bridge exits once it is done.
     ///
     /// # Errors
-    /// Reading input or the store failing.
-    pub async fn run_console<R: AsyncBufRead + Unpin>(
-        &self,
-        input: R,
-        stop: CancellationToken,
-    ) -> anyhow::Result<()> {
-        let mut input = input;
-        let mut raw = Vec::new();
-        loop {
-            raw.clear();
-            let n = tokio::select! {
-                () = stop.cancelled() => return Ok(()),
-                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-                n = input.read_until(b'\n', &mut raw) => n.context("reading the console")?,
-            };
-            if n == 0 {
-                break;
-            }
-            // Bytes that are not UTF-8 become U+FFFD: a line is never lost for them (S4).
-            let line = String::from_utf8_lossy(&raw);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.trim().is_empty() {
-                continue;
-            }
-            self.accept(console::inbound(line), &stop).await;
-        }
+    /// The store failing, or another replica taking the leader lease.
+    pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
@@ -339,6 +373,7 @@ impl Application {
         while !outbox_worker::drained(&self.store).await? {
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
+                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                 () = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
         }
@@ -416,7 +451,7 @@ impl Application {
     ///
     /// # Errors
     /// Another replica took the leader lease.
-    async fn pump(
+    pub async fn pump(
         &self,
         rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Arrival>,
         stop: &CancellationToken,
@@ -434,155 +469,137 @@ impl Application {
         Ok(())
     }
 
+    /// The tracker every task of this bridge runs on; a platform's listener joins it, so shutdown
+    /// waits for it within the same bound.
+    #[must_use]
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    /// How long [`Application::shutdown`] waits beyond `service.drain_timeout` before it abandons
+    /// tasks that have not ended (default [`SHUTDOWN_GRACE`]).
+    pub fn set_shutdown_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
     /// Stops taking work (`/readyz` says `stopping`), delivers what is due (bounded by
-    /// `service.drain_timeout`), closes connections and gives the leader lease up.
+    /// `service.drain_timeout`), closes connections and gives the leader lease up. Every wait is
+    /// bounded: whatever has not ended by `service.drain_timeout` plus the grace (a stuck platform
+    /// task, a daemon that does not close) is abandoned, and the store is closed anyway.
     pub async fn shutdown(self) {
+        let deadline = Instant::now() + self.drain_timeout + self.grace;
         self.status.set_role(Role::Stopping);
         self.stop.cancel();
-        let _ = self.outbox.await;
-        match outbox_worker::drained(&self.store).await {
-            Ok(true) => tracing::info!("outbox drained"),
-            Ok(false) => tracing::warn!(
+        self.tracker.close();
+        bounded("delivering the outbox", deadline, self.outbox).await;
+        match bounded(
+            "reading the outbox",
+            deadline,
+            outbox_worker::drained(&self.store),
+        )
+        .await
+        {
+            Some(Ok(true)) => tracing::info!("outbox drained"),
+            Some(Ok(false)) => tracing::warn!(
                 "stopping with chat messages not yet delivered; the next active replica delivers them"
             ),
-            Err(e) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
+            Some(Err(e)) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
+            None => {}
         }
         self.router.abort();
         self.client.close();
         if let Some(agent) = self.agent {
-            agent.shutdown().await;
-        }
-        self.lease.release().await;
-        if let Some(http) = self.http {
-            http.stop().await;
-        }
-        self.store.close().await;
-    }
-}
-
-/// A secret `validate` guarantees is set for this platform.
-fn required<'a>(secret: Option<&'a Secret>, var: &str) -> anyhow::Result<&'a str> {
-    Ok(secret.context(format!("{var} is not set"))?.expose())
-}
-
-/// Runs the bridge on Slack (Socket Mode in, Web API out) until `stop`.
-///
-/// # Errors
-/// An invalid configuration ([`Config::validate`]: missing or empty tokens, no allowlist without
-/// `access.open`, …), Slack refusing the bot token, or anything `Application::build` reports.
-pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
-    use crate::channel::slack::api::{SlackToken, WebApi};
-    use crate::channel::slack::{Slack, events::Access, socket};
-    cfg.validate()?;
-    let bot = required(cfg.slack.bot_token.as_ref(), "CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
-    let app_token = match cfg.slack.mode {
-        SlackMode::Http => None,
-        SlackMode::Socket => Some(required(
-            cfg.slack.app_token.as_ref(),
-            "CHAT_BRIDGE_SLACK__APP_TOKEN",
-        )?),
-    };
-    let api = WebApi::new(&cfg.slack.api_base_url, SlackToken::new(bot))?;
-    let me = api
-        .auth_test()
-        .await
-        .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
-    tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
-    let slack = Slack::new(api.clone());
-    let connected = slack.connection_flag();
-    let Some(app) = Application::build_until(cfg, Arc::new(slack), &stop).await? else {
-        return Ok(());
-    };
-    let access = Access {
-        channels: cfg.slack.allowed_channels.clone(),
-        users: cfg.slack.allowed_users.clone(),
-        allow_dms: cfg.slack.allow_dms,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let inbound: tokio::task::JoinHandle<()> = match app_token {
-        Some(app_token) => tokio::spawn(socket::run(
-            api,
-            SlackToken::new(app_token),
-            me.user_id,
-            access,
-            tx,
-            stop.clone(),
-            connected,
-        )),
-        None => {
-            let secret = required(
-                cfg.slack.signing_secret.as_ref(),
-                "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
-            )?;
-            let listen = cfg
-                .slack
-                .listen
-                .parse()
-                .with_context(|| format!("slack.listen {:?}", cfg.slack.listen))?;
-            let (_, task) = crate::channel::slack::http_mode::serve(
-                listen,
-                secret,
-                me.user_id,
-                access,
-                tx,
-                stop.clone(),
+            bounded(
+                "stopping the built-in shell agent",
+                deadline,
+                agent.shutdown(),
             )
-            .await
-            .with_context(|| format!("listening on {}", cfg.slack.listen))?;
-            task
+            .await;
         }
-    };
-    let result = app.pump(&mut rx, &stop).await;
-    stop.cancel();
-    let _ = inbound.await;
-    app.shutdown().await;
-    result
+        bounded("giving the leader lease up", deadline, self.lease.release()).await;
+        if let Some(http) = self.http {
+            http.stop(deadline).await;
+        }
+        if bounded("the remaining tasks", deadline, self.tracker.wait())
+            .await
+            .is_none()
+        {
+            tracing::error!(
+                tasks = self.tracker.len(),
+                "tasks still running after service.drain_timeout and the grace; abandoning them"
+            );
+        }
+        // The store closes last, whatever was abandoned; a pool that does not close in a second
+        // is dropped.
+        bounded(
+            "closing the store",
+            Instant::now() + Duration::from_secs(1),
+            self.store.close(),
+        )
+        .await;
+    }
 }
 
-/// Runs the bridge on Discord (serenity's gateway in, its REST client out) until `stop`.
-///
-/// # Errors
-/// An invalid configuration ([`Config::validate`]: a missing or empty token, no allowlist without
-/// `access.open`, …), a refused token, the gateway giving up, or anything `Application::build`
-/// reports.
-pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
-    use crate::channel::discord::{self, Gateway, events::Access};
-    cfg.validate()?;
-    let token = required(cfg.discord.token.as_ref(), "CHAT_BRIDGE_DISCORD__TOKEN")?;
-    let http = discord::http(token, &cfg.discord.api_base_url);
-    let me = http.get_current_user().await.map_err(|e| {
-        anyhow::anyhow!("Discord refused the bot token or could not be reached ({e}); check CHAT_BRIDGE_DISCORD__TOKEN and discord.api_base_url")
-    })?;
-    tracing::info!(user = %me.id, "Discord accepted the bot token");
-    let access = Access {
-        channels: cfg.discord.allowed_channels.clone(),
-        users: cfg.discord.allowed_users.clone(),
-        roles: cfg.discord.allowed_roles.clone(),
-        allow_dms: cfg.discord.allow_dms,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
-    let gateway = Gateway::build(http, access, redactor, tx)
-        .await
-        .context("starting the Discord gateway client")?;
-    let Some(app) = Application::build_until(cfg, Arc::new(gateway.channel.clone()), &stop).await?
-    else {
-        return Ok(());
-    };
-    let gateway_stop = stop.child_token();
-    let mut gateway_task = tokio::spawn(gateway.run(gateway_stop.clone()));
-    let result = tokio::select! {
-        r = app.pump(&mut rx, &stop) => r,
-        r = &mut gateway_task => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(anyhow::anyhow!("the Discord gateway task failed: {e}")),
-        },
-    };
-    gateway_stop.cancel();
-    if !gateway_task.is_finished() {
-        let _ = gateway_task.await;
+/// `what` awaited until `deadline`; `None` (logged) when it had not ended by then.
+pub async fn bounded<F: std::future::IntoFuture>(
+    what: &str,
+    deadline: Instant,
+    what_to_wait_for: F,
+) -> Option<F::Output> {
+    match tokio::time::timeout_at(deadline, what_to_wait_for).await {
+        Ok(out) => Some(out),
+        Err(_) => {
+            tracing::warn!("shutdown: {what} did not end in time; abandoned");
+            None
+        }
     }
-    app.shutdown().await;
-    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::inbound;
+
+    #[tokio::test]
+    async fn d2_handled_inbox_entries_are_kept_exactly_the_keep_window_and_unhandled_ones_always() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+        let store = Store::open(&url).await.expect("store");
+        let t0 = 1_800_000_000_000;
+        {
+            let mut c = store.conn().await.expect("conn");
+            inbound::record(&mut c, "slack", "handled", "{}", t0)
+                .await
+                .expect("record");
+            inbound::mark_handled(&mut c, "slack", "handled", t0)
+                .await
+                .expect("handled");
+            inbound::record(&mut c, "slack", "waiting", "{}", t0)
+                .await
+                .expect("record");
+        }
+        let keep = i64::try_from(INBOX_KEEP.as_millis()).expect("ms");
+        let clock = ManualClock::at(t0 + keep);
+        assert_eq!(
+            prune_inbox_once(&store, &clock).await.expect("prune"),
+            0,
+            "kept for the whole window: a platform retry within it is still recognised (D2)"
+        );
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(prune_inbox_once(&store, &clock).await.expect("prune"), 1);
+        clock.advance(Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(
+            prune_inbox_once(&store, &clock).await.expect("prune"),
+            0,
+            "an event not yet handled is never forgotten"
+        );
+        let mut c = store.conn().await.expect("conn");
+        assert_eq!(
+            inbound::unhandled(&mut c).await.expect("unhandled").len(),
+            1
+        );
+        drop(c);
+        store.close().await;
+    }
 }

@@ -4,12 +4,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use anyhow::Context;
-use chat_bridge::app::Application;
-use chat_bridge::channel::console::Console;
-use chat_bridge::config::{Config, Flags, Platform, mask_url};
+use chat_bridge::config::{Config, Flags, mask_url};
 use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
 use shell_agent::{AgentConfig, ShellAgent, parse_duration};
@@ -253,33 +249,12 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     Ok(Config::load(cli.config.as_deref(), env(), &flags)?)
 }
 
-fn platform(cfg: &Config) -> anyhow::Result<Platform> {
-    cfg.platform().map_err(anyhow::Error::msg)
-}
-
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
-    let platform = platform(cfg)?;
-    let access = match platform {
-        Platform::Slack if cfg.access.open && cfg.slack.allowed_users.is_empty() => {
-            "open to everyone (access.open)".to_owned()
-        }
-        Platform::Slack => format!("{} allowed users", cfg.slack.allowed_users.len()),
-        Platform::Discord
-            if cfg.access.open
-                && cfg.discord.allowed_users.is_empty()
-                && cfg.discord.allowed_roles.is_empty() =>
-        {
-            "open to everyone (access.open)".to_owned()
-        }
-        Platform::Discord => format!(
-            "{} allowed users, {} allowed roles",
-            cfg.discord.allowed_users.len(),
-            cfg.discord.allowed_roles.len()
-        ),
-        Platform::Console | Platform::Auto => "local console".to_owned(),
-    };
+    let platform = cfg.validate()?;
     println!(
-        "configuration ok: platform {platform}; access {access}; database {}; daemon {}; http {}",
+        "configuration ok: platform {}; access {}; database {}; daemon {}; http {}",
+        platform.name(),
+        platform.access(cfg),
         mask_url(&cfg.database.url),
         cfg.daemon
             .url
@@ -340,25 +315,6 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-    let stop = shutdown_signal();
-    let Some(app) = Application::build_until(cfg, Arc::new(Console::stdout()), &stop).await? else {
-        return Ok(());
-    };
-    if std::io::stdin().is_terminal() {
-        println!(
-            "chat-bridge — agent at {} · database {} · type a shell command, /help for commands, Ctrl-D to quit",
-            mask_url(&app.daemon_url),
-            mask_url(&cfg.database.url)
-        );
-    }
-    let input = tokio::io::BufReader::new(tokio::io::stdin());
-    let result = app.run_console(input, stop).await;
-    app.shutdown().await;
-    result
-}
-
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -399,11 +355,7 @@ async fn run() -> ExitCode {
 /// Runs `command` (the bridge itself when `None`) with a validated configuration.
 async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<()> {
     match command {
-        None => match platform(cfg)? {
-            Platform::Slack => chat_bridge::app::run_slack(cfg, shutdown_signal()).await,
-            Platform::Discord => chat_bridge::app::run_discord(cfg, shutdown_signal()).await,
-            Platform::Console | Platform::Auto => run_bridge(cfg).await,
-        },
+        None => chat_bridge::startup::run(cfg, shutdown_signal()).await,
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
         Some(Command::Migrate) => migrate(cfg).await,
         Some(Command::CheckConfig) => check_config(cfg),
