@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use chat_bridge::config::{Config, Flags, mask_url};
+use chat_bridge::config::{Config, ExposeSecret, Flags, SecretString, mask_url};
 use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
 use shell_agent::{AgentConfig, ShellAgent, parse_duration};
@@ -28,8 +28,8 @@ struct Cli {
     #[arg(long, global = true)]
     daemon_url: Option<String>,
     /// Overrides daemon.token (prefer CHAT_BRIDGE_DAEMON__TOKEN: flags show in `ps`).
-    #[arg(long, global = true, hide_env_values = true)]
-    daemon_token: Option<String>,
+    #[arg(long, global = true, hide_env_values = true, value_parser = secret)]
+    daemon_token: Option<SecretString>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -108,8 +108,8 @@ struct ShellAgentArgs {
     listen: SocketAddr,
     /// Bearer token clients must send; generated and printed when not given. Set but empty is an
     /// error (S1).
-    #[arg(long, env = SHELL_AGENT_TOKEN, hide_env_values = true)]
-    token: Option<String>,
+    #[arg(long, env = SHELL_AGENT_TOKEN, hide_env_values = true, value_parser = secret)]
+    token: Option<SecretString>,
     /// Heartbeat period while a command is silent (`0` disables).
     #[arg(long, default_value = "10s", value_parser = duration)]
     heartbeat_interval: Duration,
@@ -122,6 +122,11 @@ struct ShellAgentArgs {
     /// Output kept per command, in bytes (the tail is kept).
     #[arg(long, default_value_t = 1 << 20)]
     output_cap: usize,
+}
+
+/// A secret flag: kept as a [`SecretString`], so the parsed command line never prints it (S2).
+fn secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s))
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -205,7 +210,7 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
     // empty CHAT_BRIDGE_SHELL_AGENT_TOKEN is refused rather than read as unset (S1).
     chat_bridge::config::check_variable_names(env().iter().map(|(k, _)| k.as_str()))?;
     let token = match args.token {
-        Some(t) => Some(t),
+        Some(t) => Some(t.expose_secret().to_owned()),
         None => std::env::var_os(SHELL_AGENT_TOKEN).map(|v| v.to_string_lossy().into_owned()),
     };
     let cfg = AgentConfig {
@@ -244,7 +249,10 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let flags = Flags {
         database_url: cli.database_url.clone(),
         daemon_url: cli.daemon_url.clone(),
-        daemon_token: cli.daemon_token.clone(),
+        daemon_token: cli
+            .daemon_token
+            .as_ref()
+            .map(|t| t.expose_secret().to_owned()),
     };
     Ok(Config::load(cli.config.as_deref(), env(), &flags)?)
 }
@@ -360,5 +368,31 @@ async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<(
         Some(Command::Migrate) => migrate(cfg).await,
         Some(Command::CheckConfig) => check_config(cfg),
         Some(Command::History(cmd)) => history(cfg, cmd).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn s2_the_parsed_command_line_never_debug_prints_a_token() {
+        let cli = Cli::try_parse_from([
+            "chat-bridge",
+            "--daemon-token",
+            "flag-424242",
+            "shell-agent",
+            "--token",
+            "agent-424242",
+        ])
+        .expect("parse");
+        let debug = format!("{cli:?}");
+        assert!(!debug.contains("424242"), "{debug}");
+        assert_eq!(
+            cli.daemon_token.as_ref().map(ExposeSecret::expose_secret),
+            Some("flag-424242")
+        );
     }
 }
