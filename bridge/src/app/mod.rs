@@ -133,7 +133,7 @@ impl Application {
                     };
                 }
             };
-        let lease = Watch::start(store.clone(), lease, cfg.service.leader_check);
+        let lease = Watch::start(store.clone(), lease, cfg.service.leader_check, &tracker);
         match Self::activate(cfg, channel, store.clone(), status.clone(), lease, tracker).await {
             Ok(mut app) => {
                 app.http = http;

@@ -195,16 +195,10 @@ impl crate::platform::Platform for ConsolePlatform {
     ) -> BoxFuture<'a, anyhow::Result<crate::platform::Connected>> {
         Box::pin(async move {
             Ok(crate::platform::Connected {
-                channel: Arc::new(Self::channel()),
+                channel: Arc::new(Console::stdout()),
                 listen: Box::new(move |run| Box::pin(read_stdin(run, inbound))),
             })
         })
-    }
-}
-
-impl ConsolePlatform {
-    fn channel() -> Console {
-        Console::stdout()
     }
 }
 
