@@ -760,6 +760,21 @@ async fn report(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn s2_debug_of_a_running_agent_never_shows_its_token() {
+        let agent = ShellAgent::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some("agent-token-424242".into()),
+            AgentConfig::default(),
+        )
+        .await
+        .expect("start");
+        let debug = format!("{agent:?}");
+        assert!(!debug.contains("424242"), "{debug}");
+        assert_eq!(agent.token(), "agent-token-424242");
+        agent.shutdown().await;
+    }
+
     #[test]
     fn timeout_prefix_is_split_off_the_command() {
         assert_eq!(

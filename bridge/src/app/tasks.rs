@@ -113,6 +113,22 @@ mod tests {
     use crate::store::inbound;
 
     #[tokio::test]
+    async fn s2_debug_of_the_http_state_never_shows_the_api_token() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let url = format!("sqlite://{}", dir.path().join("http.db").display());
+        let store = Store::open(&url).await.expect("store");
+        let state = crate::http::HttpState::new(
+            store.clone(),
+            Arc::default(),
+            Some("api-token-424242".into()),
+        );
+        let debug = format!("{state:?}");
+        assert!(!debug.contains("424242"), "{debug}");
+        drop(state);
+        store.close().await;
+    }
+
+    #[tokio::test]
     async fn d2_handled_inbox_entries_are_kept_exactly_the_keep_window_and_unhandled_ones_always() {
         let dir = tempfile::tempdir().expect("tmp");
         let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
