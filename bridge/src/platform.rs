@@ -35,6 +35,13 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// Who may use it, in words, for `check-config`.
     fn access(&self, cfg: &Config) -> String;
 
+    /// Whether its input can end (the console's stdin): then the bridge finishes the work in hand
+    /// and exits 0. For a platform whose listener runs until its stop (the default), a listener that
+    /// returns on its own is an error: the process exits 1 so that it is restarted.
+    fn input_ends(&self) -> bool {
+        false
+    }
+
     /// Verifies its credentials and builds its channel. Events it will take go to `inbound`, but
     /// only once [`Connected::listen`] runs.
     ///
@@ -66,9 +73,9 @@ impl std::fmt::Debug for Running {
     }
 }
 
-/// Takes the platform's events until `stop` (`Ok`), until its input ends (`Ok`: the bridge then
-/// finishes the work in hand and exits, as the console does at end of input), or until it fails
-/// for good (`Err`: the process ends with that error).
+/// Takes the platform's events until `stop` (`Ok`), until its input ends (`Ok`: with
+/// [`Platform::input_ends`] the bridge then finishes the work in hand and exits, as the console does
+/// at end of input), or until it fails for good (`Err`: the process ends with that error).
 pub type Listener = Box<dyn FnOnce(Running) -> BoxFuture<'static, anyhow::Result<()>> + Send>;
 
 /// A platform whose credentials were accepted.

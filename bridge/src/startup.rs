@@ -21,6 +21,7 @@ const INBOUND_QUEUE: usize = 256;
 pub struct Application {
     bridge: Bridge,
     platform: &'static str,
+    input_ends: bool,
     listen: Listener,
     inbound: mpsc::Receiver<crate::channel::Arrival>,
     stop: CancellationToken,
@@ -65,6 +66,7 @@ impl Application {
         Ok(Some(Self {
             bridge,
             platform: platform.name(),
+            input_ends: platform.input_ends(),
             listen: connected.listen,
             inbound,
             stop,
@@ -96,6 +98,7 @@ impl Application {
         let Self {
             bridge,
             platform,
+            input_ends,
             listen,
             mut inbound,
             stop,
@@ -138,7 +141,11 @@ impl Application {
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(())), _) if stop.is_cancelled() => Ok(()),
             // The platform's input ended (the console's stdin closed): finish the work in hand.
-            (Some(Ok(())), None | Some(Ok(Ok(())))) => bridge.finish(&stop).await,
+            (Some(Ok(())), None | Some(Ok(Ok(())))) if input_ends => bridge.finish(&stop).await,
+            // A listener that should run until its stop returned on its own.
+            (Some(Ok(())), None | Some(Ok(Ok(())))) => Err(anyhow::anyhow!(
+                "{platform} stopped taking events on its own; exiting so that it is restarted"
+            )),
             (_, Some(Ok(Err(e)))) => Err(e.context(format!("{platform} stopped"))),
             (_, Some(Err(e))) => Err(anyhow::anyhow!("the {platform} listener failed: {e}")),
             (None, Some(Ok(Ok(()))) | None) => Ok(()),
@@ -185,6 +192,8 @@ mod tests {
         Fails,
         /// Sends one console line, then its input ends.
         OneLine,
+        /// Returns at once although its input cannot end (a gateway loop that gave up silently).
+        Quits,
     }
 
     #[derive(Debug)]
@@ -193,6 +202,7 @@ mod tests {
     static STUCK: TestPlatform = TestPlatform(Behaviour::Stuck);
     static FAILS: TestPlatform = TestPlatform(Behaviour::Fails);
     static ONE_LINE: TestPlatform = TestPlatform(Behaviour::OneLine);
+    static QUITS: TestPlatform = TestPlatform(Behaviour::Quits);
 
     #[derive(Clone, Default)]
     struct Screen(Arc<Mutex<Vec<u8>>>);
@@ -223,6 +233,9 @@ mod tests {
         fn access(&self, _cfg: &Config) -> String {
             "test".into()
         }
+        fn input_ends(&self) -> bool {
+            matches!(self.0, Behaviour::OneLine)
+        }
         fn connect<'a>(
             &'a self,
             _cfg: &'a Config,
@@ -241,6 +254,7 @@ mod tests {
                             Behaviour::Fails => {
                                 anyhow::bail!("cannot listen on 127.0.0.1:1: address in use")
                             }
+                            Behaviour::Quits => Ok(()),
                             Behaviour::OneLine => {
                                 let line = crate::channel::console::inbound("echo one-line-done");
                                 inbound.send(line.into()).await.ok();
@@ -336,5 +350,18 @@ mod tests {
             screen.contains("│ one-line-done"),
             "the command ran and its output was delivered: {screen}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_returning_on_its_own_is_an_error_unless_its_input_can_end() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cfg = config(dir.path(), Duration::from_secs(30));
+        let stop = CancellationToken::new();
+        let app = build(&cfg, &QUITS, &stop).await;
+        let err = tokio::time::timeout(Duration::from_secs(20), app.run_until_stopped())
+            .await
+            .expect("ends without a stop")
+            .expect_err("exits 1 so that it is restarted");
+        assert!(format!("{err:#}").contains("on its own"), "{err:#}");
     }
 }

@@ -188,6 +188,10 @@ impl crate::platform::Platform for ConsolePlatform {
         "local console".to_owned()
     }
 
+    fn input_ends(&self) -> bool {
+        true
+    }
+
     fn connect<'a>(
         &'a self,
         _cfg: &'a crate::config::Config,
