@@ -18,31 +18,42 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::clock::{Clock, SystemClock};
 use crate::replica::Status;
 use crate::store::history::{self, Filter, HistoryError};
 use crate::store::{Store, tool_calls};
 
-/// What the handlers share.
+/// What the handlers share. Its `Debug` never shows the API token (a [`SecretString`]).
 #[derive(Debug, Clone)]
 pub struct HttpState {
     store: Store,
     status: Arc<Status>,
-    api_token: Option<String>,
+    api_token: Option<SecretString>,
+    clock: Arc<dyn Clock>,
 }
 
 impl HttpState {
     /// State over the bridge's store and this replica's status; `api_token` unset disables the API
     /// (401).
     #[must_use]
-    pub fn new(store: Store, status: Arc<Status>, api_token: Option<String>) -> Self {
+    pub fn new(store: Store, status: Arc<Status>, api_token: Option<SecretString>) -> Self {
         Self {
             store,
             status,
             api_token,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same state reading "now" (for the outbox's age figures) from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
@@ -88,7 +99,7 @@ fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if shell_agent::auth::bearer_matches(given, expected) {
+    if shell_agent::auth::bearer_matches(given, expected.expose_secret()) {
         Ok(())
     } else {
         Err(ApiError(
@@ -150,7 +161,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn prometheus(State(state): State<HttpState>) -> Response {
-    crate::metrics::refresh(&state.store, &state.status).await;
+    crate::metrics::refresh(&state.store, &state.status, state.clock.now_ms()).await;
     match crate::metrics::handle() {
         Some(h) => ([("content-type", "text/plain; version=0.0.4")], h.render()).into_response(),
         None => (

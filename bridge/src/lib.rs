@@ -1,23 +1,30 @@
 //! chat-bridge: relays a coding-agent daemon into Slack, Discord and console threads.
 //!
 //! # Layout
+//! - [`startup`]: the one start path — `Application::build(config)`, then `run_until_stopped()`.
+//! - [`platform`]: the `Platform` trait and the registry of platforms (console, Slack, Discord).
 //! - [`config`]: configuration in layers (defaults, file, environment, flags).
-//! - [`channel`]: the `Channel` trait, platform-neutral messages, and the console channel.
+//! - [`channel`]: the `Channel` trait, platform-neutral messages, and each platform's folder.
 //! - [`core`]: routing, one actor per conversation, rendering (R-rules), liveness per turn.
 //! - [`outbox_worker`]: ordered delivery with retry, backoff and dead letters (D1).
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
-//! - [`app`]: wiring it all together; the embedded default.
+//! - [`app`]: the bridge around one channel (store, daemon, core, outbox, HTTP) and its bounded
+//!   shutdown.
+//! - [`clock`]: wall-clock time, injected where tests need to control it.
 //! - [`history_cli`]: `chat-bridge history`.
 //! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
 //! - [`metrics`]: the Prometheus recorder and every metric family, registered at start-up.
 
 pub mod app;
 pub mod channel;
+pub mod clock;
 pub mod config;
 pub mod core;
 pub mod history_cli;
 pub mod http;
 pub mod metrics;
 pub mod outbox_worker;
+pub mod platform;
 pub mod replica;
+pub mod startup;
 pub mod store;

@@ -4,12 +4,9 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use anyhow::Context;
-use chat_bridge::app::Application;
-use chat_bridge::channel::console::{self, Console};
-use chat_bridge::config::{Config, Flags, Platform, mask_url};
+use chat_bridge::channel::console;
+use chat_bridge::config::{Config, ExposeSecret, Flags, SecretString, mask_url};
 use chat_bridge::history_cli;
 use clap::{Parser, Subcommand};
 use shell_agent::{AgentConfig, ShellAgent, parse_duration};
@@ -32,8 +29,8 @@ struct Cli {
     #[arg(long, global = true)]
     daemon_url: Option<String>,
     /// Overrides daemon.token (prefer CHAT_BRIDGE_DAEMON__TOKEN: flags show in `ps`).
-    #[arg(long, global = true, hide_env_values = true)]
-    daemon_token: Option<String>,
+    #[arg(long, global = true, hide_env_values = true, value_parser = secret)]
+    daemon_token: Option<SecretString>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -112,8 +109,8 @@ struct ShellAgentArgs {
     listen: SocketAddr,
     /// Bearer token clients must send; generated and printed when not given. Set but empty is an
     /// error (S1).
-    #[arg(long, env = SHELL_AGENT_TOKEN, hide_env_values = true)]
-    token: Option<String>,
+    #[arg(long, env = SHELL_AGENT_TOKEN, hide_env_values = true, value_parser = secret)]
+    token: Option<SecretString>,
     /// Heartbeat period while a command is silent (`0` disables).
     #[arg(long, default_value = "10s", value_parser = duration)]
     heartbeat_interval: Duration,
@@ -126,6 +123,11 @@ struct ShellAgentArgs {
     /// Output kept per command, in bytes (the tail is kept).
     #[arg(long, default_value_t = 1 << 20)]
     output_cap: usize,
+}
+
+/// A secret flag: kept as a [`SecretString`], so the parsed command line never prints it (S2).
+fn secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s))
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -209,7 +211,7 @@ async fn shell_agent(args: ShellAgentArgs) -> anyhow::Result<()> {
     // empty CHAT_BRIDGE_SHELL_AGENT_TOKEN is refused rather than read as unset (S1).
     chat_bridge::config::check_variable_names(env().iter().map(|(k, _)| k.as_str()))?;
     let token = match args.token {
-        Some(t) => Some(t),
+        Some(t) => Some(t.expose_secret().to_owned()),
         None => std::env::var_os(SHELL_AGENT_TOKEN).map(|v| v.to_string_lossy().into_owned()),
     };
     let cfg = AgentConfig {
@@ -248,38 +250,20 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let flags = Flags {
         database_url: cli.database_url.clone(),
         daemon_url: cli.daemon_url.clone(),
-        daemon_token: cli.daemon_token.clone(),
+        daemon_token: cli
+            .daemon_token
+            .as_ref()
+            .map(|t| t.expose_secret().to_owned()),
     };
     Ok(Config::load(cli.config.as_deref(), env(), &flags)?)
 }
 
-fn platform(cfg: &Config) -> anyhow::Result<Platform> {
-    cfg.platform().map_err(anyhow::Error::msg)
-}
-
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
-    let platform = platform(cfg)?;
-    let access = match platform {
-        Platform::Slack if cfg.access.open && cfg.slack.allowed_users.is_empty() => {
-            "open to everyone (access.open)".to_owned()
-        }
-        Platform::Slack => format!("{} allowed users", cfg.slack.allowed_users.len()),
-        Platform::Discord
-            if cfg.access.open
-                && cfg.discord.allowed_users.is_empty()
-                && cfg.discord.allowed_roles.is_empty() =>
-        {
-            "open to everyone (access.open)".to_owned()
-        }
-        Platform::Discord => format!(
-            "{} allowed users, {} allowed roles",
-            cfg.discord.allowed_users.len(),
-            cfg.discord.allowed_roles.len()
-        ),
-        Platform::Console | Platform::Auto => "local console".to_owned(),
-    };
+    let platform = cfg.validate()?;
     println!(
-        "configuration ok: platform {platform}; access {access}; database {}; daemon {}; http {}",
+        "configuration ok: platform {}; access {}; database {}; daemon {}; http {}",
+        platform.name(),
+        platform.access(cfg),
         mask_url(&cfg.database.url),
         cfg.daemon
             .url
@@ -340,31 +324,6 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_bridge(cfg: &Config) -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-    let stop = shutdown_signal();
-    let log_file = console::logs_to_file().unwrap_or(None);
-    let channel = Console::stdout().with_pointer(console::Pointer::for_config(cfg));
-    let Some(app) = Application::build_until(cfg, Arc::new(channel), &stop).await? else {
-        return Ok(());
-    };
-    if std::io::stdin().is_terminal() {
-        println!(
-            "{}",
-            console::banner(
-                &app.daemon_url,
-                &cfg.database.url,
-                cfg.daemon.url.is_none(),
-                log_file.as_deref()
-            )
-        );
-    }
-    let input = tokio::io::BufReader::new(tokio::io::stdin());
-    let result = app.run_console(input, stop).await;
-    app.shutdown().await;
-    result
-}
-
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -405,14 +364,43 @@ async fn run() -> ExitCode {
 /// Runs `command` (the bridge itself when `None`) with a validated configuration.
 async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<()> {
     match command {
-        None => match platform(cfg)? {
-            Platform::Slack => chat_bridge::app::run_slack(cfg, shutdown_signal()).await,
-            Platform::Discord => chat_bridge::app::run_discord(cfg, shutdown_signal()).await,
-            Platform::Console | Platform::Auto => run_bridge(cfg).await,
-        },
+        None => {
+            // On a terminal the console's conversation owns the screen: logs go to a file (the
+            // banner says which) before anything is logged.
+            if chat_bridge::platform::select(cfg).is_ok_and(|p| p.name() == "console") {
+                let _ = console::logs_to_file();
+            }
+            chat_bridge::startup::run(cfg, shutdown_signal()).await
+        }
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
         Some(Command::Migrate) => migrate(cfg).await,
         Some(Command::CheckConfig) => check_config(cfg),
         Some(Command::History(cmd)) => history(cfg, cmd).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn s2_the_parsed_command_line_never_debug_prints_a_token() {
+        let cli = Cli::try_parse_from([
+            "chat-bridge",
+            "--daemon-token",
+            "flag-424242",
+            "shell-agent",
+            "--token",
+            "agent-424242",
+        ])
+        .expect("parse");
+        let debug = format!("{cli:?}");
+        assert!(!debug.contains("424242"), "{debug}");
+        assert_eq!(
+            cli.daemon_token.as_ref().map(ExposeSecret::expose_secret),
+            Some("flag-424242")
+        );
     }
 }

@@ -308,7 +308,7 @@ fn combinations(family: &Family, platform: &str) -> Vec<Vec<metrics::Label>> {
 
 /// Sets the figures read at scrape time: this replica's role and readiness, the daemon link, the
 /// outbox queue and the oldest open turn (the last two from the database, shared by all replicas).
-pub async fn refresh(store: &Store, status: &Status) {
+pub async fn refresh(store: &Store, status: &Status, now: i64) {
     let role = status.role();
     for r in [Role::Starting, Role::Standby, Role::Active, Role::Stopping] {
         metrics::gauge!("chatbridge_replica_role", "role" => r.name()).set(if r == role {
@@ -327,7 +327,6 @@ pub async fn refresh(store: &Store, status: &Status) {
         },
     );
     if let Ok(mut c) = store.conn().await {
-        let now = crate::store::now_ms();
         if let Ok(stats) = crate::store::outbox::stats(&mut c, now).await {
             metrics::gauge!("chatbridge_outbox_pending").set(stats.pending as f64);
             metrics::gauge!("chatbridge_outbox_oldest_pending_age_seconds")

@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{Channel, ChatAction, DeliveryError};
+use crate::clock::{Clock, SystemClock};
 use crate::store::outbox::{self, Failure, Retry, RetryPolicy};
 use crate::store::{Store, StoreError, message_map, now_ms};
 
@@ -103,9 +104,49 @@ pub async fn deliver_once_budgeted(
     policy: &RetryPolicy,
     budget: &ProgressBudget,
 ) -> Result<Step, StoreError> {
+    let cx = StepContext {
+        worker,
+        policy,
+        budget,
+        clock: &SystemClock,
+        give_up: &CancellationToken::new(),
+    };
+    deliver_step(store, channel, &cx).await
+}
+
+/// What one delivery step needs besides the store and the channel.
+#[derive(Debug, Clone, Copy)]
+pub struct StepContext<'a> {
+    /// This worker's claim name.
+    pub worker: &'a str,
+    /// Backoff and dead-lettering.
+    pub policy: &'a RetryPolicy,
+    /// The progress-line edit budget.
+    pub budget: &'a ProgressBudget,
+    /// "Now", for claims, retry times and the message map.
+    pub clock: &'a dyn Clock,
+    /// Cancelled when waiting for the database to record a delivery must end (the drain deadline).
+    pub give_up: &'a CancellationToken,
+}
+
+/// Delivers one due action, if any, as of `cx.clock`.
+///
+/// # Errors
+/// Store errors (the action stays pending and is retried).
+pub async fn deliver_step(
+    store: &Store,
+    channel: &dyn Channel,
+    cx: &StepContext<'_>,
+) -> Result<Step, StoreError> {
     let claimed = {
         let mut c = store.relaxed_conn().await?;
-        outbox::claim_next(&mut c, worker, now_ms(), Duration::from_secs(60)).await?
+        outbox::claim_next(
+            &mut c,
+            cx.worker,
+            cx.clock.now_ms(),
+            Duration::from_secs(60),
+        )
+        .await?
     };
     let Some(a) = claimed else {
         return Ok(Step::Idle);
@@ -116,15 +157,15 @@ pub async fn deliver_once_budgeted(
             let mut c = store.relaxed_conn().await?;
             let dead = RetryPolicy {
                 max_attempts: 0,
-                ..*policy
+                ..*cx.policy
             };
             outbox::retry(
                 &mut c,
                 a.id,
-                worker,
+                cx.worker,
                 &Failure::Error(&format!("undecodable action: {e}")),
                 &dead,
-                now_ms(),
+                cx.clock.now_ms(),
             )
             .await?;
             return Ok(Step::Failed);
@@ -139,10 +180,10 @@ pub async fn deliver_once_budgeted(
         _ => None,
     };
     if let Some(ch) = &progress_channel
-        && !budget.take(ch)
+        && !cx.budget.take(ch)
     {
         let mut c = store.relaxed_conn().await?;
-        outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        outbox::mark_delivered(&mut c, a.id, cx.worker, cx.clock.now_ms()).await?;
         metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
     }
@@ -162,8 +203,7 @@ pub async fn deliver_once_budgeted(
         };
         return finish(
             store,
-            worker,
-            policy,
+            cx,
             a.id,
             &a.conversation_id,
             None,
@@ -198,23 +238,14 @@ pub async fn deliver_once_budgeted(
                 found
             }
             Err(e) => {
-                return finish(
-                    store,
-                    worker,
-                    policy,
-                    a.id,
-                    &a.conversation_id,
-                    Some(&key),
-                    Err(e),
-                )
-                .await;
+                return finish(store, cx, a.id, &a.conversation_id, Some(&key), Err(e)).await;
             }
         },
         Some(id) => Some(id),
         None => {
             // The intent, committed before the platform sees anything (D1/Q1).
             let mut c = store.conn().await?;
-            message_map::put(&mut c, &a.conversation_id, &key, "", now_ms()).await?;
+            message_map::put(&mut c, &a.conversation_id, &key, "", cx.clock.now_ms()).await?;
             None
         }
     };
@@ -232,22 +263,13 @@ pub async fn deliver_once_budgeted(
     }
     if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
         // A progress edit never waits in line ahead of results: drop it and rest the channel.
-        budget.back_off(ch, *d);
+        cx.budget.back_off(ch, *d);
         let mut c = store.relaxed_conn().await?;
-        outbox::mark_delivered(&mut c, a.id, worker, now_ms()).await?;
+        outbox::mark_delivered(&mut c, a.id, cx.worker, cx.clock.now_ms()).await?;
         metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
     }
-    finish(
-        store,
-        worker,
-        policy,
-        a.id,
-        &a.conversation_id,
-        Some(&key),
-        result,
-    )
-    .await
+    finish(store, cx, a.id, &a.conversation_id, Some(&key), result).await
 }
 
 /// The idempotency key of a logical message: stable across attempts and restarts, short enough for
@@ -264,7 +286,7 @@ const RECORD_RETRIES: u32 = 130;
 
 async fn record_delivered(
     store: &Store,
-    worker: &str,
+    cx: &StepContext<'_>,
     id: i64,
     conversation_id: &str,
     key: Option<&str>,
@@ -274,9 +296,16 @@ async fn record_delivered(
     // post is found again by its idempotency key; edits and reactions repeat themselves).
     let mut tx = store.relaxed_begin().await?;
     if let Some(key) = key {
-        message_map::put(tx.conn(), conversation_id, key, platform_id, now_ms()).await?;
+        message_map::put(
+            tx.conn(),
+            conversation_id,
+            key,
+            platform_id,
+            cx.clock.now_ms(),
+        )
+        .await?;
     }
-    outbox::mark_delivered(tx.conn(), id, worker, now_ms()).await?;
+    outbox::mark_delivered(tx.conn(), id, cx.worker, cx.clock.now_ms()).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -284,8 +313,7 @@ async fn record_delivered(
 /// Records a delivery's outcome: the platform id and "delivered" together, or a retry.
 async fn finish(
     store: &Store,
-    worker: &str,
-    policy: &RetryPolicy,
+    cx: &StepContext<'_>,
     id: i64,
     conversation_id: &str,
     key: Option<&str>,
@@ -297,13 +325,21 @@ async fn finish(
             // briefly away, or the action would be delivered again.
             let recorded = crate::store::retry_transient(
                 RECORD_RETRIES,
-                &CancellationToken::new(),
+                cx.give_up,
                 |e| tracing::warn!(action = id, error = %e, "delivered, but the database is unavailable; recording it when it answers"),
-                || record_delivered(store, worker, id, conversation_id, key, &platform_id),
+                || record_delivered(store, cx, id, conversation_id, key, &platform_id),
             )
             .await;
-            if let Some(Err(e)) = recorded {
-                return Err(e);
+            match recorded {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(e),
+                None => {
+                    tracing::warn!(
+                        action = id,
+                        "stopping before a delivery could be recorded; the next active replica finds it by its idempotency key"
+                    );
+                    return Ok(Step::Failed);
+                }
             }
             metrics::counter!("chatbridge_deliveries_total", "result" => "ok").increment(1);
             Ok(Step::Delivered)
@@ -316,12 +352,13 @@ async fn finish(
             let policy = match e {
                 DeliveryError::Permanent(_) => RetryPolicy {
                     max_attempts: 0,
-                    ..*policy
+                    ..*cx.policy
                 },
-                _ => *policy,
+                _ => *cx.policy,
             };
             let mut c = store.relaxed_conn().await?;
-            match outbox::retry(&mut c, id, worker, &failure, &policy, now_ms()).await? {
+            match outbox::retry(&mut c, id, cx.worker, &failure, &policy, cx.clock.now_ms()).await?
+            {
                 Retry::DeadLettered => {
                     metrics::counter!("chatbridge_deliveries_total", "result" => "dead_lettered")
                         .increment(1);
@@ -344,7 +381,10 @@ async fn finish(
 }
 
 /// Delivers until `stop`, waking on `wake` or every 250 ms. On stop it drains what is due (bounded by
-/// `drain`), so SIGTERM does not lose posted results.
+/// `drain`), so SIGTERM does not lose posted results; at `drain` after `stop` every wait ends (a
+/// delivery whose recording waits for the database is left to the next replica, which finds it by its
+/// idempotency key).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     store: Store,
     channel: Arc<dyn Channel>,
@@ -353,38 +393,67 @@ pub async fn run(
     drain: Duration,
     policy: RetryPolicy,
     workers: usize,
+    clock: Arc<dyn Clock>,
 ) {
     // Several workers deliver in parallel across conversations (each claim is the head of one
     // conversation's queue, so order within a conversation holds); one delivery costs a few commits,
     // so one worker alone is bound by the database's commit latency.
     let budget = Arc::new(ProgressBudget::new(Duration::from_secs(3)));
+    let give_up = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
         tasks.spawn(worker_loop(
-            store.clone(),
-            channel.clone(),
+            Worker {
+                store: store.clone(),
+                channel: channel.clone(),
+                policy,
+                budget: budget.clone(),
+                clock: clock.clone(),
+                give_up: give_up.clone(),
+            },
             wake.clone(),
             stop.clone(),
             drain,
-            policy,
-            budget.clone(),
         ));
+    }
+    let deadline = async {
+        stop.cancelled().await;
+        tokio::time::sleep(drain).await;
+    };
+    tokio::select! {
+        () = async { while tasks.join_next().await.is_some() {} } => return,
+        () = deadline => give_up.cancel(),
     }
     while tasks.join_next().await.is_some() {}
 }
 
-async fn worker_loop(
+/// One worker's share of [`run`].
+struct Worker {
     store: Store,
     channel: Arc<dyn Channel>,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-    drain: Duration,
     policy: RetryPolicy,
     budget: Arc<ProgressBudget>,
-) {
-    let worker = format!("worker-{}", uuid::Uuid::new_v4().simple());
+    clock: Arc<dyn Clock>,
+    give_up: CancellationToken,
+}
+
+impl Worker {
+    async fn step(&self, name: &str) -> Result<Step, StoreError> {
+        let cx = StepContext {
+            worker: name,
+            policy: &self.policy,
+            budget: &self.budget,
+            clock: self.clock.as_ref(),
+            give_up: &self.give_up,
+        };
+        deliver_step(&self.store, self.channel.as_ref(), &cx).await
+    }
+}
+
+async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drain: Duration) {
+    let name = format!("worker-{}", uuid::Uuid::new_v4().simple());
     loop {
-        match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
+        match w.step(&name).await {
             Ok(Step::Delivered | Step::Failed | Step::Skipped) => {
                 // More may be due: let a resting sibling look too.
                 wake.notify_one();
@@ -402,14 +471,18 @@ async fn worker_loop(
     // Draining (SIGTERM): deliver what is pending, waiting out retry delays and rate limits, until
     // nothing is left or `drain` has passed; what is left stays in the store for the next replica.
     let until = tokio::time::Instant::now() + drain;
-    while tokio::time::Instant::now() < until {
-        match deliver_once_budgeted(&store, channel.as_ref(), &worker, &policy, &budget).await {
+    while tokio::time::Instant::now() < until && !w.give_up.is_cancelled() {
+        match w.step(&name).await {
             Ok(Step::Delivered | Step::Failed | Step::Skipped) => continue,
-            Ok(Step::Idle) if drained(&store).await.unwrap_or(true) => break,
+            Ok(Step::Idle) if drained_at(&w.store, w.clock.now_ms()).await.unwrap_or(true) => break,
             Ok(Step::Idle) => {}
             Err(e) => tracing::warn!(error = %e, "outbox step failed while draining"),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let next = tokio::time::Instant::now() + Duration::from_millis(100);
+        tokio::select! {
+            () = w.give_up.cancelled() => break,
+            () = tokio::time::sleep_until(next.min(until)) => {}
+        }
     }
 }
 
@@ -418,6 +491,14 @@ async fn worker_loop(
 /// # Errors
 /// Store errors.
 pub async fn drained(store: &Store) -> Result<bool, StoreError> {
+    drained_at(store, now_ms()).await
+}
+
+/// Whether nothing is left to deliver as of `now_ms`.
+///
+/// # Errors
+/// Store errors.
+pub async fn drained_at(store: &Store, now_ms: i64) -> Result<bool, StoreError> {
     let mut c = store.conn().await?;
-    Ok(outbox::stats(&mut c, now_ms()).await?.pending == 0)
+    Ok(outbox::stats(&mut c, now_ms).await?.pending == 0)
 }

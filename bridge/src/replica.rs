@@ -181,12 +181,17 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Watches `lease` every `every`.
+    /// Watches `lease` every `every`, on `tracker` (so shutdown waits for it within its bound).
     #[must_use]
-    pub fn start(store: Store, lease: Lease, every: Duration) -> Self {
+    pub fn start(
+        store: Store,
+        lease: Lease,
+        every: Duration,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Self {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let task = tokio::spawn(watch(store, lease, every, lost.clone(), stop.clone()));
+        let task = tracker.spawn(watch(store, lease, every, lost.clone(), stop.clone()));
         Self { lost, task, stop }
     }
 

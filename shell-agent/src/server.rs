@@ -18,6 +18,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, http};
 use tokio_util::sync::CancellationToken;
 
+use secrecy::{ExposeSecret, SecretString};
+
 use crate::duration::{format_duration, parse_duration};
 use crate::runner::{self, RunOutcome, RunResult, RunSpec, RunUpdate};
 use crate::session::{Conn, Session, lock};
@@ -80,11 +82,11 @@ struct Agent {
     shutdown: CancellationToken,
 }
 
-/// A running shell-agent.
+/// A running shell-agent. Its `Debug` never shows the token (a [`SecretString`]).
 #[derive(Debug)]
 pub struct ShellAgent {
     addr: SocketAddr,
-    token: String,
+    token: SecretString,
     generated_token: bool,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
@@ -139,7 +141,7 @@ impl ShellAgent {
         tracing::info!(%addr, "shell-agent listening on /acp");
         Ok(Self {
             addr,
-            token,
+            token: SecretString::from(token),
             generated_token,
             shutdown,
             task,
@@ -161,7 +163,7 @@ impl ShellAgent {
     /// The bearer token clients must send.
     #[must_use]
     pub fn token(&self) -> &str {
-        &self.token
+        self.token.expose_secret()
     }
 
     /// Whether the token was generated (so the caller should print it).
@@ -757,6 +759,21 @@ async fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn s2_debug_of_a_running_agent_never_shows_its_token() {
+        let agent = ShellAgent::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some("agent-token-424242".into()),
+            AgentConfig::default(),
+        )
+        .await
+        .expect("start");
+        let debug = format!("{agent:?}");
+        assert!(!debug.contains("424242"), "{debug}");
+        assert_eq!(agent.token(), "agent-token-424242");
+        agent.shutdown().await;
+    }
 
     #[test]
     fn timeout_prefix_is_split_off_the_command() {

@@ -389,7 +389,7 @@ pub async fn run_bridge(
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+        async move { chat_bridge::startup::run(&cfg, stop).await }
     });
     (stop, task)
 }

@@ -166,7 +166,7 @@ async fn q3_slack_an_event_during_a_database_outage_is_not_acknowledged_until_re
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+        async move { chat_bridge::startup::run(&cfg, stop).await }
     });
     let mention = |ts: &str, text: &str| {
         json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": ts,
@@ -261,7 +261,7 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+        async move { chat_bridge::startup::run(&cfg, stop).await }
     });
     let http = reqwest::Client::new();
     let post = |body: String, retry: u32| {

@@ -37,7 +37,7 @@ async fn bridge_with(
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { chat_bridge::app::run_discord(&cfg, stop).await }
+        async move { chat_bridge::startup::run(&cfg, stop).await }
     });
     fake.wait_for("the gateway session (IDENTIFY)", |f| {
         !f.frames_op(2).is_empty()
@@ -471,7 +471,7 @@ async fn discord_a_refused_token_is_a_clear_error() {
     cfg.discord.token = Some("wrong-token".into());
     cfg.discord.api_base_url = fake.base_url.clone();
     cfg.discord.allowed_users = vec!["111".into()];
-    let err = chat_bridge::app::run_discord(&cfg, CancellationToken::new())
+    let err = chat_bridge::startup::run(&cfg, CancellationToken::new())
         .await
         .expect_err("refused");
     let text = format!("{err:#}");

@@ -7,11 +7,13 @@ use std::time::Duration;
 use chat_bridge::channel::{
     BoxFuture, Capabilities, Channel, ChatAction, DeliveryError, Message, Target, Tone,
 };
-use chat_bridge::outbox_worker::{Step, deliver_once};
+use chat_bridge::clock::ManualClock;
+use chat_bridge::outbox_worker::{ProgressBudget, Step, StepContext, deliver_once, deliver_step};
 use chat_bridge::store::conversations::{self, Key};
 use chat_bridge::store::outbox::{self, Kind, NewAction, RetryPolicy};
 use chat_bridge::store::{Store, now_ms};
 use chat_bridge_tests::on_both;
+use tokio_util::sync::CancellationToken;
 
 /// A platform that answers each call with the next scripted result.
 struct Flaky {
@@ -90,6 +92,23 @@ async fn queue(store: &Store, conv: &str, action: &ChatAction, kind: Kind) {
         .expect("enqueue");
 }
 
+/// One delivery step as of `clock`.
+async fn step_at(
+    store: &Store,
+    channel: &dyn Channel,
+    policy: &RetryPolicy,
+    clock: &ManualClock,
+) -> Step {
+    let cx = StepContext {
+        worker: "w",
+        policy,
+        budget: &ProgressBudget::unlimited(),
+        clock,
+        give_up: &CancellationToken::new(),
+    };
+    deliver_step(store, channel, &cx).await.expect("step")
+}
+
 async fn enqueue(store: &Store, conv: &str, title: &str) {
     let action = ChatAction::Post {
         target: target(),
@@ -121,11 +140,14 @@ on_both! {
         enqueue(&db.store, &conv, "second").await;
         let channel = Flaky::new(vec![Err(DeliveryError::RateLimited(Duration::from_millis(300)))]);
         let policy = RetryPolicy::default();
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed);
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Idle, "waits out Retry-After; 'second' waits behind 'first'");
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered);
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered);
+        let clock = ManualClock::at(now_ms());
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Failed);
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Idle, "waits out Retry-After; 'second' waits behind 'first'");
+        clock.advance(Duration::from_millis(299));
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Idle, "Retry-After is kept to the millisecond");
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "due exactly 300 ms later");
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered);
         assert_eq!(*channel.delivered.lock().expect("lock"), ["first", "second"]);
         assert!(chat_bridge::outbox_worker::drained(&db.store).await.expect("drained"));
     }
@@ -135,11 +157,14 @@ on_both! {
         enqueue(&db.store, &conv, "doomed").await;
         enqueue(&db.store, &conv, "fine").await;
         let channel = Flaky::new(vec![Err(DeliveryError::Temporary("HTTP 502".into())), Err(DeliveryError::Permanent("channel_not_found".into()))]);
-        let policy = RetryPolicy { base: Duration::from_millis(50), cap: Duration::from_millis(50), max_attempts: 5 };
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed);
-        tokio::time::sleep(Duration::from_millis(80)).await;
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Failed, "permanent: dead-lettered at once");
-        assert_eq!(deliver_once(&db.store, &channel, "w", &policy).await.expect("step"), Step::Delivered, "the thread is not blocked");
+        let policy = RetryPolicy { base: Duration::from_millis(50), cap: Duration::from_millis(400), max_attempts: 5 };
+        let clock = ManualClock::at(now_ms());
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Failed);
+        clock.advance(Duration::from_millis(49));
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Idle, "the first retry waits the base delay, to the millisecond");
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Failed, "permanent: dead-lettered at once");
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "the thread is not blocked");
         assert_eq!(*channel.delivered.lock().expect("lock"), ["fine"]);
         let mut c = db.store.conn().await.expect("conn");
         let dead = outbox::dead_letters(&mut c, 10).await.expect("dead");
@@ -159,7 +184,7 @@ async fn enqueue_edit(store: &Store, conv: &str, key: &str, title: &str, progres
 
 on_both! {
     async fn progress_edits_have_a_smaller_budget_and_never_delay_results(db) {
-        use chat_bridge::outbox_worker::{ProgressBudget, deliver_once_budgeted};
+        use chat_bridge::outbox_worker::deliver_once_budgeted;
         let conv = conversation(&db.store).await;
         // A result edit behind a pending progress edit of the *same* message replaces it (coalescing);
         // the budget is about progress edits of other messages in the same channel.

@@ -68,7 +68,7 @@ async fn rig(tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Option<Rig
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { chat_bridge::app::run_slack(&cfg, stop).await }
+        async move { chat_bridge::startup::run(&cfg, stop).await }
     });
     let rig = Rig {
         slack,

@@ -362,7 +362,7 @@ mod discord {
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
-            async move { chat_bridge::app::run_discord(&cfg, stop).await }
+            async move { chat_bridge::startup::run(&cfg, stop).await }
         });
         fake.wait_for("the gateway session", |f| !f.frames_op(2).is_empty())
             .await;

@@ -6,6 +6,7 @@
 //! # Layout
 //! - [`events`]: dispatches → inbound messages, with the ignore and access rules (pure).
 //! - [`render`]: platform-neutral messages → content, embeds and components within Discord's limits.
+//! - [`config`]: the `[discord]` section; [`start`]: Discord as a platform (checks, start-up).
 //! - this module: the [`Discord`] channel (REST) and [`run_gateway`] (serenity's client and the
 //!   event handler that creates threads and acknowledges clicks).
 //!
@@ -15,8 +16,10 @@
 //! `discord.api_base_url` (a rate-limiting proxy, or the tests' fake) the limiter is off and a 429
 //! reaches the outbox as [`DeliveryError::RateLimited`], which waits and delivers once.
 
+pub mod config;
 pub mod events;
 pub mod render;
+pub mod start;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,14 +9,17 @@
 //! - [`http_mode`]: the HTTP Events API mode — signed requests only, `url_verification`.
 //! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
+//! - [`config`]: the `[slack]` section; [`start`]: Slack as a platform (checks, start-up).
 
 pub mod api;
 pub mod blocks;
+pub mod config;
 pub mod events;
 pub mod format;
 pub mod http_mode;
 pub mod signature;
 pub mod socket;
+pub mod start;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,25 +1,42 @@
-//! Wiring: `Application::build` connects the store, the daemon (the built-in shell agent when no URL is
-//! configured), the core and a channel; the console runs on top of it.
+//! The bridge around one channel: `Application::build` connects the store, the daemon (the built-in
+//! shell agent when no URL is configured), the core and the outbox; [`Application::accept`] takes
+//! chat events; [`Application::shutdown`] stops it within a bound. Which platform feeds it, and
+//! the process around it, is `startup.rs`.
+//!
+//! Every task it spawns runs on one [`TaskTracker`] and ends on its cancellation token; shutdown
+//! cancels, closes the tracker and waits a bounded time (`service.drain_timeout` plus
+//! [`SHUTDOWN_GRACE`]), then abandons what is still running and closes the store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use daemon_client::{ClientConfig, DaemonClient, LivenessConfig};
+use secrecy::ExposeSecret;
 use shell_agent::{AgentConfig, ShellAgent};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::channel::{Channel, console};
-use crate::config::{Config, Secret, SlackMode};
+use crate::channel::Channel;
+use crate::clock::SystemClock;
+use crate::config::Config;
 use crate::core::redact::Redactor;
 use crate::core::{Core, CoreConfig};
 use crate::outbox_worker;
 use crate::replica::{self, Role, Status, Watch};
 use crate::store::Store;
 use crate::store::outbox::RetryPolicy;
+use tasks::{Http, prune_inbox};
+pub use tasks::{INBOX_KEEP, bounded, prune_inbox_once};
+
+mod tasks;
+
+/// How long shutdown waits, beyond `service.drain_timeout`, for tasks to end before it abandons
+/// them and closes the store.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 const LEASE_LOST: &str = "another replica took the leader lease while this one could not reach the database; stopped acting (restart it to stand by)";
 
@@ -34,37 +51,17 @@ pub struct Application {
     agent: Option<ShellAgent>,
     client: DaemonClient,
     stop: CancellationToken,
+    tracker: TaskTracker,
     outbox: JoinHandle<()>,
     router: JoinHandle<()>,
     http: Option<Http>,
     lease: Watch,
+    drain_timeout: Duration,
+    grace: Duration,
     /// Where the daemon is (for the banner).
     pub daemon_url: String,
     /// Where the HTTP server listens, when `http.listen` is set.
     pub http_addr: Option<std::net::SocketAddr>,
-}
-
-/// How long handled inbound event ids are kept for deduplication: platforms retry within minutes
-/// (Slack) or replay within a gateway session (Discord).
-const INBOX_KEEP: Duration = Duration::from_secs(24 * 3600);
-
-/// Forgets handled inbox entries older than [`INBOX_KEEP`], hourly, until `stop`.
-async fn prune_inbox(store: Store, stop: CancellationToken) {
-    loop {
-        let before = crate::store::now_ms() - INBOX_KEEP.as_millis() as i64;
-        match store.conn().await {
-            Ok(mut c) => match crate::store::inbound::prune(&mut c, before).await {
-                Ok(n) if n > 0 => tracing::debug!(n, "pruned handled inbound events"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
-            },
-            Err(e) => tracing::warn!(error = %e, "could not prune handled inbound events"),
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
-        }
-    }
 }
 
 impl std::fmt::Debug for Application {
@@ -72,48 +69,6 @@ impl std::fmt::Debug for Application {
         f.debug_struct("Application")
             .field("daemon_url", &self.daemon_url)
             .finish_non_exhaustive()
-    }
-}
-
-/// The HTTP server of a replica (it runs from start-up to exit, standby or active).
-#[derive(Debug)]
-struct Http {
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Http {
-    async fn start(
-        cfg: &Config,
-        store: &Store,
-        status: &Arc<Status>,
-    ) -> anyhow::Result<Option<(Self, std::net::SocketAddr)>> {
-        let Some(listen) = &cfg.http.listen else {
-            return Ok(None);
-        };
-        let listener = tokio::net::TcpListener::bind(listen.as_str())
-            .await
-            .with_context(|| format!("http.listen {listen}"))?;
-        let addr = listener.local_addr()?;
-        let router = crate::http::router(crate::http::HttpState::new(
-            store.clone(),
-            status.clone(),
-            cfg.http.api_token.as_ref().map(|t| t.expose().to_owned()),
-        ));
-        let stop = CancellationToken::new();
-        let stop_http = stop.clone();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop_http.cancelled().await })
-                .await;
-        });
-        tracing::info!(%addr, "HTTP listening: /healthz /readyz /metrics /api/v1");
-        Ok(Some((Self { stop, task }, addr)))
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
     }
 }
 
@@ -142,7 +97,20 @@ impl Application {
         crate::metrics::register(channel.platform());
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
-        let (http, http_addr) = match Http::start(cfg, &store, &status).await? {
+        let tracker = TaskTracker::new();
+        let http = match Http::start(cfg, &store, &status, &tracker).await {
+            Ok(http) => http,
+            Err(e) => {
+                bounded(
+                    "closing the store",
+                    Instant::now() + SHUTDOWN_GRACE,
+                    store.close(),
+                )
+                .await;
+                return Err(e);
+            }
+        };
+        let (http, http_addr) = match http {
             Some((h, a)) => (Some(h), Some(a)),
             None => (None, None),
         };
@@ -151,27 +119,33 @@ impl Application {
                 Ok(Some(lease)) => lease,
                 other => {
                     if let Some(http) = http {
-                        http.stop().await;
+                        http.stop(Instant::now() + SHUTDOWN_GRACE).await;
                     }
-                    store.close().await;
+                    bounded(
+                        "closing the store",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        store.close(),
+                    )
+                    .await;
                     return match other {
                         Ok(_) => Ok(None),
                         Err(e) => Err(e.into()),
                     };
                 }
             };
-        let lease = Watch::start(store.clone(), lease, cfg.service.leader_check);
-        match Self::activate(cfg, channel, store.clone(), status.clone(), lease).await {
+        let lease = Watch::start(store.clone(), lease, cfg.service.leader_check, &tracker);
+        match Self::activate(cfg, channel, store.clone(), status.clone(), lease, tracker).await {
             Ok(mut app) => {
                 app.http = http;
                 app.http_addr = http_addr;
                 Ok(Some(app))
             }
             Err(e) => {
+                let deadline = Instant::now() + SHUTDOWN_GRACE;
                 if let Some(http) = http {
-                    http.stop().await;
+                    http.stop(deadline).await;
                 }
-                store.close().await;
+                bounded("closing the store", deadline, store.close()).await;
                 Err(e)
             }
         }
@@ -183,6 +157,7 @@ impl Application {
         store: Store,
         status: Arc<Status>,
         lease: Watch,
+        tracker: TaskTracker,
     ) -> anyhow::Result<Self> {
         {
             // This process is the one active replica: claims left by a previous run are void.
@@ -196,7 +171,10 @@ impl Application {
             Some(url) => (
                 None,
                 url.clone(),
-                cfg.daemon.token.as_ref().map(|t| t.expose().to_owned()),
+                cfg.daemon
+                    .token
+                    .as_ref()
+                    .map(|t| t.expose_secret().to_owned()),
             ),
             None => {
                 let agent_cfg = AgentConfig {
@@ -257,8 +235,8 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
-        let router = tokio::spawn(core.clone().route_events(events));
-        let outbox = tokio::spawn(outbox_worker::run(
+        let router = tracker.spawn(core.clone().route_events(events));
+        let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),
             channel.clone(),
             wake,
@@ -266,6 +244,7 @@ impl Application {
             cfg.service.drain_timeout,
             RetryPolicy::default(),
             cfg.service.outbox_workers,
+            Arc::new(SystemClock),
         ));
         status.attach(core.clone(), channel);
         status.set_role(Role::Active);
@@ -280,7 +259,11 @@ impl Application {
                 "taking chat events the previous run recorded but did not act on"
             );
         }
-        tokio::spawn(prune_inbox(store.clone(), stop.clone()));
+        tracker.spawn(prune_inbox(
+            store.clone(),
+            Arc::new(SystemClock),
+            stop.clone(),
+        ));
         Ok(Self {
             core,
             store,
@@ -288,10 +271,13 @@ impl Application {
             agent,
             client,
             stop,
+            tracker,
             outbox,
             router,
             http: None,
             lease,
+            drain_timeout: cfg.service.drain_timeout,
+            grace: SHUTDOWN_GRACE,
             daemon_url: url,
             http_addr: None,
         })
@@ -302,36 +288,12 @@ impl Application {
         self.lease.lost.cancelled().await;
     }
 
-    /// Feeds console lines until `input` ends (or `stop`), then waits for the last turn to finish and
-    /// its messages to be delivered.
+    /// Waits for the work in hand to end — every turn finished and its messages delivered — or
+    /// `stop`: the input ended (the console's stdin closed) and the bridge exits once it is done.
     ///
     /// # Errors
-    /// Reading input or the store failing.
-    pub async fn run_console<R: AsyncBufRead + Unpin>(
-        &self,
-        input: R,
-        stop: CancellationToken,
-    ) -> anyhow::Result<()> {
-        let mut input = input;
-        let mut raw = Vec::new();
-        loop {
-            raw.clear();
-            let n = tokio::select! {
-                () = stop.cancelled() => return Ok(()),
-                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-                n = input.read_until(b'\n', &mut raw) => n.context("reading the console")?,
-            };
-            if n == 0 {
-                break;
-            }
-            // Bytes that are not UTF-8 become U+FFFD: a line is never lost for them (S4).
-            let line = String::from_utf8_lossy(&raw);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.trim().is_empty() {
-                continue;
-            }
-            self.accept(console::inbound(line), &stop).await;
-        }
+    /// The store failing, or another replica taking the leader lease.
+    pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
@@ -340,6 +302,7 @@ impl Application {
         while !outbox_worker::drained(&self.store).await? {
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
+                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                 () = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
         }
@@ -417,7 +380,7 @@ impl Application {
     ///
     /// # Errors
     /// Another replica took the leader lease.
-    async fn pump(
+    pub async fn pump(
         &self,
         rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Arrival>,
         stop: &CancellationToken,
@@ -441,155 +404,73 @@ impl Application {
         self.client.stats()
     }
 
+    /// The tracker every task of this bridge runs on; a platform's listener joins it, so shutdown
+    /// waits for it within the same bound.
+    #[must_use]
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    /// How long [`Application::shutdown`] waits beyond `service.drain_timeout` before it abandons
+    /// tasks that have not ended (default [`SHUTDOWN_GRACE`]).
+    pub fn set_shutdown_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
     /// Stops taking work (`/readyz` says `stopping`), delivers what is due (bounded by
-    /// `service.drain_timeout`), closes connections and gives the leader lease up.
+    /// `service.drain_timeout`), closes connections and gives the leader lease up. Every wait is
+    /// bounded: whatever has not ended by `service.drain_timeout` plus the grace (a stuck platform
+    /// task, a daemon that does not close) is abandoned, and the store is closed anyway.
     pub async fn shutdown(self) {
+        let deadline = Instant::now() + self.drain_timeout + self.grace;
         self.status.set_role(Role::Stopping);
         self.stop.cancel();
-        let _ = self.outbox.await;
-        match outbox_worker::drained(&self.store).await {
-            Ok(true) => tracing::info!("outbox drained"),
-            Ok(false) => tracing::warn!(
+        self.tracker.close();
+        bounded("delivering the outbox", deadline, self.outbox).await;
+        match bounded(
+            "reading the outbox",
+            deadline,
+            outbox_worker::drained(&self.store),
+        )
+        .await
+        {
+            Some(Ok(true)) => tracing::info!("outbox drained"),
+            Some(Ok(false)) => tracing::warn!(
                 "stopping with chat messages not yet delivered; the next active replica delivers them"
             ),
-            Err(e) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
+            Some(Err(e)) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
+            None => {}
         }
         self.router.abort();
         self.client.close();
         if let Some(agent) = self.agent {
-            agent.shutdown().await;
-        }
-        self.lease.release().await;
-        if let Some(http) = self.http {
-            http.stop().await;
-        }
-        self.store.close().await;
-    }
-}
-
-/// A secret `validate` guarantees is set for this platform.
-fn required<'a>(secret: Option<&'a Secret>, var: &str) -> anyhow::Result<&'a str> {
-    Ok(secret.context(format!("{var} is not set"))?.expose())
-}
-
-/// Runs the bridge on Slack (Socket Mode in, Web API out) until `stop`.
-///
-/// # Errors
-/// An invalid configuration ([`Config::validate`]: missing or empty tokens, no allowlist without
-/// `access.open`, …), Slack refusing the bot token, or anything `Application::build` reports.
-pub async fn run_slack(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
-    use crate::channel::slack::api::{SlackToken, WebApi};
-    use crate::channel::slack::{Slack, events::Access, socket};
-    cfg.validate()?;
-    let bot = required(cfg.slack.bot_token.as_ref(), "CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
-    let app_token = match cfg.slack.mode {
-        SlackMode::Http => None,
-        SlackMode::Socket => Some(required(
-            cfg.slack.app_token.as_ref(),
-            "CHAT_BRIDGE_SLACK__APP_TOKEN",
-        )?),
-    };
-    let api = WebApi::new(&cfg.slack.api_base_url, SlackToken::new(bot))?;
-    let me = api
-        .auth_test()
-        .await
-        .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
-    tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
-    let slack = Slack::new(api.clone());
-    let connected = slack.connection_flag();
-    let Some(app) = Application::build_until(cfg, Arc::new(slack), &stop).await? else {
-        return Ok(());
-    };
-    let access = Access {
-        channels: cfg.slack.allowed_channels.clone(),
-        users: cfg.slack.allowed_users.clone(),
-        allow_dms: cfg.slack.allow_dms,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let inbound: tokio::task::JoinHandle<()> = match app_token {
-        Some(app_token) => tokio::spawn(socket::run(
-            api,
-            SlackToken::new(app_token),
-            me.user_id,
-            access,
-            tx,
-            stop.clone(),
-            connected,
-        )),
-        None => {
-            let secret = required(
-                cfg.slack.signing_secret.as_ref(),
-                "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
-            )?;
-            let listen = cfg
-                .slack
-                .listen
-                .parse()
-                .with_context(|| format!("slack.listen {:?}", cfg.slack.listen))?;
-            let (_, task) = crate::channel::slack::http_mode::serve(
-                listen,
-                secret,
-                me.user_id,
-                access,
-                tx,
-                stop.clone(),
+            bounded(
+                "stopping the built-in shell agent",
+                deadline,
+                agent.shutdown(),
             )
-            .await
-            .with_context(|| format!("listening on {}", cfg.slack.listen))?;
-            task
+            .await;
         }
-    };
-    let result = app.pump(&mut rx, &stop).await;
-    stop.cancel();
-    let _ = inbound.await;
-    app.shutdown().await;
-    result
-}
-
-/// Runs the bridge on Discord (serenity's gateway in, its REST client out) until `stop`.
-///
-/// # Errors
-/// An invalid configuration ([`Config::validate`]: a missing or empty token, no allowlist without
-/// `access.open`, …), a refused token, the gateway giving up, or anything `Application::build`
-/// reports.
-pub async fn run_discord(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
-    use crate::channel::discord::{self, Gateway, events::Access};
-    cfg.validate()?;
-    let token = required(cfg.discord.token.as_ref(), "CHAT_BRIDGE_DISCORD__TOKEN")?;
-    let http = discord::http(token, &cfg.discord.api_base_url);
-    let me = http.get_current_user().await.map_err(|e| {
-        anyhow::anyhow!("Discord refused the bot token or could not be reached ({e}); check CHAT_BRIDGE_DISCORD__TOKEN and discord.api_base_url")
-    })?;
-    tracing::info!(user = %me.id, "Discord accepted the bot token");
-    let access = Access {
-        channels: cfg.discord.allowed_channels.clone(),
-        users: cfg.discord.allowed_users.clone(),
-        roles: cfg.discord.allowed_roles.clone(),
-        allow_dms: cfg.discord.allow_dms,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-    let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
-    let gateway = Gateway::build(http, access, redactor, tx)
-        .await
-        .context("starting the Discord gateway client")?;
-    let Some(app) = Application::build_until(cfg, Arc::new(gateway.channel.clone()), &stop).await?
-    else {
-        return Ok(());
-    };
-    let gateway_stop = stop.child_token();
-    let mut gateway_task = tokio::spawn(gateway.run(gateway_stop.clone()));
-    let result = tokio::select! {
-        r = app.pump(&mut rx, &stop) => r,
-        r = &mut gateway_task => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(anyhow::anyhow!("the Discord gateway task failed: {e}")),
-        },
-    };
-    gateway_stop.cancel();
-    if !gateway_task.is_finished() {
-        let _ = gateway_task.await;
+        bounded("giving the leader lease up", deadline, self.lease.release()).await;
+        if let Some(http) = self.http {
+            http.stop(deadline).await;
+        }
+        if bounded("the remaining tasks", deadline, self.tracker.wait())
+            .await
+            .is_none()
+        {
+            tracing::error!(
+                tasks = self.tracker.len(),
+                "tasks still running after service.drain_timeout and the grace; abandoning them"
+            );
+        }
+        // The store closes last, whatever was abandoned; a pool that does not close in a second
+        // is dropped.
+        bounded(
+            "closing the store",
+            Instant::now() + Duration::from_secs(1),
+            self.store.close(),
+        )
+        .await;
     }
-    app.shutdown().await;
-    result
 }

@@ -1,0 +1,382 @@
+//! Configuration in layers: defaults in code, then a TOML file (`--config`), then
+//! `CHAT_BRIDGE_<SECTION>__<KEY>` environment variables, then command-line flags. Secrets (tokens, the
+//! signing secret) come only from the environment or from a file they name — never from the config
+//! file itself.
+//!
+//! # Layout
+//! - this module: the sections and their defaults; a platform's own section lives in its folder
+//!   (`channel/slack/config.rs`, `channel/discord/config.rs`).
+//! - `load`: layering and the `CHAT_BRIDGE_*` names (S3); `validate`: what start-up refuses;
+//!   `secret`: how secrets are read and checked (S1, S2).
+//!
+//! There is one validation path ([`Config::validate`], run by [`Config::load`]): whatever start-up
+//! refuses, `chat-bridge check-config` refuses with the same words. It enforces the trust rules that
+//! live in configuration:
+//! - **S1** a secret that is set but empty or blank is an error naming its variable; a Slack signing
+//!   secret is at least 16 bytes;
+//! - **S2** no error ever carries a secret's value (secrets are [`SecretString`]s: always strings,
+//!   never printed by `Debug` or serialized) and URLs are printed with their credentials masked;
+//! - **S3** every `CHAT_BRIDGE_*` variable must map to a key (the keys come from the types
+//!   themselves, [`Config::keys`]), else an error names it and the nearest valid name;
+//! - **A1** on Slack and Discord, no user (or role) allowlist refuses to start unless
+//!   `access.open = true`.
+
+mod load;
+pub mod secret;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use crate::channel::discord::config::Discord;
+pub use crate::channel::slack::config::{Slack, SlackMode};
+use crate::core::OnStall;
+pub use load::{Flags, OTHER_VARIABLES, check_variable_names};
+pub use secret::required;
+use secret::secret_env_var;
+pub use validate::MIN_SIGNING_SECRET_LEN;
+
+/// The prefix of every configuration variable.
+const ENV_PREFIX: &str = "CHAT_BRIDGE_";
+
+fn on_stall_name<S: Serializer>(v: &OnStall, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match v {
+        OnStall::Notify => "notify",
+        OnStall::Cancel => "cancel",
+    })
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(s) => Ok(Duration::from_secs(s)),
+        Raw::Text(t) => shell_agent::parse_duration(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Database {
+    /// `postgres://…` or `sqlite://…`; default `sqlite://./chat-bridge.db`.
+    pub url: String,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://./chat-bridge.db".into(),
+        }
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Daemon {
+    /// The daemon's `/acp` URL; unset runs the built-in shell agent in-process.
+    pub url: Option<String>,
+    /// Bearer token (environment only: `CHAT_BRIDGE_DAEMON__TOKEN`).
+    #[serde(with = "secret::optional")]
+    pub token: Option<SecretString>,
+    /// A file holding the bearer token (for Kubernetes secrets mounted as files).
+    pub token_file: Option<PathBuf>,
+    /// Sent with `session/set_mode` for new sessions (qwen: `yolo`, `default`, …).
+    pub mode: Option<String>,
+    /// Working directory for new sessions; default the current directory.
+    pub cwd: Option<PathBuf>,
+}
+
+/// `[liveness]` (L1–L5).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Liveness {
+    /// Longest silence between frames of a turn.
+    #[serde(deserialize_with = "duration")]
+    pub idle: Duration,
+    /// Longest turn.
+    #[serde(deserialize_with = "duration")]
+    pub wall: Duration,
+    /// Added to a running tool's own timeout.
+    #[serde(deserialize_with = "duration")]
+    pub tool_grace: Duration,
+    /// `notify` or `cancel`.
+    #[serde(serialize_with = "on_stall_name")]
+    pub on_stall: OnStall,
+    /// A tool running longer shows a progress line.
+    #[serde(deserialize_with = "duration")]
+    pub progress_after: Duration,
+    /// The progress line is edited at most this often.
+    #[serde(deserialize_with = "duration")]
+    pub progress_every: Duration,
+    /// A running tool's heartbeat count and latest progress are written to the store at most this
+    /// often (in batches, off the conversation's path); the result writes the rest.
+    #[serde(deserialize_with = "duration")]
+    pub progress_flush: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(120),
+            wall: Duration::from_secs(3600),
+            tool_grace: Duration::from_secs(30),
+            on_stall: OnStall::Notify,
+            progress_after: Duration::from_secs(15),
+            progress_every: Duration::from_secs(30),
+            progress_flush: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[shell_agent]`: the built-in daemon, when `daemon.url` is unset.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShellAgent {
+    /// Heartbeat period while a command is silent.
+    #[serde(deserialize_with = "duration")]
+    pub heartbeat_interval: Duration,
+    /// Timeout of commands that set none.
+    #[serde(deserialize_with = "duration")]
+    pub default_timeout: Duration,
+    /// Ask before each command.
+    pub require_approval: bool,
+}
+
+impl Default for ShellAgent {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(10),
+            default_timeout: Duration::from_secs(600),
+            require_approval: false,
+        }
+    }
+}
+
+/// `[approvals]` (R6).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Approvals {
+    /// Users who may answer anyone's requests.
+    pub approvers: Vec<String>,
+    /// Unanswered requests expire as rejected.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// A3 four eyes: the person whose message asked for a tool call cannot approve it.
+    pub require_second_person: bool,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Self {
+            approvers: Vec::new(),
+            timeout: Duration::from_secs(600),
+            require_second_person: false,
+        }
+    }
+}
+
+/// Who may act in a thread (A2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadAccess {
+    /// A thread belongs to the person who opened it: only they, the approvers and the people they
+    /// `/invite` may prompt, answer approvals or `/cancel` there.
+    #[default]
+    Owner,
+    /// Anyone allowed to use the bridge may act in any thread (collaborative threads).
+    Shared,
+}
+
+/// `[access]` (A1, A2): who may use the bridge at all, and who may act in a thread.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Access {
+    /// A1: on Slack and Discord, with no user or role allowlist the bridge refuses to start unless
+    /// this says, on purpose, that everyone who can reach it may run commands.
+    pub open: bool,
+    /// A2: `owner` (default) or `shared`.
+    pub threads: ThreadAccess,
+}
+
+/// `[http]`: health, readiness and the history API.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Http {
+    /// Where to listen (`0.0.0.0:8080`); unset: no HTTP server.
+    pub listen: Option<String>,
+    /// Bearer token for `/api/v1` (environment only); unset: the API answers 401.
+    #[serde(with = "secret::optional")]
+    pub api_token: Option<SecretString>,
+}
+
+/// `service.platform`: `auto` or the name of a registered platform ([`crate::platform::REGISTRY`]),
+/// checked against the registry when the configuration is loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct PlatformName(String);
+
+impl PlatformName {
+    /// The name as set.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for PlatformName {
+    fn default() -> Self {
+        Self(crate::platform::AUTO.to_owned())
+    }
+}
+
+impl fmt::Display for PlatformName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for PlatformName {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+/// `[service]`: replicas and shutdown (D5).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Service {
+    /// The chat platform: `auto` (Discord or Slack when its token is set, else the console),
+    /// `console`, `slack` or `discord` — explicit in deployments, so a missing token is an error
+    /// rather than a console that reads a closed stdin.
+    pub platform: PlatformName,
+    /// How often a standby replica tries to take the leader lease.
+    #[serde(deserialize_with = "duration")]
+    pub leader_retry: Duration,
+    /// How often the active replica checks that it still holds the lease.
+    #[serde(deserialize_with = "duration")]
+    pub leader_check: Duration,
+    /// How long a SIGTERM waits for the outbox to drain before closing connections.
+    #[serde(deserialize_with = "duration")]
+    pub drain_timeout: Duration,
+    /// Outbox workers delivering in parallel across conversations (order within one holds).
+    pub outbox_workers: usize,
+    /// A conversation with nothing running, queued or awaiting approval is let go from memory after
+    /// this; its next message loads it again (so memory follows active threads, not all threads).
+    #[serde(deserialize_with = "duration")]
+    pub conversation_idle: Duration,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Self {
+            platform: PlatformName::default(),
+            leader_retry: Duration::from_secs(2),
+            leader_check: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(20),
+            outbox_workers: 4,
+            conversation_idle: Duration::from_secs(600),
+        }
+    }
+}
+
+/// `[redact]` (R7).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redact {
+    /// Extra regular expressions to redact.
+    pub patterns: Vec<String>,
+    /// Store redacted text in the history too (prompts, answers, tool output), for teams whose
+    /// history must never hold a secret. Off by default: the history keeps what ran.
+    pub store: bool,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[database]`.
+    pub database: Database,
+    /// `[daemon]`.
+    pub daemon: Daemon,
+    /// `[liveness]`.
+    pub liveness: Liveness,
+    /// `[shell_agent]`.
+    pub shell_agent: ShellAgent,
+    /// `[approvals]`.
+    pub approvals: Approvals,
+    /// `[access]`.
+    pub access: Access,
+    /// `[redact]`.
+    pub redact: Redact,
+    /// `[slack]`.
+    pub slack: Slack,
+    /// `[discord]`.
+    pub discord: Discord,
+    /// `[http]`.
+    pub http: Http,
+    /// `[service]`.
+    pub service: Service,
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file or an environment override does not parse into the configuration's types.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    /// A secret was put where secrets do not belong.
+    #[error(
+        "{0} is a secret: set it with the environment variable {var}, not in the config file",
+        var = secret_env_var(.0)
+    )]
+    SecretInFile(&'static str),
+    /// S3: a `CHAT_BRIDGE_*` variable that maps to no key (a typo that would otherwise be ignored).
+    #[error(
+        "{name} is set but maps to no configuration key; did you mean {nearest}? (configuration variables are CHAT_BRIDGE_<SECTION>__<KEY>, with two underscores between section and key; see docs/configuration.md)"
+    )]
+    UnknownVariable {
+        /// The variable as set.
+        name: String,
+        /// The valid name nearest to it.
+        nearest: String,
+    },
+    /// Values that parse but are refused (each names its key or variable, never a secret's value).
+    #[error("invalid configuration: {}", problem_list(.0))]
+    Refused(Vec<String>),
+}
+
+/// One problem inline; several as a list, one per line.
+fn problem_list(problems: &[String]) -> String {
+    match problems {
+        [one] => one.clone(),
+        many => many.iter().map(|p| format!("\n  - {p}")).collect(),
+    }
+}
+
+/// `url` with its credentials masked, for anything that prints it (S2).
+#[must_use]
+pub fn mask_url(url: &str) -> String {
+    daemon_client::mask_url(url)
+}

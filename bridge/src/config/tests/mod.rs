@@ -1,0 +1,331 @@
+//! The configuration's rules: layering and S3 here; S1, S2 and A1 in `trust.rs`.
+
+mod trust;
+
+use super::load::{env_name, key_defaults, unknown_variable};
+use super::secret::{SECRET_KEYS, is_secret};
+use super::validate::is_listen_address;
+use super::*;
+
+fn expose(s: &SecretString) -> &str {
+    s.expose_secret()
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn defaults_are_the_embedded_default() {
+    let c = Config::load(None, env(&[]), &Flags::default()).expect("defaults");
+    assert_eq!(c.database.url, "sqlite://./chat-bridge.db");
+    assert_eq!(c.daemon.url, None);
+    assert_eq!(c.liveness.idle, Duration::from_secs(120));
+    assert_eq!(c.liveness.on_stall, OnStall::Notify);
+}
+
+#[test]
+fn file_then_env_then_flags() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("cb.toml");
+    std::fs::write(&path, "[database]\nurl = \"sqlite://file.db\"\n[liveness]\nidle = \"90s\"\non_stall = \"cancel\"\n").expect("write");
+    let c = Config::load(
+        Some(&path),
+        env(&[
+            ("CHAT_BRIDGE_LIVENESS__IDLE", "45s"),
+            ("CHAT_BRIDGE_SHELL_AGENT__REQUIRE_APPROVAL", "true"),
+            ("CHAT_BRIDGE_APPROVALS__APPROVERS", "[\"U1\", \"U2\"]"),
+            ("CHAT_BRIDGE_DAEMON__TOKEN", "s3cret"),
+            ("UNRELATED", "x"),
+        ]),
+        &Flags {
+            database_url: Some("postgres://db/cb".into()),
+            ..Flags::default()
+        },
+    )
+    .expect("load");
+    assert_eq!(c.database.url, "postgres://db/cb", "flags win");
+    assert_eq!(
+        c.liveness.idle,
+        Duration::from_secs(45),
+        "env beats the file"
+    );
+    assert_eq!(
+        c.liveness.on_stall,
+        OnStall::Cancel,
+        "the file beats defaults"
+    );
+    assert!(c.shell_agent.require_approval);
+    assert_eq!(c.approvals.approvers, ["U1", "U2"]);
+    assert_eq!(c.daemon.token.as_ref().map(expose), Some("s3cret"));
+}
+
+#[test]
+fn a_token_in_the_file_is_refused_and_a_token_file_is_read() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("cb.toml");
+    std::fs::write(&path, "[daemon]\ntoken = \"oops\"\n").expect("write");
+    let err = Config::load(Some(&path), env(&[]), &Flags::default()).expect_err("refused");
+    assert!(
+        matches!(err, ConfigError::SecretInFile("daemon.token")),
+        "{err}"
+    );
+    std::fs::write(&path, "[discord]\ntoken = \"oops\"\n").expect("write");
+    let err = Config::load(Some(&path), env(&[]), &Flags::default()).expect_err("refused");
+    assert!(
+        err.to_string().contains("CHAT_BRIDGE_DISCORD__TOKEN") && !err.to_string().contains("oops"),
+        "names the variable, never the value: {err}"
+    );
+    let token = dir.path().join("token");
+    std::fs::write(&token, "from-file\n").expect("write");
+    std::fs::write(
+        &path,
+        format!("[daemon]\ntoken_file = {:?}\n", token.display().to_string()),
+    )
+    .expect("write");
+    let c = Config::load(Some(&path), env(&[]), &Flags::default()).expect("load");
+    assert_eq!(c.daemon.token.as_ref().map(expose), Some("from-file"));
+}
+
+#[test]
+fn unknown_keys_and_bad_durations_are_clear_errors() {
+    let err = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_LIVENESS__IDEL", "5s")]),
+        &Flags::default(),
+    )
+    .expect_err("typo");
+    assert!(
+        err.to_string().contains("CHAT_BRIDGE_LIVENESS__IDEL")
+            && err.to_string().contains("CHAT_BRIDGE_LIVENESS__IDLE"),
+        "{err}"
+    );
+    let err = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_LIVENESS__IDLE", "5x")]),
+        &Flags::default(),
+    )
+    .expect_err("bad");
+    assert!(err.to_string().contains("500ms, 10s"), "{err}");
+}
+
+/// A Slack deployment that validates: tokens, an allowlist.
+const SLACK: [(&str, &str); 3] = [
+    ("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-1"),
+    ("CHAT_BRIDGE_SLACK__APP_TOKEN", "xapp-1"),
+    ("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"U1\"]"),
+];
+const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+
+fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::load(None, env(pairs), &Flags::default())
+}
+
+fn with(base: &[(&str, &str)], extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    env(base).into_iter().chain(env(extra)).collect()
+}
+
+fn load_with(base: &[(&str, &str)], extra: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::load(None, with(base, extra), &Flags::default())
+}
+
+#[test]
+fn s3_typo_in_env_var_names_the_nearest_key() {
+    for (typo, nearest) in [
+        (
+            "CHAT_BRIDGE_SLACK_ALLOWED_USERS",
+            "CHAT_BRIDGE_SLACK__ALLOWED_USERS",
+        ),
+        (
+            "CHAT_BRIDGE_DISCORD__ALLOWED_USER",
+            "CHAT_BRIDGE_DISCORD__ALLOWED_USERS",
+        ),
+        ("CHAT_BRIDGE_ACCESS_OPEN", "CHAT_BRIDGE_ACCESS__OPEN"),
+        ("CHAT_BRIDGE_DATABASE_URL", "CHAT_BRIDGE_DATABASE__URL"),
+        (
+            "CHAT_BRIDGE_SHELL_AGENT__TOKEN",
+            "CHAT_BRIDGE_SHELL_AGENT_TOKEN",
+        ),
+        ("CHAT_BRIDGE_LOGS", "CHAT_BRIDGE_LOG"),
+        (
+            "CHAT_BRIDGE_SLACK__SIGNING_SECRT",
+            "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
+        ),
+    ] {
+        let err = load_with(&SLACK, &[(typo, "never-shown-value")]).expect_err(typo);
+        match &err {
+            ConfigError::UnknownVariable { name, nearest: n } => {
+                assert_eq!((name.as_str(), n.as_str()), (typo, nearest));
+            }
+            other => panic!("{typo}: {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("did you mean {nearest}?"))
+                && !text.contains("never-shown-value"),
+            "{text}"
+        );
+    }
+    // Variables the product reads outside the configuration are not typos.
+    let others: Vec<(&str, &str)> = OTHER_VARIABLES.iter().map(|v| (*v, "x")).collect();
+    load(&others).expect("CHAT_BRIDGE_LOG, CHAT_BRIDGE_CONFIG, … are accepted");
+    check_variable_names(OTHER_VARIABLES).expect("accepted");
+    assert!(check_variable_names(["CHAT_BRIDGE_SHELL_AGENT_TOKN"]).is_err());
+    // Other prefixes are none of our business.
+    load(&[("CHAT_BRIDGEX", "1"), ("MY_CHAT_BRIDGE_X", "1")]).expect("not ours");
+}
+
+#[test]
+fn s3_every_key_comes_from_the_types_and_every_key_has_its_variable() {
+    let keys = Config::keys();
+    for (section, key) in [
+        ("database", "url"),
+        ("daemon", "token"),
+        ("daemon", "token_file"),
+        ("daemon", "cwd"),
+        ("slack", "signing_secret"),
+        ("slack", "mode"),
+        ("http", "listen"),
+        ("access", "open"),
+        ("access", "threads"),
+        ("redact", "store"),
+        ("liveness", "on_stall"),
+        ("service", "platform"),
+    ] {
+        assert!(
+            keys.contains(&(section.to_owned(), key.to_owned())),
+            "{section}.{key} (optional keys too)"
+        );
+    }
+    // Each key's variable is accepted (values of the right type, secrets non-blank).
+    for (section, key) in &keys {
+        let var = env_name(section, key);
+        assert!(
+            unknown_variable(&var, &key_defaults()).is_none(),
+            "{var} is a key"
+        );
+    }
+}
+
+#[test]
+fn secret_keys_are_exactly_the_secret_typed_fields() {
+    // A field is a secret when a non-string value is refused with the secret's own words.
+    for (section, key) in Config::keys() {
+        let mut table = toml::Table::new();
+        let mut sec = toml::Table::new();
+        sec.insert(key.clone(), toml::Value::Float(0.5));
+        table.insert(section.clone(), toml::Value::Table(sec));
+        let typed_secret = toml::Value::Table(table)
+            .try_into::<Config>()
+            .err()
+            .is_some_and(|e| e.to_string().contains("a secret must be a string"));
+        let listed = is_secret(&section, &key);
+        assert_eq!(typed_secret, listed, "{section}.{key}");
+    }
+    let c = Config::default();
+    assert_eq!(
+        c.secrets().map(|(var, _)| var.to_owned()),
+        SECRET_KEYS.map(secret_env_var),
+    );
+}
+
+#[test]
+fn s3_check_config_refuses_what_startup_refuses() {
+    // One path: `load` validates, and start-up and `check-config` both call it. Each bad
+    // setting is refused with a message naming it.
+    let bad: [(&[(&str, &str)], &str); 11] = [
+        (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
+        (
+            &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
+            "service.platform",
+        ),
+        (&[("CHAT_BRIDGE_HTTP__LISTEN", "0.0.0.0")], "http.listen"),
+        (&[("CHAT_BRIDGE_SLACK__LISTEN", "3000")], "slack.listen"),
+        (
+            &[("CHAT_BRIDGE_REDACT__PATTERNS", "[\"ok\", \"(unclosed\"]")],
+            "redact.patterns[1]",
+        ),
+        (
+            &[("CHAT_BRIDGE_DATABASE__URL", "mysql://u@db/chat")],
+            "database.url",
+        ),
+        (
+            &[("CHAT_BRIDGE_DAEMON__URL", "http://daemon:4000/acp")],
+            "daemon.url",
+        ),
+        (&[("CHAT_BRIDGE_DAEMON__URL", "ws://")], "daemon.url"),
+        (
+            &[("CHAT_BRIDGE_HTTP__API_TOKEN", "")],
+            "CHAT_BRIDGE_HTTP__API_TOKEN",
+        ),
+        (&[("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[]")], "(A1)"),
+        (
+            &[("CHAT_BRIDGE_SERVICE__OUTBOX_WORKERS", "0")],
+            "service.outbox_workers",
+        ),
+    ];
+    for (extra, names) in bad {
+        let err = load_with(&SLACK, extra).expect_err(names);
+        assert!(err.to_string().contains(names), "{names}: {err}");
+    }
+    // Every problem is reported at once, not one per attempt.
+    let err = load_with(
+        &SLACK,
+        &[
+            ("CHAT_BRIDGE_HTTP__LISTEN", "0.0.0.0"),
+            ("CHAT_BRIDGE_DAEMON__URL", "http://d/acp"),
+        ],
+    )
+    .expect_err("two problems");
+    assert!(
+        err.to_string().contains("http.listen") && err.to_string().contains("daemon.url"),
+        "{err}"
+    );
+    for good in ["127.0.0.1:0", "[::]:8080", "localhost:8080", "0.0.0.0:3000"] {
+        assert!(is_listen_address(good), "{good}");
+    }
+    for bad in ["0.0.0.0", "8080", ":8080", "host:port", "a b:80", ""] {
+        assert!(!is_listen_address(bad), "{bad}");
+    }
+}
+
+#[test]
+fn s3_check_config_refuses_database_urls_start_up_could_not_read_and_clashing_ports() {
+    for url in [
+        "postgres://u:p/ss@h:1/db",
+        "postgres://u:pw@[::1/db",
+        "postgres://u:pw@h:99999/db",
+    ] {
+        let err = load_with(&SLACK, &[("CHAT_BRIDGE_DATABASE__URL", url)]).expect_err(url);
+        let text = err.to_string();
+        assert!(text.contains("cannot be parsed"), "{url}: {text}");
+        assert!(
+            !text.contains("p/ss") && !text.contains(":pw@"),
+            "masked: {text}"
+        );
+    }
+    for url in [
+        "postgres://u:p%2Fss@h:1/db",
+        "sqlite://./x.db",
+        "sqlite::memory:",
+    ] {
+        assert!(
+            load_with(&SLACK, &[("CHAT_BRIDGE_DATABASE__URL", url)]).is_ok(),
+            "{url}"
+        );
+    }
+    let err = load_with(
+        &SLACK,
+        &[
+            ("CHAT_BRIDGE_SLACK__MODE", "http"),
+            ("CHAT_BRIDGE_SLACK__SIGNING_SECRET", SIGNING_SECRET),
+            ("CHAT_BRIDGE_SLACK__LISTEN", "0.0.0.0:8080"),
+            ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+        ],
+    )
+    .expect_err("same port");
+    assert!(err.to_string().contains("same port"), "{err}");
+}
