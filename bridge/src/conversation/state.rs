@@ -14,7 +14,7 @@ use super::commands::{self, Parsed};
 use super::event::{Mark, ToolOutcome};
 use super::inbox::Marks;
 use super::tools::{self, ToolState};
-use super::turn::{Queue, TurnState};
+use super::turn::{Queue, Queued, TurnState};
 use crate::core::keys::MessageKey;
 use crate::core::{CoreConfig, OnStall};
 
@@ -81,6 +81,18 @@ pub enum DaemonStep {
     ToolFinished(ToolCallId, ToolResult),
     /// The turn ended.
     EndTurn(StopReason),
+}
+
+/// What becomes of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Nothing runs: start its turn now.
+    Start(Queued),
+    /// It waits behind the running turn.
+    Queued,
+    /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
+    /// marked handled by that notice's transaction.
+    Full(usize),
 }
 
 /// What a timer found due.
@@ -155,6 +167,21 @@ impl State {
     #[must_use]
     pub fn numbered(&self, n: usize) -> Option<Numbered> {
         self.approvals.numbered(n)
+    }
+
+    /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.
+    pub fn admit(&mut self, q: Queued, cap: usize) -> Admission {
+        if self.turn.is_none() {
+            return Admission::Start(q);
+        }
+        let event = q.event.clone();
+        match self.queue.admit(q, cap) {
+            Ok(()) => Admission::Queued,
+            Err(waiting) => {
+                self.marks.add(event);
+                Admission::Full(waiting)
+            }
+        }
     }
 
     /// A daemon event of this conversation's session, received at `now`.

@@ -10,6 +10,7 @@ use crate::conversation::commands::{Command, Parsed};
 use crate::conversation::effects;
 use crate::conversation::event::Mark;
 use crate::conversation::inbox::EventKey;
+use crate::conversation::state::Admission;
 use crate::conversation::turn::{Queued, TurnState, queue_full_text};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
@@ -67,6 +68,7 @@ impl Runner {
         message_id: Option<String>,
         event: Option<EventKey>,
     ) -> Result<()> {
+        let event_key = event.clone();
         // A prompt is handled when its turn starts (or when it is refused), not by the 👀.
         if let Some(e) = &event {
             self.state.marks.take(e);
@@ -81,29 +83,30 @@ impl Runner {
             .await?;
             self.commit(tx).await?;
         }
-        if self.state.turn.is_some() {
-            let queued = Queued {
-                user,
-                text,
-                message_id,
-                event: event.clone(),
-            };
-            if let Err(waiting) = self.state.queue.admit(queued, self.core.cfg.queue_cap) {
-                self.state.marks.add(event);
-                return self.notice(Tone::Warning, &queue_full_text(waiting)).await;
-            }
-            if let Some((platform, id)) = &event {
-                // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
-                // Best effort: if this is lost, the attempt simply stays counted.
-                if let Ok(mut c) = self.core.store.conn().await {
-                    let _ = inbound::taken(&mut c, platform, id).await;
+        let q = Queued {
+            user,
+            text,
+            message_id,
+            event,
+        };
+        match self.state.admit(q, self.core.cfg.queue_cap) {
+            Admission::Full(waiting) => self.notice(Tone::Warning, &queue_full_text(waiting)).await,
+            Admission::Queued => {
+                if let Some((platform, id)) = &event_key {
+                    // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
+                    // Best effort: if this is lost, the attempt simply stays counted.
+                    if let Ok(mut c) = self.core.store.conn().await {
+                        let _ = inbound::taken(&mut c, platform, id).await;
+                    }
                 }
+                self.core.busy_add(1);
+                Ok(())
             }
-            self.core.busy_add(1);
-            return Ok(());
+            Admission::Start(q) => {
+                self.core.busy_add(1);
+                self.start_turn(q.user, q.text, q.message_id, q.event).await
+            }
         }
-        self.core.busy_add(1);
-        self.start_turn(user, text, message_id, event).await
     }
 
     /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that

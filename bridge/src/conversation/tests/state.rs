@@ -6,7 +6,7 @@ use super::{
 };
 use crate::conversation::approvals::Pending;
 use crate::conversation::event::{Mark, ToolOutcome};
-use crate::conversation::state::{DaemonStep, Line, State, scoped_id};
+use crate::conversation::state::{Admission, DaemonStep, Line, State, scoped_id};
 use crate::core::OnStall;
 
 /// The runner's part of a `tool_call`: the call was new and is now shown.
@@ -418,4 +418,47 @@ fn r1_tool_ids_are_scoped_by_the_session_and_notices_are_counted() {
     assert_eq!(scoped_id(None, &call(1)), "call-1");
     assert_eq!(s.next_notice_key(5).to_string(), "notice:5:1");
     assert_eq!(s.next_notice_key(5).to_string(), "notice:5:2");
+}
+
+fn prompt(n: u32) -> crate::conversation::turn::Queued {
+    crate::conversation::turn::Queued {
+        user: "alice".into(),
+        text: format!("prompt {n}"),
+        message_id: None,
+        event: Some(("slack".into(), format!("Ev{n}"))),
+    }
+}
+
+#[test]
+fn a_prompt_starts_a_turn_when_nothing_runs_and_waits_otherwise() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut idle = State::new(Some(session()));
+    assert_eq!(
+        idle.admit(prompt(1), c.queue_cap),
+        Admission::Start(prompt(1))
+    );
+    assert!(idle.queue.is_empty());
+    let mut busy = running(&clock, &c);
+    assert_eq!(busy.admit(prompt(2), c.queue_cap), Admission::Queued);
+    assert_eq!(busy.queue.len(), 1);
+    assert!(
+        busy.marks.is_empty(),
+        "a waiting prompt is marked when its turn starts"
+    );
+}
+
+#[test]
+fn queue_full_refuses_the_prompt_and_its_notice_marks_it_handled_d2() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert_eq!(s.admit(prompt(1), c.queue_cap), Admission::Queued);
+    assert_eq!(s.admit(prompt(2), c.queue_cap), Admission::Queued);
+    assert_eq!(s.admit(prompt(3), c.queue_cap), Admission::Full(2));
+    assert_eq!(s.queue.len(), 2);
+    assert_eq!(
+        s.marks.pending(),
+        vec![("slack".to_owned(), "Ev3".to_owned())]
+    );
 }
