@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use super::keys::MessageKey;
 use super::{AfterFailure, ConvMsg, Core, render};
 use crate::channel::Inbound;
+use crate::conversation::effects;
 use crate::store::{self, conversations, inbound, now_ms};
 
 /// Why an event was set aside, for the thread, the log and the dead-letter listing: a category and
@@ -267,20 +269,21 @@ impl Core {
                 now_ms(),
             )
             .await?;
-            let key = format!("dead-letter:{}", msg.event_id);
-            let action = crate::channel::ChatAction::Post {
-                target: Self::target(conv),
-                key: key.clone(),
-                message: render::notice(&self.redactor, crate::channel::Tone::Error, &text),
-            };
+            let key = MessageKey::DeadLetter(msg.event_id.clone());
+            let action = effects::post(
+                &Self::target(conv),
+                &key,
+                render::notice(&self.redactor, crate::channel::Tone::Error, &text),
+            );
             let json = serde_json::to_string(&action)
                 .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
+            let (kind, coalesce_key) = effects::outbox_row(&action);
             store::outbox::enqueue(
                 tx.conn(),
                 &store::outbox::NewAction {
                     conversation_id: &conv.id,
-                    kind: store::outbox::Kind::Post,
-                    coalesce_key: Some(&key),
+                    kind,
+                    coalesce_key,
                     action: &json,
                 },
                 now_ms(),
