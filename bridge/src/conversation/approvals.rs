@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 
 /// One request waiting for an answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
     /// Its stored id (the button value and message key carry it).
     pub db_id: String,

@@ -3,10 +3,61 @@
 //! or an ephemeral reply is a row of its own. The runner writes the row in the same transaction as
 //! the state change that caused it. Pure.
 
+use daemon_client::{PermissionRequest, Stall, StopReason, ToolCallId, ToolInfo, ToolResult};
+
+use super::approvals::Pending;
 use super::event::Mark;
+use super::inbox::EventKey;
+use super::state::Line;
+use super::turn::Queued;
 use crate::channel::{ChatAction, Message, Target};
 use crate::core::keys::MessageKey;
 use crate::store::outbox::Kind;
+
+/// What the runner does for a decision of [`State::handle`](super::state::State::handle): each
+/// is one transaction (with its outbox rows), a daemon call, or both.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Hand due heartbeat counts to the progress writer (P2; never a message, F1).
+    FlushCounts,
+    /// Edit a tool's message into its progress line (L5).
+    ShowLine(Line),
+    /// Record a permission request and post it with its buttons (R6).
+    AskPermission(PermissionRequest),
+    /// Record a tool call and post its message — or follow it again if it is already stored (R1).
+    AnnounceTool(ToolCallId, ToolInfo),
+    /// A running call's title changed: store it and edit its message.
+    RetitleTool {
+        /// The call.
+        call: ToolCallId,
+        /// The new title.
+        title: String,
+        /// Its kind, when the update said.
+        kind: Option<String>,
+    },
+    /// Record a call's result and edit its message into it (R2, R3).
+    FinishTool(ToolCallId, ToolResult),
+    /// End the turn the daemon ended: status, answer (R5), mark; then the next queued prompt.
+    EndTurn(StopReason),
+    /// An approval expired unanswered: edit its message, answer the daemon "cancelled".
+    ExpireApproval(Pending),
+    /// A liveness limit fired (L3): tell the thread; close a resumed turn as interrupted (D3);
+    /// send `session/cancel` under `on_stall = cancel`.
+    Stalled {
+        /// Which limit, and the silence.
+        stall: Stall,
+        /// The turn was taken back after a restart.
+        resumed: bool,
+        /// `on_stall = cancel`.
+        cancel: bool,
+    },
+    /// Start a turn for this prompt.
+    StartTurn(Queued),
+    /// The prompt waits behind the running turn; its inbox entry is noted as waiting (S4).
+    Queued(Option<EventKey>),
+    /// The queue is full (this many wait): say so.
+    QueueFull(usize),
+}
 
 /// Posts a message under `key`.
 #[must_use]

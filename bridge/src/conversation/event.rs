@@ -5,7 +5,21 @@
 use std::fmt;
 use std::str::FromStr;
 
-use daemon_client::{EndCause, StallKind, StopReason};
+use daemon_client::{DaemonEvent, EndCause, StallKind, StopReason};
+
+use super::turn::Queued;
+
+/// Something that happens to a conversation, handed to
+/// [`State::handle`](super::state::State::handle) with the time it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A daemon event of the conversation's session.
+    Daemon(DaemonEvent),
+    /// A deadline passed: a liveness limit, a progress line, an approval's expiry.
+    Timer,
+    /// A prompt to run, its author's role already checked (A2).
+    Prompt(Queued),
+}
 
 /// How a turn ended, as the `turns.status` column says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

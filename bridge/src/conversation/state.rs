@@ -11,6 +11,8 @@ use tokio::time::Instant;
 
 use super::approvals::{Approvals, Numbered, Pending};
 use super::commands::{self, Parsed};
+use super::effects::Effect;
+use super::event::Event;
 use super::event::{Mark, ToolOutcome};
 use super::inbox::Marks;
 use super::tools::{self, ToolState};
@@ -167,6 +169,53 @@ impl State {
     #[must_use]
     pub fn numbered(&self, n: usize) -> Option<Numbered> {
         self.approvals.numbered(n)
+    }
+
+    /// Handles `event`, which happened at `now`: updates the state and says what the runner is to
+    /// write and send, in order. No I/O.
+    pub fn handle(&mut self, event: Event, now: Instant, cfg: &CoreConfig) -> Vec<Effect> {
+        match event {
+            Event::Daemon(e) => match self.on_daemon(e, now, cfg) {
+                DaemonStep::Nothing => Vec::new(),
+                DaemonStep::Heartbeat(line) => std::iter::once(Effect::FlushCounts)
+                    .chain(line.map(Effect::ShowLine))
+                    .collect(),
+                DaemonStep::Output(line) => line.map(Effect::ShowLine).into_iter().collect(),
+                DaemonStep::Permission(req) => vec![Effect::AskPermission(req)],
+                DaemonStep::ToolStarted(call, info) => vec![Effect::AnnounceTool(call, info)],
+                DaemonStep::ToolRetitled { call, title, kind } => {
+                    vec![Effect::RetitleTool { call, title, kind }]
+                }
+                DaemonStep::ToolFinished(call, result) => vec![Effect::FinishTool(call, result)],
+                DaemonStep::EndTurn(stop) => vec![Effect::EndTurn(stop)],
+            },
+            Event::Timer => {
+                let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
+                let due = self.on_timer(now, cfg);
+                let mut effects: Vec<Effect> = due
+                    .expired
+                    .into_iter()
+                    .map(Effect::ExpireApproval)
+                    .collect();
+                effects.extend(due.lines.into_iter().map(Effect::ShowLine));
+                if let Some(stall) = due.stall {
+                    effects.push(Effect::Stalled {
+                        stall,
+                        resumed,
+                        cancel: due.cancel,
+                    });
+                }
+                effects
+            }
+            Event::Prompt(q) => {
+                let event = q.event.clone();
+                vec![match self.admit(q, cfg.queue_cap) {
+                    Admission::Start(q) => Effect::StartTurn(q),
+                    Admission::Queued => Effect::Queued(event),
+                    Admission::Full(waiting) => Effect::QueueFull(waiting),
+                }]
+            }
+        }
     }
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.

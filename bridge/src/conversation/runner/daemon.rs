@@ -1,9 +1,7 @@
 //! Daemon events: tool calls (R1–R4), heartbeats and the progress line (F1, L5), permission
 //! requests and their answers (R6, A3).
 
-use daemon_client::{
-    DaemonEvent, PermissionOutcome, PermissionRequest, ToolCallId, ToolInfo, ToolResult,
-};
+use daemon_client::{PermissionOutcome, PermissionRequest, ToolCallId, ToolInfo, ToolResult};
 use tokio::time::Instant;
 
 use super::Runner;
@@ -11,47 +9,39 @@ use crate::channel::Tone;
 use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::ToolOutcome;
-use crate::conversation::state::{DaemonStep, Line, scoped_id};
+use crate::conversation::state::{Line, scoped_id};
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render};
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
 impl Runner {
-    pub(super) async fn on_event(&mut self, e: DaemonEvent) -> Result<()> {
-        match self.state.on_daemon(e, Instant::now(), &self.core.cfg) {
-            DaemonStep::Nothing => Ok(()),
-            DaemonStep::Heartbeat(line) => {
-                self.flush_progress(false);
-                self.show_line(line).await
-            }
-            DaemonStep::Output(line) => self.show_line(line).await,
-            DaemonStep::Permission(req) => self.on_permission(req).await,
-            DaemonStep::ToolStarted(call, info) => self.on_tool_started(call, info).await,
-            DaemonStep::ToolRetitled { call, title, kind } => {
-                let scoped = self.state.scoped(&call);
-                let mut tx = self.begin().await?;
-                tool_calls::start(
-                    tx.conn(),
-                    &self.conv.id,
-                    None,
-                    &scoped,
-                    &self.kept(&title),
-                    kind.as_deref(),
-                    now_ms(),
-                )
-                .await?;
-                let msg = render::tool_running(&self.core.redactor, &title, None);
-                let key = MessageKey::Tool(scoped);
-                self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-                    .await?;
-                self.commit(tx).await
-            }
-            DaemonStep::ToolFinished(call, result) => self.on_tool_finished(call, result).await,
-            DaemonStep::EndTurn(stop) => self.end_turn(Some(stop), None).await,
-        }
+    /// A running call's title changed: stored, and its message edited.
+    pub(super) async fn retitle(
+        &mut self,
+        call: &ToolCallId,
+        title: &str,
+        kind: Option<&str>,
+    ) -> Result<()> {
+        let scoped = self.state.scoped(call);
+        let mut tx = self.begin().await?;
+        tool_calls::start(
+            tx.conn(),
+            &self.conv.id,
+            None,
+            &scoped,
+            &self.kept(title),
+            kind,
+            now_ms(),
+        )
+        .await?;
+        let msg = render::tool_running(&self.core.redactor, title, None);
+        let key = MessageKey::Tool(scoped);
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.commit(tx).await
     }
 
-    async fn on_tool_started(&mut self, call: ToolCallId, info: ToolInfo) -> Result<()> {
+    pub(super) async fn on_tool_started(&mut self, call: ToolCallId, info: ToolInfo) -> Result<()> {
         let scoped = self.state.scoped(&call);
         let Some(turn) = self.state.turn.as_ref() else {
             return Ok(());
@@ -100,7 +90,11 @@ impl Runner {
         Ok(())
     }
 
-    async fn on_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
+    pub(super) async fn on_tool_finished(
+        &mut self,
+        call: ToolCallId,
+        result: ToolResult,
+    ) -> Result<()> {
         let Some(turn) = self.state.turn.as_ref() else {
             return Ok(());
         };
@@ -237,7 +231,7 @@ impl Runner {
         self.commit(tx).await
     }
 
-    async fn on_permission(&mut self, req: PermissionRequest) -> Result<()> {
+    pub(super) async fn on_permission(&mut self, req: PermissionRequest) -> Result<()> {
         let (req, requester) =
             self.state
                 .permission(req, &self.conv.started_by, Instant::now(), &self.core.cfg);

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use daemon_client::{PermissionOutcome, StopReason};
+use daemon_client::{PermissionOutcome, Stall, StopReason};
 use tokio::time::Instant;
 
 use super::Runner;
 use crate::channel::{Inbound, InboundKind, Tone};
-use crate::conversation::approvals;
+use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::TurnStatus;
 use crate::conversation::turn::{TurnState, stall_text};
@@ -183,48 +183,48 @@ impl Runner {
         }
     }
 
-    /// What the state found due at `now`: expired approvals (rejected), progress lines, a stall.
-    pub(super) async fn on_timer(&mut self, now: Instant) -> Result<()> {
-        let due = self.state.on_timer(now, &self.core.cfg);
-        for p in due.expired {
-            let mut tx = self.begin().await?;
-            permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
-            let msg = render::permission(
-                &self.core.redactor,
-                &p.db_id,
-                &p.title,
-                &p.options,
-                Some(approvals::EXPIRED),
-            );
-            let key = MessageKey::Permission(p.db_id.clone());
-            self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-                .await?;
-            self.commit(tx).await?;
-            let _ = self
-                .core
-                .client
-                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
-                .await;
+    /// An approval expired unanswered (as rejected): its message says so, the daemon hears
+    /// "cancelled".
+    pub(super) async fn expire(&mut self, p: Pending) -> Result<()> {
+        let mut tx = self.begin().await?;
+        permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
+        let msg = render::permission(
+            &self.core.redactor,
+            &p.db_id,
+            &p.title,
+            &p.options,
+            Some(approvals::EXPIRED),
+        );
+        let key = MessageKey::Permission(p.db_id.clone());
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.commit(tx).await?;
+        let _ = self
+            .core
+            .client
+            .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+            .await;
+        Ok(())
+    }
+
+    /// L3: the thread hears which limit fired; a resumed turn is closed as interrupted (D3);
+    /// `on_stall = cancel` sends `session/cancel`.
+    pub(super) async fn stalled(
+        &mut self,
+        stall: Stall,
+        resumed: bool,
+        cancel: bool,
+    ) -> Result<()> {
+        if let Some(turn) = self.state.turn.as_ref() {
+            tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
         }
-        for line in due.lines {
-            self.show_line(Some(line)).await?;
-        }
-        let Some(stall) = due.stall else {
-            return Ok(());
-        };
-        let Some(turn) = self.state.turn.as_ref() else {
-            return Ok(());
-        };
-        tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
         metrics::counter!("chatbridge_stalls_total").increment(1);
-        let (text, interrupted) = stall_text(&stall, turn.resumed);
+        let (text, interrupted) = stall_text(&stall, resumed);
         self.notice(Tone::Warning, &text).await?;
         if interrupted {
             return self.end_turn(None, Some(TurnStatus::Interrupted)).await;
         }
-        if due.cancel
-            && let Some(s) = self.state.session.clone()
-        {
+        if cancel && let Some(s) = self.state.session.clone() {
             if let Err(e) = self.core.client.cancel(&s).await {
                 tracing::warn!(error = %e, "cancel after stall failed");
             }

@@ -8,15 +8,15 @@ use crate::channel::{Inbound, InboundKind, Tone};
 use crate::conversation::approvals::Numbered;
 use crate::conversation::commands::{Command, Parsed};
 use crate::conversation::effects;
+use crate::conversation::event::Event;
 use crate::conversation::event::Mark;
 use crate::conversation::inbox::EventKey;
-use crate::conversation::state::Admission;
-use crate::conversation::turn::{Queued, TurnState, queue_full_text};
+use crate::conversation::turn::{Queued, TurnState};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
 use crate::core::lock;
 use crate::store::turns::{self, Turn};
-use crate::store::{Result, conversations, inbound, members, now_ms};
+use crate::store::{Result, conversations, members, now_ms};
 
 impl Runner {
     /// One inbound event; the first transaction that acts on it marks it handled (a prompt: the one
@@ -68,7 +68,6 @@ impl Runner {
         message_id: Option<String>,
         event: Option<EventKey>,
     ) -> Result<()> {
-        let event_key = event.clone();
         // A prompt is handled when its turn starts (or when it is refused), not by the 👀.
         if let Some(e) = &event {
             self.state.marks.take(e);
@@ -89,24 +88,10 @@ impl Runner {
             message_id,
             event,
         };
-        match self.state.admit(q, self.core.cfg.queue_cap) {
-            Admission::Full(waiting) => self.notice(Tone::Warning, &queue_full_text(waiting)).await,
-            Admission::Queued => {
-                if let Some((platform, id)) = &event_key {
-                    // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
-                    // Best effort: if this is lost, the attempt simply stays counted.
-                    if let Ok(mut c) = self.core.store.conn().await {
-                        let _ = inbound::taken(&mut c, platform, id).await;
-                    }
-                }
-                self.core.busy_add(1);
-                Ok(())
-            }
-            Admission::Start(q) => {
-                self.core.busy_add(1);
-                self.start_turn(q.user, q.text, q.message_id, q.event).await
-            }
+        for effect in self.handle(Event::Prompt(q)) {
+            self.apply(effect).await?;
         }
+        Ok(())
     }
 
     /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that

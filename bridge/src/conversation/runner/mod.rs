@@ -4,11 +4,13 @@
 //! transaction of the state change that caused it (D1).
 //!
 //! - `mod.rs`: the loop (stoppable: it selects on the core's shutdown token) and letting go.
+//! - `apply.rs`: an event through `State::handle`, then each effect carried out.
 //! - `write.rs`: transactions, notices, refusals.
 //! - `inbound.rs`: messages, commands, prompts, sessions.
 //! - `daemon.rs`: daemon events, tool calls, progress, approvals.
 //! - `end.rs`: the turn's end, the prompt's completion, resume after a restart, timers.
 
+mod apply;
 mod commands;
 mod daemon;
 mod end;
@@ -16,7 +18,6 @@ mod inbound;
 mod write;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use daemon_client::SessionId;
 use tokio::sync::mpsc;
@@ -44,19 +45,19 @@ const STORE_RETRIES: u32 = 130;
 /// A step that fails because the database is unreachable is taken again once it answers, so an
 /// outage delays messages and results instead of losing them (each step commits in one
 /// transaction, and applying a result twice is refused by the store). Gives up when the core stops.
-macro_rules! retrying {
+macro_rules! retrying_step {
     ($conversation:expr, $stop:expr, $step:expr) => {{
         let mut attempt = 0u32;
         loop {
             match $step.await {
-                Err(e) if e.is_transient() && attempt < STORE_RETRIES && !$stop.is_cancelled() => {
+                Err(e) if e.is_transient() && attempt < $crate::conversation::runner::STORE_RETRIES && !$stop.is_cancelled() => {
                     attempt += 1;
                     if attempt == 1 {
                         tracing::warn!(conversation = %$conversation, error = %e, "database unavailable; retrying this step until it answers");
                     }
                     let pause = daemon_client::client::backoff_delay(
-                        Duration::from_millis(100),
-                        Duration::from_secs(5),
+                        ::std::time::Duration::from_millis(100),
+                        ::std::time::Duration::from_secs(5),
                         attempt,
                     );
                     tokio::select! {
@@ -69,6 +70,8 @@ macro_rules! retrying {
         }
     }};
 }
+
+use retrying_step as retrying;
 
 /// Runs the conversation until its channel closes, it lets go while idle, or the core stops.
 pub(crate) async fn run(
@@ -99,7 +102,7 @@ pub(crate) async fn run(
             () = stop.cancelled() => return,
             m = rx.recv() => m,
             () = sleep_until(deadline) => {
-                if let Err(e) = r.on_timer(Instant::now()).await {
+                if let Err(e) = r.on_timer().await {
                     tracing::error!(conversation = %r.conv.id, error = %e, "timer handling failed");
                 }
                 active = Instant::now();
@@ -115,9 +118,9 @@ pub(crate) async fn run(
         let id = r.conv.id.clone();
         let result = match msg {
             ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
-            ConvMsg::Daemon(e) => retrying!(id, stop, r.on_event(e.clone())),
+            ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
             ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
-            ConvMsg::Resume(turn) => retrying!(id, stop, r.on_resume(turn.clone())),
+            ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
         };
         if let Err(e) = result {
             tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");
@@ -161,18 +164,18 @@ impl Runner {
         let mut again = false;
         let r = loop {
             if again {
-                match retrying!(id, stop, self.core.count_attempt(&m)) {
+                match retrying_step!(id, stop, self.core.count_attempt(&m)) {
                     Ok(true) => {}
                     Ok(false) => break Ok(()),
                     Err(e) => break Err(e),
                 }
             }
-            let r = retrying!(id, stop, self.on_inbound_event(m.clone(), event.clone()));
+            let r = retrying_step!(id, stop, self.on_inbound_event(m.clone(), event.clone()));
             let left = self.state.marks.take(&event);
             match r {
                 Err(e) if left && !e.is_transient() => {
                     tracing::error!(conversation = %self.conv.id, error = %e, "an inbound event failed");
-                    match retrying!(id, stop, self.core.inbound_failed(&m, &e, false)) {
+                    match retrying_step!(id, stop, self.core.inbound_failed(&m, &e, false)) {
                         Ok(AfterFailure::Again) => again = true,
                         Ok(_) => break Ok(()),
                         Err(e) => break Err(e),
@@ -183,7 +186,7 @@ impl Runner {
                 // inbox and is taken again at the next start.
                 r => {
                     if left && r.is_ok() {
-                        let _ = retrying!(id, stop, self.mark_alone(&event));
+                        let _ = retrying_step!(id, stop, self.mark_alone(&event));
                     }
                     break r;
                 }

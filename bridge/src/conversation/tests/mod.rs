@@ -4,6 +4,7 @@
 mod approvals;
 mod commands;
 mod effects;
+mod handle;
 mod inbox;
 mod state;
 mod tools;

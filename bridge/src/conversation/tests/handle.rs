@@ -1,0 +1,142 @@
+//! `State::handle`: an event in, the effects out, in order.
+
+use daemon_client::{ShellProgress, StallKind, StopReason};
+
+use super::{Clock, call, cfg, ended, heartbeat, info, running, secs, session, started};
+use crate::conversation::approvals::Pending;
+use crate::conversation::effects::Effect;
+use crate::conversation::event::Event;
+use crate::conversation::state::{Line, State};
+use crate::conversation::turn::Queued;
+
+fn beat() -> Event {
+    Event::Daemon(heartbeat(1, ShellProgress::default()))
+}
+
+fn prompt(n: u32) -> Queued {
+    Queued {
+        user: "alice".into(),
+        text: format!("prompt {n}"),
+        message_id: Some(format!("m{n}")),
+        event: Some(("slack".into(), format!("Ev{n}"))),
+    }
+}
+
+#[test]
+fn f1_a_heartbeat_is_only_a_count_for_the_store_never_a_message() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert_eq!(
+        s.handle(Event::Daemon(started(1, "sleep 9")), clock.now(), &c),
+        [Effect::AnnounceTool(call(1), info("sleep 9"))]
+    );
+    s.tool_running(call(1), "sleep 9".into(), clock.now(), true);
+    for _ in 0..10 {
+        assert_eq!(
+            s.handle(beat(), clock.advance(secs(1)), &c),
+            [Effect::FlushCounts]
+        );
+    }
+}
+
+#[test]
+fn l5_a_heartbeat_past_progress_after_flushes_then_edits_the_line() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "sleep 60".into(), clock.now(), true);
+    let effects = s.handle(beat(), clock.advance(secs(16)), &c);
+    assert_eq!(
+        effects,
+        [
+            Effect::FlushCounts,
+            Effect::ShowLine(Line {
+                call: call(1),
+                title: "sleep 60".into(),
+                elapsed: secs(16),
+                age: None
+            })
+        ]
+    );
+}
+
+#[test]
+fn a_timer_expires_approvals_then_shows_lines_then_announces_the_stall() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "make".into(), clock.now(), true);
+    s.approvals.ask(Pending {
+        db_id: "p1".into(),
+        request_id: daemon_client::RequestId::from(1),
+        title: "rm".into(),
+        options: super::options(),
+        requester: "alice".into(),
+        expires: clock.now() + secs(100),
+    });
+    let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
+    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert!(matches!(&effects[0], Effect::ExpireApproval(p) if p.db_id == "p1"));
+    assert!(matches!(&effects[1], Effect::ShowLine(l) if l.call == call(1)));
+    assert!(matches!(
+        &effects[2],
+        Effect::Stalled { stall, resumed: false, cancel: false } if stall.kind == StallKind::Idle
+    ));
+    assert!(
+        s.handle(Event::Timer, clock.now(), &c).is_empty(),
+        "nothing twice"
+    );
+}
+
+#[test]
+fn d3_a_resumed_turns_stall_says_it_was_resumed() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Stalled { resumed: true, .. }]),
+        "{effects:#?}"
+    );
+}
+
+#[test]
+fn queue_full_prompts_start_wait_or_are_refused() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut idle = State::new(Some(session()));
+    assert_eq!(
+        idle.handle(Event::Prompt(prompt(1)), clock.now(), &c),
+        [Effect::StartTurn(prompt(1))]
+    );
+    let mut s = running(&clock, &c);
+    for n in 2..=3 {
+        assert_eq!(
+            s.handle(Event::Prompt(prompt(n)), clock.now(), &c),
+            [Effect::Queued(prompt(n).event)]
+        );
+    }
+    assert_eq!(
+        s.handle(Event::Prompt(prompt(4)), clock.now(), &c),
+        [Effect::QueueFull(2)]
+    );
+}
+
+#[test]
+fn the_daemons_turn_end_ends_the_turn_and_nothing_attaches_without_one() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert_eq!(
+        s.handle(Event::Daemon(ended(StopReason::EndTurn)), clock.now(), &c),
+        [Effect::EndTurn(StopReason::EndTurn)]
+    );
+    let mut none = State::new(Some(session()));
+    assert!(
+        none.handle(Event::Daemon(ended(StopReason::EndTurn)), clock.now(), &c)
+            .is_empty()
+    );
+    assert!(none.handle(Event::Timer, clock.now(), &c).is_empty());
+}
