@@ -6,11 +6,13 @@
 use daemon_client::{PermissionRequest, Stall, StopReason, ToolCallId, ToolInfo, ToolResult};
 
 use super::approvals::Pending;
+use super::commands::Command;
 use super::event::Mark;
 use super::inbox::EventKey;
 use super::state::Line;
 use super::turn::Queued;
 use crate::channel::{ChatAction, Message, Target};
+use crate::core::access::Refusal;
 use crate::core::keys::MessageKey;
 use crate::store::outbox::Kind;
 
@@ -18,6 +20,33 @@ use crate::store::outbox::Kind;
 /// is one transaction (with its outbox rows), a daemon call, or both.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Refuse what a person asked: only they hear why, their message gets ⛔, nothing runs (A2, A3).
+    Refuse {
+        /// Who asked.
+        user: String,
+        /// Their message.
+        message_id: Option<String>,
+        /// Why not.
+        refusal: Refusal,
+    },
+    /// A person answers a waiting approval (checked against the request, R6, A3).
+    Answer {
+        /// Who answers.
+        user: String,
+        /// The request's stored id.
+        request: String,
+        /// The option picked.
+        option: String,
+    },
+    /// Run a command for `user`.
+    Command {
+        /// Who asked.
+        user: String,
+        /// What.
+        command: Command,
+    },
+    /// A prompt: 👀 on the person's message, then [`Event::Prompt`](super::event::Event::Prompt).
+    Prompt(Queued),
     /// Hand due heartbeat counts to the progress writer (P2; never a message, F1).
     FlushCounts,
     /// Edit a tool's message into its progress line (L5).

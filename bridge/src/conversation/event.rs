@@ -7,12 +7,29 @@ use std::str::FromStr;
 
 use daemon_client::{DaemonEvent, EndCause, StallKind, StopReason};
 
+use super::inbox::EventKey;
 use super::turn::Queued;
+
+/// A person's message in the thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    /// Who wrote it.
+    pub user: String,
+    /// What they wrote.
+    pub text: String,
+    /// The platform's id of their message (for its marks).
+    pub message_id: Option<String>,
+    /// Its inbox entry.
+    pub event: Option<EventKey>,
+}
 
 /// Something that happens to a conversation, handed to
 /// [`State::handle`](super::state::State::handle) with the time it happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// A person's message (the thread's members read beforehand when it asks for more than
+    /// reading, A2).
+    Message(Said),
     /// A daemon event of the conversation's session.
     Daemon(DaemonEvent),
     /// A deadline passed: a liveness limit, a progress line, an approval's expiry.

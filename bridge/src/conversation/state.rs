@@ -13,10 +13,12 @@ use super::approvals::{Approvals, Numbered, Pending};
 use super::commands::{self, Parsed};
 use super::effects::Effect;
 use super::event::Event;
+use super::event::Said;
 use super::event::{Mark, ToolOutcome};
 use super::inbox::Marks;
 use super::tools::{self, ToolState};
 use super::turn::{Queue, Queued, TurnState};
+use crate::core::access::{Act, Refusal, Roles};
 use crate::core::keys::MessageKey;
 use crate::core::{CoreConfig, OnStall};
 
@@ -33,6 +35,8 @@ pub struct State {
     pub queue: Queue,
     /// Approvals waiting for a person.
     pub approvals: Approvals,
+    /// Who opened the thread (A2).
+    pub owner: String,
     /// The people the owner invited (A2), once read from the store.
     pub members: Option<Vec<String>>,
     /// Notices posted by this conversation's runner (their keys count them).
@@ -175,6 +179,7 @@ impl State {
     /// write and send, in order. No I/O.
     pub fn handle(&mut self, event: Event, now: Instant, cfg: &CoreConfig) -> Vec<Effect> {
         match event {
+            Event::Message(said) => self.on_message(said, cfg),
             Event::Daemon(e) => match self.on_daemon(e, now, cfg) {
                 DaemonStep::Nothing => Vec::new(),
                 DaemonStep::Heartbeat(line) => std::iter::once(Effect::FlushCounts)
@@ -216,6 +221,58 @@ impl State {
                 }]
             }
         }
+    }
+
+    /// A person's message: refused (A2), an answer to the one waiting approval (A3), a command,
+    /// or a prompt.
+    fn on_message(&mut self, said: Said, cfg: &CoreConfig) -> Vec<Effect> {
+        let Said {
+            user,
+            text,
+            message_id,
+            event,
+        } = said;
+        let parsed = self.parse(&text);
+        if let Some(act) = parsed.act()
+            && act != Act::Read
+        {
+            let roles = Roles {
+                mode: cfg.threads,
+                owner: &self.owner,
+                members: self.members.as_deref().unwrap_or_default(),
+                approvers: &cfg.approvers,
+            };
+            if let Err(refusal) = roles.may(&user, act) {
+                return vec![Effect::Refuse {
+                    user,
+                    message_id,
+                    refusal,
+                }];
+            }
+        }
+        vec![match parsed {
+            Parsed::Empty => return Vec::new(),
+            Parsed::Numbered(n) => match self.numbered(n) {
+                Some(Numbered::Option { request, option }) => Effect::Answer {
+                    user,
+                    request,
+                    option,
+                },
+                // A number while an approval waits is an answer, never a command (A3).
+                _ => Effect::Refuse {
+                    user,
+                    message_id,
+                    refusal: Refusal::UnknownOption,
+                },
+            },
+            Parsed::Command(command) => Effect::Command { user, command },
+            Parsed::Prompt(text) => Effect::Prompt(Queued {
+                user,
+                text,
+                message_id,
+                event,
+            }),
+        }]
     }
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.

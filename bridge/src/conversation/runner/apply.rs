@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::Runner;
 use crate::channel::Tone;
+use crate::conversation::commands::Command;
 use crate::conversation::effects::Effect;
 use crate::conversation::event::Event;
 use crate::conversation::turn::queue_full_text;
@@ -40,6 +41,29 @@ impl Runner {
     /// Carries out one effect.
     pub(super) async fn apply(&mut self, effect: Effect) -> Result<()> {
         match effect {
+            Effect::Refuse {
+                user,
+                message_id,
+                refusal,
+            } => self.refuse(&user, message_id.as_deref(), &refusal).await,
+            Effect::Answer {
+                user,
+                request,
+                option,
+            } => self.decide(&user, &request, &option).await,
+            Effect::Command { user, command } => match command {
+                Command::New => self.cmd_new().await,
+                Command::Cancel => self.cmd_cancel().await,
+                Command::Status => self.cmd_status().await,
+                Command::History => self.cmd_history().await,
+                Command::Help => self.cmd_help().await,
+                Command::Invite(who) => self.cmd_invite(&user, &who, true).await,
+                Command::Uninvite(who) => self.cmd_invite(&user, &who, false).await,
+            },
+            Effect::Prompt(q) => self.prompt(q).await,
+            Effect::StartTurn(_) | Effect::Queued(_) | Effect::QueueFull(_) => {
+                self.admitted(effect).await
+            }
             Effect::FlushCounts => {
                 self.flush_progress(false);
                 Ok(())
@@ -58,6 +82,12 @@ impl Runner {
                 resumed,
                 cancel,
             } => self.stalled(stall, resumed, cancel).await,
+        }
+    }
+
+    /// What became of a prompt: its turn starts, it waits, or the queue is full.
+    pub(super) async fn admitted(&mut self, effect: Effect) -> Result<()> {
+        match effect {
             Effect::StartTurn(q) => {
                 self.core.busy_add(1);
                 self.start_turn(q.user, q.text, q.message_id, q.event).await
@@ -76,6 +106,8 @@ impl Runner {
             Effect::QueueFull(waiting) => {
                 self.notice(Tone::Warning, &queue_full_text(waiting)).await
             }
+            // Only the three above come of a prompt; anything else is carried out as usual.
+            other => Box::pin(self.apply(other)).await,
         }
     }
 }

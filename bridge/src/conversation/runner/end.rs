@@ -7,7 +7,7 @@ use daemon_client::{PermissionOutcome, Stall, StopReason};
 use tokio::time::Instant;
 
 use super::Runner;
-use crate::channel::{Inbound, InboundKind, Tone};
+use crate::channel::Tone;
 use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::TurnStatus;
@@ -71,16 +71,8 @@ impl Runner {
             if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {
                 self.core.busy_add(-1);
                 self.state.marks.add(q.event.clone());
-                let refused = Inbound {
-                    event_id: String::new(),
-                    platform: self.conv.platform.clone(),
-                    target: self.target.clone(),
-                    user: q.user,
-                    message_id: q.message_id,
-                    opens: false,
-                    kind: InboundKind::Message(String::new()),
-                };
-                self.refuse(&refused, &refusal).await?;
+                self.refuse(&q.user, q.message_id.as_deref(), &refusal)
+                    .await?;
                 continue;
             }
             // Counted as busy when it was queued; that count now belongs to its turn.

@@ -5,11 +5,9 @@ use daemon_client::SessionId;
 
 use super::Runner;
 use crate::channel::{Inbound, InboundKind, Tone};
-use crate::conversation::approvals::Numbered;
-use crate::conversation::commands::{Command, Parsed};
 use crate::conversation::effects;
-use crate::conversation::event::Event;
 use crate::conversation::event::Mark;
+use crate::conversation::event::{Event, Said};
 use crate::conversation::inbox::EventKey;
 use crate::conversation::turn::{Queued, TurnState};
 use crate::core::ConvMsg;
@@ -27,53 +25,39 @@ impl Runner {
     }
 
     async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
-        let event = Some((m.platform.clone(), m.event_id.clone()));
-        let text = match &m.kind {
-            InboundKind::Action(value) => return self.on_button(&m.user, value).await,
+        let text = match m.kind {
+            InboundKind::Action(value) => return self.on_button(&m.user, &value).await,
             InboundKind::Message(text) => text,
         };
-        let parsed = self.state.parse(text);
-        if let Some(act) = parsed.act()
-            && let Err(refusal) = self.may(&m.user, act).await?
+        // A2 needs the thread's members for anything but reading: read once, kept by the state.
+        if self
+            .state
+            .parse(&text)
+            .act()
+            .is_some_and(|act| act != Act::Read)
         {
-            return self.refuse(&m, &refusal).await;
+            self.members().await?;
         }
-        match parsed {
-            Parsed::Empty => Ok(()),
-            Parsed::Numbered(n) => match self.state.numbered(n) {
-                Some(Numbered::Option { request, option }) => {
-                    self.decide(&m.user, &request, &option).await
-                }
-                // A number while an approval waits is an answer, never a command (A3).
-                _ => self.refuse(&m, &Refusal::UnknownOption).await,
-            },
-            Parsed::Command(Command::New) => self.cmd_new().await,
-            Parsed::Command(Command::Cancel) => self.cmd_cancel().await,
-            Parsed::Command(Command::Status) => self.cmd_status().await,
-            Parsed::Command(Command::History) => self.cmd_history().await,
-            Parsed::Command(Command::Help) => self.cmd_help().await,
-            Parsed::Command(Command::Invite(who)) => self.cmd_invite(&m.user, &who, true).await,
-            Parsed::Command(Command::Uninvite(who)) => self.cmd_invite(&m.user, &who, false).await,
-            Parsed::Prompt(text) => {
-                self.prompt(m.user.clone(), text, m.message_id.clone(), event)
-                    .await
-            }
+        let said = Said {
+            user: m.user,
+            text,
+            message_id: m.message_id,
+            event: Some((m.platform, m.event_id)),
+        };
+        for effect in self.handle(Event::Message(said)) {
+            self.apply(effect).await?;
         }
+        Ok(())
     }
 
-    async fn prompt(
-        &mut self,
-        user: String,
-        text: String,
-        message_id: Option<String>,
-        event: Option<EventKey>,
-    ) -> Result<()> {
+    /// A prompt: 👀 on the person's message (it may wait in the queue), then it starts a turn,
+    /// waits, or finds the queue full.
+    pub(super) async fn prompt(&mut self, q: Queued) -> Result<()> {
         // A prompt is handled when its turn starts (or when it is refused), not by the 👀.
-        if let Some(e) = &event {
+        if let Some(e) = &q.event {
             self.state.marks.take(e);
         }
-        if let Some(id) = &message_id {
-            // 👀: the message was taken (it may wait in the queue).
+        if let Some(id) = &q.message_id {
             let mut tx = self.begin().await?;
             self.enqueue(
                 &mut tx,
@@ -82,14 +66,8 @@ impl Runner {
             .await?;
             self.commit(tx).await?;
         }
-        let q = Queued {
-            user,
-            text,
-            message_id,
-            event,
-        };
         for effect in self.handle(Event::Prompt(q)) {
-            self.apply(effect).await?;
+            self.admitted(effect).await?;
         }
         Ok(())
     }

@@ -85,12 +85,16 @@ pub(crate) async fn run(
         .as_deref()
         .and_then(|s| SessionId::parse(s).ok());
     let target = Core::target(&conv);
+    let owner = conv.started_by.clone();
     let stop = core.shutdown.clone();
     let mut r = Runner {
         core,
         conv,
         target,
-        state: State::new(session),
+        state: State {
+            owner,
+            ..State::new(session)
+        },
         tx,
     };
     let mut active = Instant::now();

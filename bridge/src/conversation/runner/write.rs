@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::Runner;
-use crate::channel::{ChatAction, Inbound, Tone};
+use crate::channel::{ChatAction, Tone};
 use crate::conversation::effects;
 use crate::conversation::event::Mark;
 use crate::conversation::inbox::EventKey;
@@ -92,17 +92,22 @@ impl Runner {
         self.commit(tx).await
     }
 
-    /// Refuses what `m` asked: only its author hears why (an ephemeral reply where the platform has
+    /// Refuses what `user` asked: only they hear why (an ephemeral reply where the platform has
     /// one), their message gets ⛔, and nothing runs. The inbox entry is marked in the same
     /// transaction.
-    pub(super) async fn refuse(&mut self, m: &Inbound, refusal: &Refusal) -> Result<()> {
+    pub(super) async fn refuse(
+        &mut self,
+        user: &str,
+        message_id: Option<&str>,
+        refusal: &Refusal,
+    ) -> Result<()> {
         tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "refused a person who may not act in this thread");
         metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
         let text = refusal.text(&self.person(&self.conv.started_by));
         let mut tx = self.begin().await?;
-        let action = effects::ephemeral(&self.target, &m.user, self.core.redactor.redact(&text));
+        let action = effects::ephemeral(&self.target, user, self.core.redactor.redact(&text));
         self.enqueue(&mut tx, &action).await?;
-        if let Some(id) = &m.message_id {
+        if let Some(id) = message_id {
             self.enqueue(
                 &mut tx,
                 &effects::react(&self.target, id, Mark::Refused, true),

@@ -140,3 +140,116 @@ fn the_daemons_turn_end_ends_the_turn_and_nothing_attaches_without_one() {
     );
     assert!(none.handle(Event::Timer, clock.now(), &c).is_empty());
 }
+
+fn said(user: &str, text: &str) -> Event {
+    Event::Message(crate::conversation::event::Said {
+        user: user.into(),
+        text: text.into(),
+        message_id: Some("m9".into()),
+        event: Some(("slack".into(), "Ev9".into())),
+    })
+}
+
+/// A thread opened by `alice` (access.threads = owner).
+fn owned(clock: &Clock) -> State {
+    let mut s = running(clock, &cfg());
+    s.owner = "alice".into();
+    s.members = Some(vec!["bob".into()]);
+    s
+}
+
+#[test]
+fn a2_someone_elses_prompt_is_refused_before_anything_runs() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = owned(&clock);
+    assert_eq!(
+        s.handle(said("mallory", "rm -rf /"), clock.now(), &c),
+        [Effect::Refuse {
+            user: "mallory".into(),
+            message_id: Some("m9".into()),
+            refusal: crate::core::access::Refusal::NotAMember
+        }]
+    );
+    assert!(s.queue.is_empty(), "nothing queued");
+    let refused = s.handle(said("mallory", "/cancel"), clock.now(), &c);
+    assert!(
+        matches!(refused.as_slice(), [Effect::Refuse { .. }]),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a2_the_owner_and_invited_people_prompt_and_anyone_may_read() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = owned(&clock);
+    for user in ["alice", "bob"] {
+        let effects = s.handle(said(user, " make test "), clock.now(), &c);
+        assert!(
+            matches!(effects.as_slice(), [Effect::Prompt(q)] if q.text == "make test" && q.user == user),
+            "{effects:?}"
+        );
+    }
+    assert!(
+        s.queue.is_empty(),
+        "a prompt is admitted only after its 👀 is written"
+    );
+    assert_eq!(
+        s.handle(said("mallory", "/status"), clock.now(), &c),
+        [Effect::Command {
+            user: "mallory".into(),
+            command: crate::conversation::commands::Command::Status
+        }]
+    );
+}
+
+#[test]
+fn a3_a_number_answers_the_one_waiting_approval_and_only_with_an_offered_option() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = owned(&clock);
+    s.approvals.ask(Pending {
+        db_id: "p1".into(),
+        request_id: daemon_client::RequestId::from(1),
+        title: "rm".into(),
+        options: super::options(),
+        requester: "alice".into(),
+        expires: clock.now() + secs(600),
+    });
+    assert_eq!(
+        s.handle(said("bob", "1"), clock.now(), &c),
+        [Effect::Answer {
+            user: "bob".into(),
+            request: "p1".into(),
+            option: "proceed_once".into()
+        }]
+    );
+    let forged = s.handle(said("bob", "7"), clock.now(), &c);
+    assert!(
+        matches!(
+            forged.as_slice(),
+            [Effect::Refuse {
+                refusal: crate::core::access::Refusal::UnknownOption,
+                ..
+            }]
+        ),
+        "{forged:?}"
+    );
+    assert_eq!(
+        s.approvals.len(),
+        1,
+        "the answer is the runner's to check (R6) and record"
+    );
+}
+
+#[test]
+fn an_empty_message_does_nothing_at_all() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = owned(&clock);
+    assert!(
+        s.handle(said("mallory", "  \n "), clock.now(), &c)
+            .is_empty()
+    );
+}
