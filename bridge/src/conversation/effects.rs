@@ -7,11 +7,11 @@ use daemon_client::{PermissionRequest, Stall, StopReason, ToolCallId, ToolInfo, 
 
 use super::approvals::Pending;
 use super::commands::Command;
-use super::event::Mark;
+use super::event::{Mark, TurnStatus};
 use super::inbox::EventKey;
 use super::state::Line;
 use super::turn::Queued;
-use crate::channel::{ChatAction, Message, Target};
+use crate::channel::{ChatAction, Message, Target, Tone};
 use crate::core::access::Refusal;
 use crate::core::keys::MessageKey;
 use crate::store::outbox::Kind;
@@ -80,6 +80,13 @@ pub enum Effect {
         /// `on_stall = cancel`.
         cancel: bool,
     },
+    /// Close tool calls that will never finish (stored as interrupted): (session-scoped call id,
+    /// title).
+    InterruptTools(Vec<(String, String)>),
+    /// Tell the thread.
+    Notice(Tone, String),
+    /// End the turn with a status the bridge decided (interrupted, failed).
+    EndTurnAs(TurnStatus),
     /// Start a turn for this prompt.
     StartTurn(Queued),
     /// The prompt waits behind the running turn; its inbox entry is noted as waiting (S4).

@@ -36,6 +36,26 @@ pub enum Event {
     Timer,
     /// A prompt to run, its author's role already checked (A2).
     Prompt(Queued),
+    /// The `session/prompt` call number `seq` returned.
+    PromptDone {
+        /// Which call (a late return of an older one is ignored).
+        seq: u64,
+        /// How it returned.
+        end: PromptEnd,
+    },
+}
+
+/// How a `session/prompt` call returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptEnd {
+    /// With a stop reason: the turn ends on the event stream, after all its events.
+    Answered,
+    /// The daemon no longer has the session (it restarted while the connection was down).
+    SessionLost(String),
+    /// The bridge is stopping and closed the connection: the turn stays open for the next start (D3).
+    Stopping,
+    /// Any other failure, in words for the thread.
+    Failed(String),
 }
 
 /// How a turn ended, as the `turns.status` column says it.

@@ -13,8 +13,8 @@ use super::approvals::{Approvals, Numbered, Pending};
 use super::commands::{self, Parsed};
 use super::effects::Effect;
 use super::event::Event;
-use super::event::Said;
 use super::event::{Mark, ToolOutcome};
+use super::event::{PromptEnd, Said, TurnStatus};
 use super::inbox::Marks;
 use super::tools::{self, ToolState};
 use super::turn::{Queue, Queued, TurnState};
@@ -212,6 +212,7 @@ impl State {
                 }
                 effects
             }
+            Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
                 vec![match self.admit(q, cfg.queue_cap) {
@@ -220,6 +221,43 @@ impl State {
                     Admission::Full(waiting) => Effect::QueueFull(waiting),
                 }]
             }
+        }
+    }
+
+    /// The prompt call `seq` returned.
+    fn on_prompt_done(&mut self, seq: u64, end: PromptEnd) -> Vec<Effect> {
+        if self.turn.as_ref().is_none_or(|t| t.prompt_seq != seq) {
+            return Vec::new();
+        }
+        match end {
+            PromptEnd::Answered | PromptEnd::Stopping => Vec::new(),
+            PromptEnd::SessionLost(message) => {
+                // Scoped while the session is still known: that is how the calls were stored.
+                let session = self.session.take();
+                let tools = self
+                    .interrupt_tools()
+                    .into_iter()
+                    .map(|(call, title)| (scoped_id(session.as_ref(), &call), title))
+                    .collect();
+                self.session_ready = false;
+                vec![
+                    Effect::InterruptTools(tools),
+                    Effect::Notice(
+                        crate::channel::Tone::Error,
+                        format!(
+                            "The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over."
+                        ),
+                    ),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ]
+            }
+            PromptEnd::Failed(e) => vec![
+                Effect::Notice(
+                    crate::channel::Tone::Error,
+                    format!("The agent could not run this turn: {e}"),
+                ),
+                Effect::EndTurnAs(TurnStatus::Failed),
+            ],
         }
     }
 

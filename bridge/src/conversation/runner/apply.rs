@@ -76,6 +76,9 @@ impl Runner {
             }
             Effect::FinishTool(call, result) => self.on_tool_finished(call, result).await,
             Effect::EndTurn(stop) => self.end_turn(Some(stop), None).await,
+            Effect::EndTurnAs(status) => self.end_turn(None, Some(status)).await,
+            Effect::InterruptTools(tools) => self.interrupt_tools(tools).await,
+            Effect::Notice(tone, text) => self.notice(tone, &text).await,
             Effect::ExpireApproval(p) => self.expire(p).await,
             Effect::Stalled {
                 stall,

@@ -10,7 +10,7 @@ use super::Runner;
 use crate::channel::Tone;
 use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
-use crate::conversation::event::TurnStatus;
+use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
 use crate::conversation::turn::{TurnState, stall_text};
 use crate::core::access::Act;
 use crate::core::keys::MessageKey;
@@ -89,18 +89,16 @@ impl Runner {
         Ok(())
     }
 
-    /// Closes the tool calls of the current turn that will never finish (the daemon lost their
-    /// session): stored as `interrupted`, their messages say so.
-    async fn interrupt_running_tools(&mut self) -> Result<()> {
-        let running = self.state.interrupt_tools();
-        if running.is_empty() {
+    /// Closes tool calls that will never finish (the daemon lost their session): stored as
+    /// `interrupted`, their messages say so.
+    pub(super) async fn interrupt_tools(&mut self, tools: Vec<(String, String)>) -> Result<()> {
+        if tools.is_empty() {
             return Ok(());
         }
         let mut tx = self.begin().await?;
-        for (call, title) in running {
-            let scoped = self.state.scoped(&call);
+        for (scoped, title) in tools {
             let finish = tool_calls::Finish {
-                outcome: crate::conversation::event::ToolOutcome::Interrupted.as_str(),
+                outcome: ToolOutcome::Interrupted.as_str(),
                 summary: Some("the agent lost the session"),
                 output: "",
                 exit_code: None,
@@ -115,38 +113,25 @@ impl Runner {
         self.commit(tx).await
     }
 
+    /// The prompt call `seq` returned.
     pub(super) async fn on_prompt_done(
         &mut self,
         seq: u64,
         r: std::result::Result<StopReason, daemon_client::Error>,
     ) -> Result<()> {
-        let Some(turn) = &self.state.turn else {
-            return Ok(());
-        };
-        if turn.prompt_seq != seq {
-            return Ok(());
-        }
-        match r {
-            // TurnEnded on the event stream ends the turn, after all its events.
-            Ok(_) => Ok(()),
+        let end = match r {
+            Ok(_) => PromptEnd::Answered,
             Err(daemon_client::Error::SessionLost { message, .. }) => {
-                self.interrupt_running_tools().await?;
-                self.state.session = None;
-                self.state.session_ready = false;
-                self.notice(Tone::Error, &format!("The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over.")).await?;
-                self.end_turn(None, Some(TurnStatus::Interrupted)).await
+                PromptEnd::SessionLost(message)
             }
-            // Our own connection closing at shutdown: the turn stays open for the next start (D3).
-            Err(_) if self.core.shutdown.is_cancelled() => Ok(()),
-            Err(e) => {
-                self.notice(
-                    Tone::Error,
-                    &format!("The agent could not run this turn: {e}"),
-                )
-                .await?;
-                self.end_turn(None, Some(TurnStatus::Failed)).await
-            }
+            // Our own connection closing at shutdown.
+            Err(_) if self.core.shutdown.is_cancelled() => PromptEnd::Stopping,
+            Err(e) => PromptEnd::Failed(e.to_string()),
+        };
+        for effect in self.handle(Event::PromptDone { seq, end }) {
+            self.apply(effect).await?;
         }
+        Ok(())
     }
 
     pub(super) async fn on_resume(&mut self, row: Turn) -> Result<()> {

@@ -253,3 +253,89 @@ fn an_empty_message_does_nothing_at_all() {
             .is_empty()
     );
 }
+
+fn done(seq: u64, end: crate::conversation::event::PromptEnd) -> Event {
+    Event::PromptDone { seq, end }
+}
+
+#[test]
+fn a_late_return_of_an_older_prompt_call_changes_nothing() {
+    use crate::conversation::event::PromptEnd;
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    // The running turn's call is number 1.
+    assert!(
+        s.handle(done(0, PromptEnd::Failed("boom".into())), clock.now(), &c)
+            .is_empty()
+    );
+    assert!(
+        s.handle(done(1, PromptEnd::Answered), clock.now(), &c)
+            .is_empty(),
+        "the event stream ends it"
+    );
+    assert!(s.turn.is_some());
+}
+
+#[test]
+fn d3_a_prompt_call_cut_by_shutdown_leaves_the_turn_open() {
+    use crate::conversation::event::PromptEnd;
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert!(
+        s.handle(done(1, PromptEnd::Stopping), clock.now(), &c)
+            .is_empty()
+    );
+    assert!(s.turn.is_some() && s.session.is_some());
+}
+
+#[test]
+fn l6_a_lost_session_interrupts_the_running_calls_under_their_stored_ids_and_forgets_it() {
+    use crate::conversation::event::{PromptEnd, TurnStatus};
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "make".into(), clock.now(), true);
+    let effects = s.handle(
+        done(1, PromptEnd::SessionLost("unknown session".into())),
+        clock.now(),
+        &c,
+    );
+    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert_eq!(
+        effects[0],
+        Effect::InterruptTools(vec![("s1/call-1".into(), "make".into())]),
+        "scoped by the session the calls were stored under"
+    );
+    assert!(
+        matches!(&effects[1], Effect::Notice(crate::channel::Tone::Error, t) if t.contains("unknown session"))
+    );
+    assert_eq!(effects[2], Effect::EndTurnAs(TurnStatus::Interrupted));
+    assert!(
+        s.session.is_none() && !s.session_ready,
+        "the next message opens a new session"
+    );
+    assert_eq!(
+        s.mark_if_ended(None),
+        Some(crate::conversation::event::Mark::Failed)
+    );
+}
+
+#[test]
+fn a_prompt_the_agent_could_not_run_ends_the_turn_failed() {
+    use crate::conversation::event::{PromptEnd, TurnStatus};
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let effects = s.handle(
+        done(1, PromptEnd::Failed("refused".into())),
+        clock.now(),
+        &c,
+    );
+    assert!(
+        matches!(&effects[0], Effect::Notice(_, t) if t == "The agent could not run this turn: refused")
+    );
+    assert_eq!(effects[1], Effect::EndTurnAs(TurnStatus::Failed));
+    assert!(s.session.is_some(), "the session is still good");
+}
