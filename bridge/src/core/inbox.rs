@@ -42,8 +42,8 @@ fn storable_inbound(msg: Inbound) -> Inbound {
 
 impl Core {
     /// Handles one inbound chat event: records it in the inbox, deduplicating it (D2), finds or
-    /// creates its conversation, and hands it to that conversation's actor. Returns once the event
-    /// is recorded — the platform may be told it arrived — and before the agent's work; the actor
+    /// creates its conversation, and hands it to that conversation's runner. Returns once the event
+    /// is recorded — the platform may be told it arrived — and before the agent's work; the runner
     /// marks it handled in the transaction that acts on it.
     ///
     /// # Errors
@@ -95,9 +95,9 @@ impl Core {
         }
     }
 
-    /// Hands a recorded event to its conversation's actor (creating the conversation when the event
+    /// Hands a recorded event to its conversation's runner (creating the conversation when the event
     /// may open one); an event with nowhere to go is marked handled. The attempt is counted in the
-    /// inbox (durably, before the actor has it) once nothing but the hand-over is left, so a
+    /// inbox (durably, before the runner has it) once nothing but the hand-over is left, so a
     /// transient fault before it is not counted and a crash after it is; an event that already
     /// failed `inbound_attempts` times — crashes included — is set aside instead.
     async fn dispatch(
@@ -145,7 +145,7 @@ impl Core {
             }
             Some(_) => {}
         }
-        // In flight until the actor has handled it (it then counts the turn it opened or queued).
+        // In flight until the runner has handled it (it then counts the turn it opened or queued).
         self.busy_add(1);
         if !self.send_to(&conv, ConvMsg::Inbound(msg)).await {
             self.busy_add(-1);
@@ -153,7 +153,7 @@ impl Core {
         Ok(())
     }
 
-    /// Counts another handling attempt of `msg` (before an actor tries it again); `false` when it
+    /// Counts another handling attempt of `msg` (before a runner tries it again); `false` when it
     /// is no longer waiting.
     ///
     /// # Errors

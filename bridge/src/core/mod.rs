@@ -1,7 +1,7 @@
 //! The bridge core: routes inbound chat to conversations, runs one turn per conversation at a time,
 //! turns daemon events into chat actions, and keeps every turn honest about liveness.
 //!
-//! One actor per conversation (an ordered queue, like a portal's event loop): adapters only convert
+//! One runner per conversation (an ordered queue): adapters only convert
 //! and enqueue. Every chat action is written to the outbox in the same transaction as the state change
 //! that caused it (D1); the outbox worker delivers it. Heartbeats feed liveness and the progress line,
 //! never a message of their own (F1, L5).
@@ -81,7 +81,7 @@ pub struct CoreConfig {
     pub redact_store: bool,
     /// How much tool output a result message shows (from the channel's capabilities).
     pub output_cap: usize,
-    /// An idle conversation's actor is let go after this (see `service.conversation_idle`).
+    /// An idle conversation's runner is let go after this (see `service.conversation_idle`).
     pub actor_idle: Duration,
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
     /// as a dead letter (S4).
@@ -115,7 +115,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A message for a conversation's actor.
+/// A message for a conversation's runner.
 #[derive(Debug)]
 pub(crate) enum ConvMsg {
     Inbound(Inbound),
@@ -135,7 +135,7 @@ pub(crate) enum AfterFailure {
     Gone,
 }
 
-/// The core, shared by the router, the actors and the application.
+/// The core, shared by the router, the conversations and the application.
 #[derive(Debug)]
 pub struct Core {
     pub(crate) store: Store,
@@ -228,13 +228,13 @@ impl Core {
         self.tasks.wait().await;
     }
 
-    /// Conversations held in memory (an actor each) right now.
+    /// Conversations held in memory (a runner each) right now.
     #[must_use]
     pub fn conversations_in_memory(&self) -> usize {
         lock(&self.actors).len()
     }
 
-    /// Sends `msg` to the conversation's actor, starting one when there is none — also when the
+    /// Sends `msg` to the conversation's runner, starting one when there is none — also when the
     /// one looked up was letting go at that moment (its channel closed between lookup and send).
     pub(crate) async fn send_to(
         self: &Arc<Self>,
@@ -247,11 +247,11 @@ impl Core {
                 Err(mpsc::error::SendError(m)) => msg = m,
             }
         }
-        tracing::error!(conversation = %conv.id, "no actor would take a message");
+        tracing::error!(conversation = %conv.id, "no conversation runner would take a message");
         false
     }
 
-    /// An idle actor lets go: it is forgotten (unless a newer actor already replaced it), so the
+    /// An idle runner lets go: it is forgotten (unless a newer runner already replaced it), so the
     /// next message starts a fresh one from the store.
     pub(crate) fn retire(
         &self,
