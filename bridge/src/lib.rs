@@ -5,7 +5,8 @@
 //! - [`platform`]: the `Platform` trait and the registry of platforms (console, Slack, Discord).
 //! - [`config`]: configuration in layers (defaults, file, environment, flags).
 //! - [`channel`]: the `Channel` trait, platform-neutral messages, and each platform's folder.
-//! - [`core`]: routing, one actor per conversation, rendering (R-rules), liveness per turn.
+//! - [`core`]: routing, the inbox, access, rendering (R-rules).
+//! - [`conversation`]: one conversation as a pure state machine plus the runner that does its I/O.
 //! - [`outbox_worker`]: ordered delivery with retry, backoff and dead letters (D1).
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
 //! - [`app`]: the bridge around one channel (store, daemon, core, outbox, HTTP) and its bounded
@@ -19,6 +20,7 @@ pub mod app;
 pub mod channel;
 pub mod clock;
 pub mod config;
+pub mod conversation;
 pub mod core;
 pub mod history_cli;
 pub mod http;

@@ -143,8 +143,7 @@ async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
     cfg.daemon.cwd = Some(dir.path().to_path_buf());
     let err = Application::build(&cfg, Arc::new(Recorder::default()))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let text = format!("{err:#}");
     assert!(text.contains("daemon.cwd"), "{text}");
     assert!(

@@ -219,7 +219,6 @@ impl Application {
             require_second_person: cfg.approvals.require_second_person,
             redact_store: cfg.redact.store,
             cwd,
-            mode: cfg.daemon.mode.clone(),
             output_cap: channel.capabilities().output_cap,
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
@@ -454,6 +453,15 @@ impl Application {
         bounded("giving the leader lease up", deadline, self.lease.release()).await;
         if let Some(http) = self.http {
             http.stop(deadline).await;
+        }
+        if bounded("the conversations", deadline, self.core.stopped())
+            .await
+            .is_none()
+        {
+            tracing::error!(
+                tasks = self.core.tasks().len(),
+                "conversation tasks still running after service.drain_timeout and the grace; abandoning them"
+            );
         }
         if bounded("the remaining tasks", deadline, self.tracker.wait())
             .await

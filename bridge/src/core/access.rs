@@ -1,4 +1,4 @@
-//! A2 and A3: who may act in a thread, as pure decisions the actor asks before it does anything.
+//! A2 and A3: who may act in a thread, as pure decisions the conversation asks before it does anything.
 //!
 //! A thread belongs to the person who opened it. With `access.threads = "owner"` (the default) only
 //! the owner, the configured approvers and the people the owner invited may prompt, `/cancel`, start

@@ -15,8 +15,10 @@ pub enum MessageKey {
     Permission(String),
     /// A turn's answer (R5), by the turn's id.
     Answer(String),
-    /// A notice from the bridge: when (Unix ms) and its number within the conversation's actor.
+    /// A notice from the bridge: when (Unix ms) and its number within the conversation's runner.
     Notice(i64, u64),
+    /// The notice that an inbound event was set aside (S4), by the event's id.
+    DeadLetter(String),
 }
 
 impl fmt::Display for MessageKey {
@@ -26,6 +28,7 @@ impl fmt::Display for MessageKey {
             Self::Permission(id) => write!(f, "perm:{id}"),
             Self::Answer(turn) => write!(f, "answer:{turn}"),
             Self::Notice(at, n) => write!(f, "notice:{at}:{n}"),
+            Self::DeadLetter(event) => write!(f, "dead-letter:{event}"),
         }
     }
 }
@@ -48,6 +51,7 @@ impl FromStr for MessageKey {
             "tool" => Ok(Self::Tool(rest.to_owned())),
             "perm" => Ok(Self::Permission(rest.to_owned())),
             "answer" => Ok(Self::Answer(rest.to_owned())),
+            "dead-letter" => Ok(Self::DeadLetter(rest.to_owned())),
             "notice" => {
                 let (at, n) = rest.split_once(':').ok_or_else(bad)?;
                 Ok(Self::Notice(
@@ -118,6 +122,7 @@ mod tests {
                 MessageKey::Notice(1_700_000_000_000, 3),
                 "notice:1700000000000:3",
             ),
+            (MessageKey::DeadLetter("Ev1:x".into()), "dead-letter:Ev1:x"),
         ];
         for (key, text) in cases {
             assert_eq!(key.to_string(), text);
@@ -131,6 +136,7 @@ mod tests {
             "",
             "tool",
             "tool:",
+            "dead-letter:",
             "edit:x",
             "notice:x:1",
             "notice:1",

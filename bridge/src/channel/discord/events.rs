@@ -11,6 +11,7 @@ use serenity::model::channel::{Message, MessageType};
 use serenity::model::id::UserId;
 
 use crate::channel::{Inbound, InboundKind, Target};
+use crate::conversation::Mark;
 
 /// The `workspace` of DM conversations (they belong to no guild).
 pub const DM_WORKSPACE: &str = "@me";
@@ -172,17 +173,26 @@ pub fn decide_click(i: &ComponentInteraction) -> Decision {
     })
 }
 
-/// A reaction name (as the core says it) → the emoji Discord takes.
+/// A reaction (a [`Mark`] as the core names it) → the emoji Discord takes; a name that is no mark
+/// passes through.
 #[must_use]
 pub fn emoji(name: &str) -> &str {
-    match name {
-        "eyes" => "👀",
-        "white_check_mark" => "✅",
-        "x" => "❌",
-        "warning" => "⚠️",
-        "black_square_for_stop" => "⏹️",
-        "no_entry_sign" => "🚫",
-        other => other,
+    match name.parse::<Mark>() {
+        Ok(mark) => mark_emoji(mark),
+        Err(_) => name,
+    }
+}
+
+/// The emoji Discord shows for each mark.
+#[must_use]
+pub fn mark_emoji(mark: Mark) -> &'static str {
+    match mark {
+        Mark::Received => "👀",
+        Mark::Done => "✅",
+        Mark::Failed => "❌",
+        Mark::TimedOut => "⏱️",
+        Mark::Stopped => "⏹️",
+        Mark::Refused => "🚫",
     }
 }
 

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::channel::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
+use crate::conversation::Mark;
 
 /// The Slack channel: thread replies through the Web API, rendered as Block Kit.
 #[derive(Debug, Clone)]
@@ -159,10 +160,27 @@ impl Channel for Slack {
         add: bool,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
+            let name = match name.parse::<Mark>() {
+                Ok(mark) => reaction_name(mark),
+                Err(_) => name,
+            };
             self.api
                 .reaction(&target.channel, message_id, name, add)
                 .await
                 .map_err(api::SlackError::into_delivery)
         })
+    }
+}
+
+/// The Slack reaction name for each mark (a reaction that is no mark passes through).
+#[must_use]
+pub fn reaction_name(mark: Mark) -> &'static str {
+    match mark {
+        Mark::Received => "eyes",
+        Mark::Done => "white_check_mark",
+        Mark::Failed => "x",
+        Mark::TimedOut => "stopwatch",
+        Mark::Stopped => "black_square_for_stop",
+        Mark::Refused => "no_entry_sign",
     }
 }

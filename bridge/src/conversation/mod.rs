@@ -1,0 +1,38 @@
+//! One conversation: a state machine over its events, and the one runner that touches the store
+//! and the daemon.
+//!
+//! A message, a daemon event, a click, the prompt call's completion or a timer reaches the
+//! conversation's runner, in order. The runner hands it to [`state::State::handle`] as an
+//! [`Event`] — the decision is pure, with `now` given — and carries out the [`Effect`]s it returns:
+//! it reads what they need, writes each state change and its chat actions in one transaction (D1),
+//! and calls the daemon.
+//!
+//! # Layout (one module per rule family)
+//! - [`state`]: the conversation's state and its decisions on daemon events and timers (F1, F4,
+//!   L1–L3, L5).
+//! - [`event`]: the [`Event`]s, and the words — [`TurnStatus`], [`ToolOutcome`], [`Mark`] — mapped
+//!   to the store's in one place.
+//! - [`commands`]: what a message means (`/new`, `/cancel`, `/status`, `/history`, `/help`,
+//!   `/invite`, `/uninvite`, a numbered answer, a prompt).
+//! - [`turn`]: a turn, its queue, its end and first cause (T2), the stall and status texts.
+//! - [`tools`]: running tool calls and the progress line (L5, F1).
+//! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
+//! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
+//! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
+//! - `runner`: the loop and every read, write and daemon call.
+
+pub mod approvals;
+pub mod commands;
+pub mod effects;
+pub mod event;
+pub mod inbox;
+pub(crate) mod runner;
+pub mod state;
+pub mod tools;
+pub mod turn;
+
+#[cfg(test)]
+mod tests;
+
+pub use effects::Effect;
+pub use event::{Event, Mark, ToolOutcome, TurnStatus};

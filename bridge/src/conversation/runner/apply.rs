@@ -1,0 +1,116 @@
+//! Runs what the state decided: an event goes through [`State::handle`](crate::conversation::state::State::handle)
+//! once, and each resulting [`Effect`] is carried out in order — a transaction with its outbox
+//! rows, a daemon call, or both.
+
+use daemon_client::DaemonEvent;
+use tokio::time::Instant;
+
+use super::Runner;
+use crate::channel::Tone;
+use crate::conversation::commands::Command;
+use crate::conversation::effects::Effect;
+use crate::conversation::event::Event;
+use crate::conversation::turn::queue_full_text;
+use crate::store::{Result, inbound};
+
+impl Runner {
+    /// What `event` means now, decided once.
+    pub(super) fn handle(&mut self, event: Event) -> Vec<Effect> {
+        self.state.handle(event, Instant::now(), &self.core.cfg)
+    }
+
+    /// A daemon event: decided once; each effect is retried on its own while the database is
+    /// unreachable, so a retry never decides (or counts) the event twice.
+    pub(super) async fn on_daemon_event(&mut self, e: DaemonEvent) -> Result<()> {
+        let id = self.conv.id.clone();
+        let stop = self.core.shutdown.clone();
+        for effect in self.handle(Event::Daemon(e)) {
+            super::retrying!(id, stop, self.apply(effect.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// A deadline passed.
+    pub(super) async fn on_timer(&mut self) -> Result<()> {
+        for effect in self.handle(Event::Timer) {
+            self.apply(effect).await?;
+        }
+        Ok(())
+    }
+
+    /// Carries out one effect.
+    pub(super) async fn apply(&mut self, effect: Effect) -> Result<()> {
+        match effect {
+            Effect::Refuse {
+                user,
+                message_id,
+                refusal,
+            } => self.refuse(&user, message_id.as_deref(), &refusal).await,
+            Effect::Answer {
+                user,
+                request,
+                option,
+            } => self.decide(&user, &request, &option).await,
+            Effect::Command { user, command } => match command {
+                Command::New => self.cmd_new().await,
+                Command::Cancel => self.cmd_cancel().await,
+                Command::Status => self.cmd_status().await,
+                Command::History => self.cmd_history().await,
+                Command::Help => self.cmd_help().await,
+                Command::Invite(who) => self.cmd_invite(&user, &who, true).await,
+                Command::Uninvite(who) => self.cmd_invite(&user, &who, false).await,
+            },
+            Effect::Prompt(q) => self.prompt(q).await,
+            Effect::StartTurn(_) | Effect::Queued(_) | Effect::QueueFull(_) => {
+                self.admitted(effect).await
+            }
+            Effect::FlushCounts => {
+                self.flush_progress(false);
+                Ok(())
+            }
+            Effect::ShowLine(line) => self.show_line(Some(line)).await,
+            Effect::AskPermission(req) => self.on_permission(req).await,
+            Effect::AnnounceTool(call, info) => self.on_tool_started(call, info).await,
+            Effect::RetitleTool { call, title, kind } => {
+                self.retitle(&call, &title, kind.as_deref()).await
+            }
+            Effect::FinishTool(call, result) => self.on_tool_finished(call, result).await,
+            Effect::EndTurn(stop) => self.end_turn(Some(stop), None).await,
+            Effect::EndTurnAs(status) => self.end_turn(None, Some(status)).await,
+            Effect::InterruptTools(tools) => self.interrupt_tools(tools).await,
+            Effect::Notice(tone, text) => self.notice(tone, &text).await,
+            Effect::ExpireApproval(p) => self.expire(p).await,
+            Effect::Stalled {
+                stall,
+                resumed,
+                cancel,
+            } => self.stalled(stall, resumed, cancel).await,
+        }
+    }
+
+    /// What became of a prompt: its turn starts, it waits, or the queue is full.
+    pub(super) async fn admitted(&mut self, effect: Effect) -> Result<()> {
+        match effect {
+            Effect::StartTurn(q) => {
+                self.core.busy_add(1);
+                self.start_turn(q.user, q.text, q.message_id, q.event).await
+            }
+            Effect::Queued(event) => {
+                if let Some((platform, id)) = &event {
+                    // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
+                    // Best effort: if this is lost, the attempt simply stays counted.
+                    if let Ok(mut c) = self.core.store.conn().await {
+                        let _ = inbound::taken(&mut c, platform, id).await;
+                    }
+                }
+                self.core.busy_add(1);
+                Ok(())
+            }
+            Effect::QueueFull(waiting) => {
+                self.notice(Tone::Warning, &queue_full_text(waiting)).await
+            }
+            // Only the three above come of a prompt; anything else is carried out as usual.
+            other => Box::pin(self.apply(other)).await,
+        }
+    }
+}

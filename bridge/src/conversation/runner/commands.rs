@@ -1,0 +1,150 @@
+//! The slash commands' effects: `/new`, `/cancel`, `/status`, `/history`, `/help`, `/invite`,
+//! `/uninvite` (their meaning is [`crate::conversation::commands`]).
+
+use std::time::Duration;
+
+use super::Runner;
+use crate::channel::Tone;
+use crate::conversation::commands::{HELP, invite_text, invite_usage};
+use crate::conversation::effects;
+use crate::conversation::turn::status_text;
+use crate::core::{access, lock, render};
+use crate::store::{Result, members, now_ms, turns};
+
+impl Runner {
+    /// `/invite @a @b` and `/uninvite @a`: the owner (or an approver) lets people act here, or stops
+    /// letting them.
+    pub(super) async fn cmd_invite(&mut self, by: &str, who: &str, add: bool) -> Result<()> {
+        let people = access::mentioned_users(who);
+        if people.is_empty() {
+            return self.notice(Tone::Neutral, &invite_usage(add)).await;
+        }
+        let mut members = self.members().await?;
+        let mut changed = Vec::new();
+        let mut tx = self.begin().await?;
+        for user in &people {
+            if *user == self.conv.started_by {
+                continue;
+            }
+            let did = if add {
+                members::add(tx.conn(), &self.conv.id, user, by, now_ms()).await?
+            } else {
+                members::remove(tx.conn(), &self.conv.id, user).await?
+            };
+            if did {
+                changed.push(self.person(user));
+                if add {
+                    members.push(user.clone());
+                } else {
+                    members.retain(|m| m != user);
+                }
+            }
+        }
+        let text = invite_text(add, &self.person(by), &changed);
+        let turn_id = self.state.turn.as_ref().map(|t| t.row.id.clone());
+        self.record(&mut tx, turn_id.as_deref(), "access", by, &text, None)
+            .await?;
+        let key = self.state.next_notice_key(now_ms());
+        let msg = render::notice(&self.core.redactor, Tone::Neutral, &text);
+        self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+            .await?;
+        self.commit(tx).await?;
+        self.state.members = Some(members);
+        tracing::info!(conversation = %self.conv.id, changed = changed.len(), add, "thread members changed");
+        Ok(())
+    }
+
+    pub(super) async fn cmd_new(&mut self) -> Result<()> {
+        if let (Some(s), Some(_)) = (&self.state.session, &self.state.turn) {
+            let _ = self.core.client.cancel(s).await;
+        }
+        if let Some(s) = self.state.session.take() {
+            lock(&self.core.sessions).remove(&s);
+        }
+        self.state.session_ready = false;
+        self.notice(
+            Tone::Neutral,
+            "Started over: the next message opens a new agent session.",
+        )
+        .await
+    }
+
+    pub(super) async fn cmd_cancel(&mut self) -> Result<()> {
+        let dropped = self.state.queue.drain();
+        let n = dropped.len();
+        for q in dropped {
+            self.state.marks.add(q.event);
+        }
+        self.core.busy_add(-(n as isize));
+        let session = self.state.session.clone();
+        match (session, self.state.turn.is_some()) {
+            (Some(s), true) => {
+                self.state.record_cancel();
+                if let Err(e) = self.core.client.cancel(&s).await {
+                    return self
+                        .notice(
+                            Tone::Error,
+                            &format!("Could not reach the agent to cancel: {e}"),
+                        )
+                        .await;
+                }
+                let extra = if n > 0 {
+                    format!(" ({n} queued messages dropped)")
+                } else {
+                    String::new()
+                };
+                self.notice(
+                    Tone::Neutral,
+                    &format!("Cancelling the running turn{extra}…"),
+                )
+                .await
+            }
+            _ => self.notice(Tone::Neutral, "Nothing is running.").await,
+        }
+    }
+
+    pub(super) async fn cmd_status(&mut self) -> Result<()> {
+        let running_for = self.state.turn.as_ref().map_or(Duration::ZERO, |t| {
+            Duration::from_millis(u64::try_from(now_ms() - t.row.started_at).unwrap_or(0))
+        });
+        let text = status_text(
+            self.state.turn.as_ref(),
+            self.state.session.as_ref(),
+            self.state.queue.len(),
+            running_for,
+            tokio::time::Instant::now(),
+        );
+        self.notice(Tone::Neutral, &text).await
+    }
+
+    pub(super) async fn cmd_history(&mut self) -> Result<()> {
+        let mut c = self.core.store.conn().await?;
+        let turns = turns::of_conversation(&mut c, &self.conv.id).await?;
+        drop(c);
+        let mut text = format!(
+            "This thread: {} turns (conversation {}).",
+            turns.len(),
+            self.conv.id
+        );
+        for t in turns.iter().rev().take(5).rev() {
+            // Redacted first, then cut: a cut never leaves half a secret behind (S2).
+            let prompt: String = self
+                .core
+                .redactor
+                .redact(&t.prompt)
+                .chars()
+                .take(60)
+                .collect();
+            text.push_str(&format!("\n{}. {} — {}", t.seq, prompt, t.status));
+        }
+        text.push_str(&format!(
+            "\nFull history: `chat-bridge history show {}`",
+            self.conv.id
+        ));
+        self.notice(Tone::Neutral, &text).await
+    }
+
+    pub(super) async fn cmd_help(&mut self) -> Result<()> {
+        self.notice(Tone::Neutral, HELP).await
+    }
+}

@@ -1,0 +1,414 @@
+//! Daemon events: tool calls (R1–R4), heartbeats and the progress line (F1, L5), permission
+//! requests and their answers (R6, A3).
+
+use daemon_client::{PermissionOutcome, PermissionRequest, ToolCallId, ToolInfo, ToolResult};
+use tokio::time::Instant;
+
+use super::Runner;
+use crate::channel::Tone;
+use crate::conversation::approvals::{self, Pending};
+use crate::conversation::effects;
+use crate::conversation::event::ToolOutcome;
+use crate::conversation::state::{Line, scoped_id};
+use crate::core::keys::{ButtonValue, MessageKey};
+use crate::core::{ProgressWrite, render};
+use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
+
+impl Runner {
+    /// A running call's title changed: stored, and its message edited.
+    pub(super) async fn retitle(
+        &mut self,
+        call: &ToolCallId,
+        title: &str,
+        kind: Option<&str>,
+    ) -> Result<()> {
+        let scoped = self.state.scoped(call);
+        let mut tx = self.begin().await?;
+        tool_calls::start(
+            tx.conn(),
+            &self.conv.id,
+            None,
+            &scoped,
+            &self.kept(title),
+            kind,
+            now_ms(),
+        )
+        .await?;
+        let msg = render::tool_running(&self.core.redactor, title, None);
+        let key = MessageKey::Tool(scoped);
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.commit(tx).await
+    }
+
+    pub(super) async fn on_tool_started(&mut self, call: ToolCallId, info: ToolInfo) -> Result<()> {
+        let scoped = self.state.scoped(&call);
+        let Some(turn) = self.state.turn.as_ref() else {
+            return Ok(());
+        };
+        let turn_id = turn.row.id.clone();
+        let title = info.title.clone().unwrap_or_else(|| "tool".into());
+        let mut c = self.core.store.conn().await?;
+        if let Some(known) = tool_calls::by_call_id(&mut c, &self.conv.id, &scoped).await? {
+            if known.status == "running" {
+                // Replayed after a restart or reconnect: the thread already shows it; follow it again.
+                self.state
+                    .tool_running(call, known.title, Instant::now(), false);
+            }
+            // Finished already: nothing to show again.
+            return Ok(());
+        }
+        drop(c);
+        let mut tx = self.begin().await?;
+        let kept_title = self.kept(&title).into_owned();
+        let db_id = tool_calls::start(
+            tx.conn(),
+            &self.conv.id,
+            Some(&turn_id),
+            &scoped,
+            &kept_title,
+            info.kind.as_deref(),
+            now_ms(),
+        )
+        .await?;
+        tracing::debug!(tool_call = %db_id, "tool started");
+        self.record(
+            &mut tx,
+            Some(&turn_id),
+            "tool_started",
+            "agent",
+            &kept_title,
+            Some(&db_id),
+        )
+        .await?;
+        let msg = render::tool_running(&self.core.redactor, &title, None);
+        let key = MessageKey::Tool(scoped);
+        self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+            .await?;
+        self.commit(tx).await?;
+        self.state.tool_running(call, title, Instant::now(), true);
+        Ok(())
+    }
+
+    pub(super) async fn on_tool_finished(
+        &mut self,
+        call: ToolCallId,
+        result: ToolResult,
+    ) -> Result<()> {
+        let Some(turn) = self.state.turn.as_ref() else {
+            return Ok(());
+        };
+        let turn_id = turn.row.id.clone();
+        let scoped = self.state.scoped(&call);
+        let tool = self
+            .state
+            .tool_done(&call, ToolOutcome::from(result.outcome));
+        let (title, took) = match &tool {
+            Some(t) => (t.title.clone(), Some(t.started.elapsed())),
+            None => ("tool".to_owned(), None),
+        };
+        if let Some(took) = took {
+            metrics::histogram!("chatbridge_tool_duration_seconds", "outcome" => result.outcome.as_str())
+                .record(took.as_secs_f64());
+        }
+        let mut tx = self.begin().await?;
+        if tool.is_none() {
+            // Started before a restart, or never announced: make sure the row exists.
+            tool_calls::start(
+                tx.conn(),
+                &self.conv.id,
+                Some(&turn_id),
+                &scoped,
+                "",
+                None,
+                now_ms(),
+            )
+            .await?;
+        }
+        // This tool's unwritten heartbeat count goes into the result's own transaction: the result
+        // never waits for a separate write (P2).
+        if let Some(t) = tool.as_ref().filter(|t| t.unflushed > 0) {
+            tool_calls::progress(
+                tx.conn(),
+                &self.conv.id,
+                &scoped,
+                t.unflushed,
+                t.progress_json().as_deref(),
+                now_ms(),
+            )
+            .await?;
+        }
+        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
+        let kept_output = self.kept(&result.output);
+        let finish = tool_calls::Finish {
+            outcome: ToolOutcome::from(result.outcome).as_str(),
+            summary: kept_summary.as_deref(),
+            output: &kept_output,
+            exit_code: result.exit_code,
+            signal: result.signal,
+        };
+        let Some(db_id) =
+            tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?
+        else {
+            // Already recorded (a replay): the thread already shows it.
+            return Ok(());
+        };
+        let title = match tool {
+            Some(_) => title,
+            None => tool_calls::get(tx.conn(), &db_id)
+                .await?
+                .map_or(title, |t| t.title),
+        };
+        let summary = result
+            .summary
+            .clone()
+            .unwrap_or_else(|| result.outcome.as_str().to_owned());
+        self.record(
+            &mut tx,
+            Some(&turn_id),
+            "tool_finished",
+            "agent",
+            &self.kept(&summary),
+            Some(&db_id),
+        )
+        .await?;
+        let msg = render::tool_finished(
+            &self.core.redactor,
+            &title,
+            &result,
+            took,
+            &db_id,
+            self.core.cfg.output_cap,
+        );
+        let key = MessageKey::Tool(scoped);
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.commit(tx).await?;
+        metrics::counter!("chatbridge_tool_results_total", "outcome" => result.outcome.as_str())
+            .increment(1);
+        // R4: ids and the short outcome only — never output or prompt text.
+        tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
+        Ok(())
+    }
+
+    /// Hands accumulated heartbeat counts and progress to the progress writer, at most every
+    /// `progress_flush` (or now). Never waits for the database: counts the writer cannot take yet
+    /// stay here for the next flush.
+    pub(super) fn flush_progress(&mut self, force: bool) {
+        let every = self.core.cfg.progress_flush;
+        let conversation = self.conv.id.clone();
+        let session = self.state.session.clone();
+        let Some(turn) = self.state.turn.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        for (call, t) in &mut turn.tools {
+            if !t.flush_due(now, every, force) {
+                continue;
+            }
+            let w = ProgressWrite {
+                conversation: conversation.clone(),
+                call: scoped_id(session.as_ref(), call),
+                heartbeats: t.unflushed,
+                progress: t.progress_json(),
+            };
+            if self.core.queue_progress(w) {
+                t.flushed_at(Instant::now());
+            }
+        }
+    }
+
+    /// L5: edits the tool's message into its progress line. Never a new message.
+    pub(super) async fn show_line(&mut self, line: Option<Line>) -> Result<()> {
+        let Some(line) = line else {
+            return Ok(());
+        };
+        let msg = render::tool_running(
+            &self.core.redactor,
+            &line.title,
+            Some((line.elapsed, line.age)),
+        );
+        let key = MessageKey::Tool(self.state.scoped(&line.call));
+        let mut tx = self.begin().await?;
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, true))
+            .await?;
+        self.commit(tx).await
+    }
+
+    pub(super) async fn on_permission(&mut self, req: PermissionRequest) -> Result<()> {
+        let (req, requester) =
+            self.state
+                .permission(req, &self.conv.started_by, Instant::now(), &self.core.cfg);
+        let title = req
+            .info
+            .title
+            .clone()
+            .unwrap_or_else(|| "a tool call".into());
+        let options_json =
+            serde_json::to_string(&req.options).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let request_json = serde_json::to_string(&req.request_id)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let timeout = self.core.cfg.permission_timeout;
+        let scoped_call = req.call.as_ref().map(|c| self.state.scoped(c));
+        let mut tx = self.begin().await?;
+        let kept_title = self.kept(&title).into_owned();
+        let new = permissions::NewRequest {
+            conversation_id: &self.conv.id,
+            turn_id: self.state.turn.as_ref().map(|t| t.row.id.as_str()),
+            request_id: &request_json,
+            call_id: scoped_call.as_deref(),
+            title: &kept_title,
+            options: &options_json,
+            requester: &requester,
+            expires_at: now_ms() + crate::store::ms(timeout),
+        };
+        let id = permissions::create(tx.conn(), &new, now_ms()).await?;
+        let msg = render::permission(&self.core.redactor, &id, &title, &req.options, None);
+        let key = MessageKey::Permission(id.clone());
+        self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+            .await?;
+        self.commit(tx).await?;
+        self.state.approvals.ask(Pending {
+            db_id: id,
+            request_id: req.request_id,
+            title,
+            options: req.options,
+            requester,
+            expires: Instant::now() + timeout,
+        });
+        Ok(())
+    }
+
+    pub(super) async fn on_button(&mut self, user: &str, value: &str) -> Result<()> {
+        match value.parse::<ButtonValue>() {
+            Ok(ButtonValue::Permission { request, option }) => {
+                self.decide(user, &request, &option).await
+            }
+            Err(_) => {
+                // Hostile until parsed: the value itself is not logged.
+                tracing::info!(conversation = %self.conv.id, "a click with an unknown value was ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Marks a request asked before a restart as lapsed and takes its buttons away; `false` when it
+    /// was no longer pending.
+    pub(super) async fn lapse(
+        &self,
+        tx: &mut Tx,
+        row: &permissions::PermissionRow,
+    ) -> Result<bool> {
+        if permissions::resolve(tx.conn(), &row.id, "bridge", "lapsed", now_ms())
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let options: Vec<daemon_client::PermissionOption> =
+            serde_json::from_str(&row.options).unwrap_or_default();
+        let msg = render::permission(
+            &self.core.redactor,
+            &row.id,
+            &row.title,
+            &options,
+            Some(approvals::LAPSED),
+        );
+        let key = MessageKey::Permission(row.id.clone());
+        self.enqueue(tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        Ok(true)
+    }
+
+    /// R6: only the requester and configured approvers may decide; the first decision wins.
+    pub(super) async fn decide(&mut self, user: &str, id: &str, option: &str) -> Result<()> {
+        let Some(p) = self.state.approvals.get(id) else {
+            // Answered already, or asked before a restart: tell only the clicker.
+            let mut tx = self.begin().await?;
+            let lapsed = match permissions::get(tx.conn(), id).await? {
+                Some(row) if row.conversation_id == self.conv.id => {
+                    self.lapse(&mut tx, &row).await?
+                }
+                _ => false,
+            };
+            let text = if lapsed {
+                "That approval lapsed when the bridge restarted (the agent's question went with the old connection); send the message again if it still matters."
+            } else {
+                "That approval is no longer pending."
+            };
+            self.enqueue(
+                &mut tx,
+                &effects::ephemeral(&self.target, user, text.to_owned()),
+            )
+            .await?;
+            return self.commit(tx).await;
+        };
+        let requester = p.requester.clone();
+        let offered: Vec<String> = p.option_ids().into_iter().map(str::to_owned).collect();
+        let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+        let members = self.members().await?;
+        let verdict = self.roles(&members).may_answer(
+            user,
+            &requester,
+            option,
+            &offered,
+            self.core.cfg.require_second_person,
+        );
+        if let Err(refusal) = verdict {
+            // Only the clicker hears about it (ephemeral where the platform has it).
+            tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "an approval answer was refused");
+            metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
+            let text = self
+                .core
+                .redactor
+                .redact(&refusal.text(&self.person(&self.conv.started_by)));
+            let mut tx = self.begin().await?;
+            self.enqueue(&mut tx, &effects::ephemeral(&self.target, user, text))
+                .await?;
+            return self.commit(tx).await;
+        }
+        let Some(p) = self.state.approvals.take(id) else {
+            return Ok(());
+        };
+        let label = p.label(option);
+        let mut tx = self.begin().await?;
+        if permissions::resolve(tx.conn(), &p.db_id, user, option, now_ms())
+            .await?
+            .is_none()
+        {
+            return Ok(());
+        }
+        self.state.approval_closed(&p, Some(option));
+        let decided = approvals::decided_text(user, &label);
+        let msg = render::permission(
+            &self.core.redactor,
+            &p.db_id,
+            &p.title,
+            &p.options,
+            Some(&decided),
+        );
+        let key = MessageKey::Permission(p.db_id.clone());
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.record(&mut tx, None, "permission", user, &decided, None)
+            .await?;
+        self.commit(tx).await?;
+        if let Err(e) = self
+            .core
+            .client
+            .answer_permission(
+                &p.request_id,
+                &PermissionOutcome::Selected(option.to_owned()),
+            )
+            .await
+        {
+            return self
+                .notice(
+                    Tone::Error,
+                    &format!("Could not pass the decision to the agent: {e}"),
+                )
+                .await;
+        }
+        Ok(())
+    }
+}

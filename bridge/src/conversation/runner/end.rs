@@ -1,0 +1,222 @@
+//! A turn's end (first cause, T2; the answer, R5; the person's mark), the prompt call's
+//! completion, taking an open turn back after a restart (D3), and timers (L3, L5, expiry).
+
+use std::sync::Arc;
+
+use daemon_client::{PermissionOutcome, Stall, StopReason};
+use tokio::time::Instant;
+
+use super::Runner;
+use crate::channel::Tone;
+use crate::conversation::approvals::{self, Pending};
+use crate::conversation::effects;
+use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
+use crate::conversation::turn::{TurnState, stall_text};
+use crate::core::access::Act;
+use crate::core::keys::MessageKey;
+use crate::core::{Core, render};
+use crate::store::turns::{self, Ending, Turn};
+use crate::store::{Result, now_ms, permissions, tool_calls};
+
+impl Runner {
+    pub(super) async fn end_turn(
+        &mut self,
+        stop: Option<StopReason>,
+        forced: Option<TurnStatus>,
+    ) -> Result<()> {
+        self.flush_progress(true);
+        let Some(turn) = self.state.turn.take() else {
+            return Ok(());
+        };
+        let ending = turn.ending(stop.as_ref(), forced);
+        let status = ending.status.as_str();
+        let answer = turn.answer.trim().to_owned();
+        let kept_answer = self.kept(&answer).into_owned();
+        let mut tx = self.begin().await?;
+        let row = Ending {
+            status,
+            stop_reason: stop.as_ref().map(StopReason::as_str),
+            end_cause: ending.end_cause,
+            answer: (!answer.is_empty()).then_some(&*kept_answer),
+        };
+        turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
+        if !answer.is_empty() {
+            self.record(
+                &mut tx,
+                Some(&turn.row.id),
+                "answer",
+                "agent",
+                &kept_answer,
+                None,
+            )
+            .await?;
+            let msg = render::answer(&self.core.redactor, &answer);
+            let key = MessageKey::Answer(turn.row.id.clone());
+            self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+                .await?;
+        }
+        if let Some(id) = &turn.user_message {
+            for action in effects::outcome_marks(&self.target, id, ending.mark) {
+                self.enqueue(&mut tx, &action).await?;
+            }
+        }
+        self.commit(tx).await?;
+        tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
+        let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
+        metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
+            .record(took);
+        let _ended = BusyGuard(self.core.clone());
+        while let Some(q) = self.state.queue.pop() {
+            // Asked again at its turn: its author may have been `/uninvite`d while it waited (A2).
+            if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {
+                self.core.busy_add(-1);
+                self.state.marks.add(q.event.clone());
+                self.refuse(&q.user, q.message_id.as_deref(), &refusal)
+                    .await?;
+                continue;
+            }
+            // Counted as busy when it was queued; that count now belongs to its turn.
+            let event = q.event.clone();
+            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+                // Not marked: it stays in the inbox and is taken again at the next start.
+                if let Some(event) = &event {
+                    self.state.marks.take(event);
+                }
+                return Err(e);
+            }
+            break;
+        }
+        Ok(())
+    }
+
+    /// Closes tool calls that will never finish (the daemon lost their session): stored as
+    /// `interrupted`, their messages say so.
+    pub(super) async fn interrupt_tools(&mut self, tools: Vec<(String, String)>) -> Result<()> {
+        if tools.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        for (scoped, title) in tools {
+            let finish = tool_calls::Finish {
+                outcome: ToolOutcome::Interrupted.as_str(),
+                summary: Some("the agent lost the session"),
+                output: "",
+                exit_code: None,
+                signal: None,
+            };
+            tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?;
+            let msg = render::tool_interrupted(&self.core.redactor, &title);
+            let key = MessageKey::Tool(scoped);
+            self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+                .await?;
+        }
+        self.commit(tx).await
+    }
+
+    /// The prompt call `seq` returned.
+    pub(super) async fn on_prompt_done(
+        &mut self,
+        seq: u64,
+        r: std::result::Result<StopReason, daemon_client::Error>,
+    ) -> Result<()> {
+        let end = match r {
+            Ok(_) => PromptEnd::Answered,
+            Err(daemon_client::Error::SessionLost { message, .. }) => {
+                PromptEnd::SessionLost(message)
+            }
+            // Our own connection closing at shutdown.
+            Err(_) if self.core.shutdown.is_cancelled() => PromptEnd::Stopping,
+            Err(e) => PromptEnd::Failed(e.to_string()),
+        };
+        for effect in self.handle(Event::PromptDone { seq, end }) {
+            self.apply(effect).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_resume(&mut self, row: Turn) -> Result<()> {
+        // Questions asked before the restart went with the old daemon connection.
+        let mut tx = self.begin().await?;
+        for pending in permissions::pending_of(tx.conn(), &self.conv.id).await? {
+            self.lapse(&mut tx, &pending).await?;
+        }
+        self.commit(tx).await?;
+        self.state.turn = Some(TurnState::new(
+            row,
+            self.core.cfg.liveness.clone(),
+            Instant::now(),
+            true,
+            0,
+        ));
+        match self.ensure_session().await {
+            Ok(_) if self.state.session_ready && self.state.turn.is_some() => {
+                tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
+                Ok(())
+            }
+            _ => {
+                self.notice(Tone::Warning, "The bridge restarted during this turn and the agent no longer has it; the turn was interrupted. Send your message again if it still matters.").await?;
+                self.end_turn(None, Some(TurnStatus::Interrupted)).await
+            }
+        }
+    }
+
+    /// An approval expired unanswered (as rejected): its message says so, the daemon hears
+    /// "cancelled".
+    pub(super) async fn expire(&mut self, p: Pending) -> Result<()> {
+        let mut tx = self.begin().await?;
+        permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
+        let msg = render::permission(
+            &self.core.redactor,
+            &p.db_id,
+            &p.title,
+            &p.options,
+            Some(approvals::EXPIRED),
+        );
+        let key = MessageKey::Permission(p.db_id.clone());
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.commit(tx).await?;
+        let _ = self
+            .core
+            .client
+            .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+            .await;
+        Ok(())
+    }
+
+    /// L3: the thread hears which limit fired; a resumed turn is closed as interrupted (D3);
+    /// `on_stall = cancel` sends `session/cancel`.
+    pub(super) async fn stalled(
+        &mut self,
+        stall: Stall,
+        resumed: bool,
+        cancel: bool,
+    ) -> Result<()> {
+        if let Some(turn) = self.state.turn.as_ref() {
+            tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
+        }
+        metrics::counter!("chatbridge_stalls_total").increment(1);
+        let (text, interrupted) = stall_text(&stall, resumed);
+        self.notice(Tone::Warning, &text).await?;
+        if interrupted {
+            return self.end_turn(None, Some(TurnStatus::Interrupted)).await;
+        }
+        if cancel && let Some(s) = self.state.session.clone() {
+            if let Err(e) = self.core.client.cancel(&s).await {
+                tracing::warn!(error = %e, "cancel after stall failed");
+            }
+            self.notice(Tone::Neutral, "Cancelling it (on_stall = cancel).")
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Releases one busy count when dropped — after any queued turn has been started and counted.
+struct BusyGuard(Arc<Core>);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.busy_add(-1);
+    }
+}

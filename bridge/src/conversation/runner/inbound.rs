@@ -1,0 +1,224 @@
+//! Messages: what one means (a command, a numbered answer, a prompt), who may do it (A2), the queue
+//! behind a running turn, starting a turn and its session.
+
+use daemon_client::SessionId;
+
+use super::Runner;
+use crate::channel::{Inbound, InboundKind, Tone};
+use crate::conversation::effects;
+use crate::conversation::event::Mark;
+use crate::conversation::event::{Event, Said};
+use crate::conversation::inbox::EventKey;
+use crate::conversation::turn::{Queued, TurnState};
+use crate::core::ConvMsg;
+use crate::core::access::{self, Act, Refusal};
+use crate::core::lock;
+use crate::store::turns::{self, Turn};
+use crate::store::{Result, conversations, members, now_ms};
+
+impl Runner {
+    /// One inbound event; the first transaction that acts on it marks it handled (a prompt: the one
+    /// that starts its turn).
+    pub(super) async fn on_inbound_event(&mut self, m: Inbound, event: EventKey) -> Result<()> {
+        self.state.marks.add(Some(event));
+        self.on_inbound(m).await
+    }
+
+    async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
+        let text = match m.kind {
+            InboundKind::Action(value) => return self.on_button(&m.user, &value).await,
+            InboundKind::Message(text) => text,
+        };
+        // A2 needs the thread's members for anything but reading: read once, kept by the state.
+        if self
+            .state
+            .parse(&text)
+            .act()
+            .is_some_and(|act| act != Act::Read)
+        {
+            self.members().await?;
+        }
+        let said = Said {
+            user: m.user,
+            text,
+            message_id: m.message_id,
+            event: Some((m.platform, m.event_id)),
+        };
+        for effect in self.handle(Event::Message(said)) {
+            self.apply(effect).await?;
+        }
+        Ok(())
+    }
+
+    /// A prompt: 👀 on the person's message (it may wait in the queue), then it starts a turn,
+    /// waits, or finds the queue full.
+    pub(super) async fn prompt(&mut self, q: Queued) -> Result<()> {
+        // A prompt is handled when its turn starts (or when it is refused), not by the 👀.
+        if let Some(e) = &q.event {
+            self.state.marks.take(e);
+        }
+        if let Some(id) = &q.message_id {
+            let mut tx = self.begin().await?;
+            self.enqueue(
+                &mut tx,
+                &effects::react(&self.target, id, Mark::Received, true),
+            )
+            .await?;
+            self.commit(tx).await?;
+        }
+        for effect in self.handle(Event::Prompt(q)) {
+            self.admitted(effect).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
+    /// records the turn (or in the notice that says it could not start).
+    pub(super) async fn start_turn(
+        &mut self,
+        user: String,
+        text: String,
+        message_id: Option<String>,
+        event: Option<EventKey>,
+    ) -> Result<()> {
+        let session = match self.ensure_session().await {
+            Ok(s) => s,
+            Err(e) => {
+                self.core.busy_add(-1);
+                self.state.marks.add(event);
+                return self
+                    .notice(
+                        Tone::Error,
+                        &format!(
+                            "Cannot reach the agent: {e}. Your message was not sent; try again."
+                        ),
+                    )
+                    .await;
+            }
+        };
+        self.state.marks.add(event);
+        let row = match self.record_turn(&text, &user).await {
+            Ok(row) => row,
+            Err(e) => {
+                // Not started: no longer busy (a retry counts itself again).
+                self.core.busy_add(-1);
+                return Err(e);
+            }
+        };
+        tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
+        self.state.prompt_seq += 1;
+        let seq = self.state.prompt_seq;
+        let mut turn = TurnState::new(
+            row,
+            self.core.cfg.liveness.clone(),
+            tokio::time::Instant::now(),
+            false,
+            seq,
+        );
+        turn.user_message = message_id;
+        self.state.turn = Some(turn);
+        let (client, tx) = (self.core.client.clone(), self.tx.clone());
+        let stop = self.core.shutdown.clone();
+        self.core.tasks.spawn(async move {
+            // At shutdown the turn stays open for the next start (D3).
+            let r = tokio::select! {
+                r = client.prompt(&session, &text) => r,
+                () = stop.cancelled() => return,
+            };
+            let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
+        });
+        Ok(())
+    }
+
+    /// Records a new turn and its prompt, marking the inbox entries of this step.
+    async fn record_turn(&mut self, text: &str, user: &str) -> Result<Turn> {
+        let mut tx = self.begin().await?;
+        let kept = self.kept(text).into_owned();
+        let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        self.record(&mut tx, Some(&row.id), "prompt", user, &kept, None)
+            .await?;
+        self.commit(tx).await?;
+        Ok(row)
+    }
+
+    /// The thread's session, loaded on this connection (L6) or created.
+    pub(super) async fn ensure_session(
+        &mut self,
+    ) -> std::result::Result<SessionId, daemon_client::Error> {
+        if let Some(s) = self.state.session.clone() {
+            // A session belongs to the connection that created or loaded it (L6): after a reconnect
+            // it is loaded again before its next prompt.
+            if self.state.session_ready && self.core.client.is_bound(&s) {
+                return Ok(s);
+            }
+            lock(&self.core.sessions).insert(s.clone(), self.conv.id.clone());
+            match self.core.client.load_session(&s, &self.conv.cwd).await {
+                Ok(()) => {
+                    self.state.session_ready = true;
+                    return Ok(s);
+                }
+                Err(daemon_client::Error::Rpc { message, .. }) => {
+                    tracing::warn!(conversation = %self.conv.id, session = %s, "the daemon no longer knows this session; starting a new one");
+                    let _ = self.notice(Tone::Warning, &format!("The agent no longer knows this thread's session ({message}); starting a new one.")).await;
+                    lock(&self.core.sessions).remove(&s);
+                    self.state.session = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The client applies `daemon.mode` after every session/new and session/load (L6).
+        let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
+        lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
+        let cwd = self.core.cfg.cwd.display().to_string();
+        if let Ok(mut c) = self.core.store.conn().await {
+            let _ = conversations::set_session(
+                &mut c,
+                &self.conv.id,
+                new.session.as_str(),
+                &cwd,
+                now_ms(),
+            )
+            .await;
+        }
+        self.conv.daemon_session = Some(new.session.to_string());
+        self.conv.cwd = cwd;
+        self.state.session = Some(new.session.clone());
+        self.state.session_ready = true;
+        Ok(new.session)
+    }
+
+    // ---- access (A2, A3) ----
+
+    /// The people the owner invited, read once from the store.
+    pub(super) async fn members(&mut self) -> Result<Vec<String>> {
+        if let Some(m) = &self.state.members {
+            return Ok(m.clone());
+        }
+        let mut c = self.core.store.conn().await?;
+        let m = members::of(&mut c, &self.conv.id).await?;
+        self.state.members = Some(m.clone());
+        Ok(m)
+    }
+
+    pub(super) fn roles<'a>(&'a self, members: &'a [String]) -> access::Roles<'a> {
+        access::Roles {
+            mode: self.core.cfg.threads,
+            owner: &self.conv.started_by,
+            members,
+            approvers: &self.core.cfg.approvers,
+        }
+    }
+
+    /// A2: whether `user` may do `act` in this thread (the outer `Result` is the store's).
+    pub(super) async fn may(
+        &mut self,
+        user: &str,
+        act: Act,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        if act == Act::Read {
+            return Ok(Ok(()));
+        }
+        let members = self.members().await?;
+        Ok(self.roles(&members).may(user, act))
+    }
+}

@@ -1,0 +1,202 @@
+//! The one place a conversation touches the world: it reads and writes the store, calls the
+//! daemon, and feeds what comes back (messages, daemon events, the prompt's completion, timers) to
+//! the [`State`](super::state::State) in order. Every chat action is written to the outbox in the
+//! transaction of the state change that caused it (D1).
+//!
+//! - `mod.rs`: the loop (stoppable: it selects on the core's shutdown token) and letting go.
+//! - `apply.rs`: an event through `State::handle`, then each effect carried out.
+//! - `write.rs`: transactions, notices, refusals.
+//! - `inbound.rs`: messages, commands, prompts, sessions.
+//! - `daemon.rs`: daemon events, tool calls, progress, approvals.
+//! - `end.rs`: the turn's end, the prompt's completion, resume after a restart, timers.
+
+mod apply;
+mod commands;
+mod daemon;
+mod end;
+mod inbound;
+mod write;
+
+use std::sync::Arc;
+
+use daemon_client::SessionId;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::state::State;
+use crate::channel::Target;
+use crate::core::{AfterFailure, ConvMsg, Core};
+use crate::store::Result;
+use crate::store::conversations::Conversation;
+
+/// One conversation's runner: its state and what it needs to act on it.
+pub(crate) struct Runner {
+    core: Arc<Core>,
+    conv: Conversation,
+    target: Target,
+    state: State,
+    tx: mpsc::Sender<ConvMsg>,
+}
+
+/// How many times a step is retried while the database is unreachable (100 ms doubling to 5 s:
+/// about ten minutes).
+const STORE_RETRIES: u32 = 130;
+
+/// A step that fails because the database is unreachable is taken again once it answers, so an
+/// outage delays messages and results instead of losing them (each step commits in one
+/// transaction, and applying a result twice is refused by the store). Gives up when the core stops.
+macro_rules! retrying_step {
+    ($conversation:expr, $stop:expr, $step:expr) => {{
+        let mut attempt = 0u32;
+        loop {
+            match $step.await {
+                Err(e) if e.is_transient() && attempt < $crate::conversation::runner::STORE_RETRIES && !$stop.is_cancelled() => {
+                    attempt += 1;
+                    if attempt == 1 {
+                        tracing::warn!(conversation = %$conversation, error = %e, "database unavailable; retrying this step until it answers");
+                    }
+                    let pause = daemon_client::client::backoff_delay(
+                        ::std::time::Duration::from_millis(100),
+                        ::std::time::Duration::from_secs(5),
+                        attempt,
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = $stop.cancelled() => break Err(e),
+                    }
+                }
+                r => break r,
+            }
+        }
+    }};
+}
+
+use retrying_step as retrying;
+
+/// Runs the conversation until its channel closes, it lets go while idle, or the core stops.
+pub(crate) async fn run(
+    core: Arc<Core>,
+    conv: Conversation,
+    tx: mpsc::Sender<ConvMsg>,
+    mut rx: mpsc::Receiver<ConvMsg>,
+) {
+    let session = conv
+        .daemon_session
+        .as_deref()
+        .and_then(|s| SessionId::parse(s).ok());
+    let target = Core::target(&conv);
+    let owner = conv.started_by.clone();
+    let stop = core.shutdown.clone();
+    let mut r = Runner {
+        core,
+        conv,
+        target,
+        state: State {
+            owner,
+            ..State::new(session)
+        },
+        tx,
+    };
+    let mut active = Instant::now();
+    loop {
+        let deadline = r.state.next_deadline(&r.core.cfg);
+        let idle = r.state.is_idle();
+        let msg = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            m = rx.recv() => m,
+            () = sleep_until(deadline) => {
+                if let Err(e) = r.on_timer().await {
+                    tracing::error!(conversation = %r.conv.id, error = %e, "timer handling failed");
+                }
+                active = Instant::now();
+                continue;
+            }
+            () = tokio::time::sleep_until(active + r.core.cfg.actor_idle), if idle => {
+                r.retire(rx).await;
+                return;
+            }
+        };
+        active = Instant::now();
+        let Some(msg) = msg else { break };
+        let id = r.conv.id.clone();
+        let result = match msg {
+            ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
+            ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
+            ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
+            ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
+        };
+        if let Err(e) = result {
+            tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Runner {
+    /// Lets go of an idle conversation: forgotten by the core, its channel closed, and anything
+    /// that slipped in meanwhile handed to the runner that takes the conversation next.
+    async fn retire(mut self, mut rx: mpsc::Receiver<ConvMsg>) {
+        self.conv.daemon_session = self.state.session.as_ref().map(ToString::to_string);
+        self.core
+            .retire(&self.conv.id, self.state.session.as_ref(), &self.tx);
+        rx.close();
+        let mut left = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            left.push(m);
+        }
+        tracing::debug!(conversation = %self.conv.id, handed_on = left.len(), "idle conversation let go from memory");
+        let (core, conv) = (self.core.clone(), self.conv.clone());
+        drop(self);
+        for m in left {
+            core.send_to(&conv, m).await;
+        }
+    }
+
+    /// One inbound event, with S4's bookkeeping: every attempt is counted before it starts; one
+    /// that keeps failing is set aside with a notice instead of being tried forever.
+    async fn on_inbound_msg(&mut self, m: crate::channel::Inbound) -> Result<()> {
+        let id = self.conv.id.clone();
+        let stop = self.core.shutdown.clone();
+        let event = (m.platform.clone(), m.event_id.clone());
+        let mut again = false;
+        let r = loop {
+            if again {
+                match retrying_step!(id, stop, self.core.count_attempt(&m)) {
+                    Ok(true) => {}
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            }
+            let r = retrying_step!(id, stop, self.on_inbound_event(m.clone(), event.clone()));
+            let left = self.state.marks.take(&event);
+            match r {
+                Err(e) if left && !e.is_transient() => {
+                    tracing::error!(conversation = %self.conv.id, error = %e, "an inbound event failed");
+                    match retrying_step!(id, stop, self.core.inbound_failed(&m, &e, false)) {
+                        Ok(AfterFailure::Again) => again = true,
+                        Ok(_) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                }
+                // Handled without a transaction of its own (nothing to do, or only a reply that
+                // failed): marked now. After a step that never reached the database it stays in the
+                // inbox and is taken again at the next start.
+                r => {
+                    if left && r.is_ok() {
+                        let _ = retrying_step!(id, stop, self.mark_alone(&event));
+                    }
+                    break r;
+                }
+            }
+        };
+        self.core.busy_add(-1);
+        r
+    }
+}

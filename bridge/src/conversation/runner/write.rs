@@ -1,0 +1,138 @@
+//! Writing: a state change and its chat actions in one transaction (D1), the inbox entries it
+//! handled marked inside it (D2), and the outbox woken after it commits.
+
+use std::borrow::Cow;
+
+use super::Runner;
+use crate::channel::{ChatAction, Tone};
+use crate::conversation::effects;
+use crate::conversation::event::Mark;
+use crate::conversation::inbox::EventKey;
+use crate::core::access::Refusal;
+use crate::core::render;
+use crate::store::outbox::{self, NewAction};
+use crate::store::transcript::{self, NewEntry};
+use crate::store::{Result, StoreError, Tx, inbound, now_ms};
+
+impl Runner {
+    pub(super) async fn begin(&self) -> Result<Tx> {
+        self.core.store.begin().await
+    }
+
+    /// Writes `action` to the outbox inside `tx`.
+    pub(super) async fn enqueue(&self, tx: &mut Tx, action: &ChatAction) -> Result<()> {
+        let json = serde_json::to_string(action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (kind, coalesce_key) = effects::outbox_row(action);
+        let a = NewAction {
+            conversation_id: &self.conv.id,
+            kind,
+            coalesce_key,
+            action: &json,
+        };
+        outbox::enqueue(tx.conn(), &a, now_ms()).await?;
+        Ok(())
+    }
+
+    /// Appends to the conversation's transcript inside `tx`.
+    pub(super) async fn record(
+        &self,
+        tx: &mut Tx,
+        turn_id: Option<&str>,
+        kind: &str,
+        actor: &str,
+        body: &str,
+        tool_call_id: Option<&str>,
+    ) -> Result<()> {
+        let entry = NewEntry {
+            turn_id,
+            kind,
+            actor: Some(actor),
+            body,
+            tool_call_id,
+        };
+        transcript::append(tx.conn(), &self.conv.id, &entry, now_ms()).await?;
+        Ok(())
+    }
+
+    /// Commits `tx`, marking the inbox entries this step handled inside it.
+    pub(super) async fn commit(&mut self, mut tx: Tx) -> Result<()> {
+        let marks = self.state.marks.pending();
+        for (platform, event) in &marks {
+            inbound::mark_handled(tx.conn(), platform, event, now_ms()).await?;
+        }
+        tx.commit().await?;
+        self.state.marks.committed(&marks);
+        self.core.wake_outbox.notify_one();
+        Ok(())
+    }
+
+    /// Marks one inbox entry handled on its own.
+    pub(super) async fn mark_alone(&self, (platform, event): &EventKey) -> Result<()> {
+        let mut c = self.core.store.conn().await?;
+        inbound::mark_handled(&mut c, platform, event, now_ms()).await
+    }
+
+    /// Posts a notice from the bridge (and records it in the transcript).
+    pub(super) async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
+        let key = self.state.next_notice_key(now_ms());
+        let msg = render::notice(&self.core.redactor, tone, text);
+        let mut tx = self.begin().await?;
+        let turn_id = self.state.turn.as_ref().map(|t| t.row.id.clone());
+        self.record(
+            &mut tx,
+            turn_id.as_deref(),
+            "notice",
+            "bridge",
+            &self.kept(text),
+            None,
+        )
+        .await?;
+        self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+            .await?;
+        self.commit(tx).await
+    }
+
+    /// Refuses what `user` asked: only they hear why (an ephemeral reply where the platform has
+    /// one), their message gets ⛔, and nothing runs. The inbox entry is marked in the same
+    /// transaction.
+    pub(super) async fn refuse(
+        &mut self,
+        user: &str,
+        message_id: Option<&str>,
+        refusal: &Refusal,
+    ) -> Result<()> {
+        tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "refused a person who may not act in this thread");
+        metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
+        let text = refusal.text(&self.person(&self.conv.started_by));
+        let mut tx = self.begin().await?;
+        let action = effects::ephemeral(&self.target, user, self.core.redactor.redact(&text));
+        self.enqueue(&mut tx, &action).await?;
+        if let Some(id) = message_id {
+            self.enqueue(
+                &mut tx,
+                &effects::react(&self.target, id, Mark::Refused, true),
+            )
+            .await?;
+        }
+        self.commit(tx).await
+    }
+
+    /// Text as the history keeps it: redacted too when `redact.store` says so.
+    pub(super) fn kept<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if self.core.cfg.redact_store {
+            Cow::Owned(self.core.redactor.redact(text))
+        } else {
+            Cow::Borrowed(text)
+        }
+    }
+
+    /// How a person is named in chat: a mention where the platform has them.
+    pub(super) fn person(&self, user: &str) -> String {
+        match self.conv.platform.as_str() {
+            // A typed mention: the Slack renderer escapes all other text (R8).
+            "slack" => crate::channel::text::mention(user),
+            "discord" => format!("<@{user}>"),
+            _ => user.to_owned(),
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! One conversation's state in memory and the decisions taken on it: what a message means, what a
+//! daemon event or a timer asks for, when the next deadline is. No socket, no database, no clock:
+//! `now` is given, and what must be read or written is the runner's (see [`super::runner`]).
+
+use std::time::Duration;
+
+use daemon_client::{
+    DaemonEvent, PermissionRequest, SessionId, Stall, StopReason, ToolCallId, ToolInfo, ToolResult,
+};
+use tokio::time::Instant;
+
+use super::approvals::{Approvals, Numbered, Pending};
+use super::commands::{self, Parsed};
+use super::effects::Effect;
+use super::event::Event;
+use super::event::{Mark, ToolOutcome};
+use super::event::{PromptEnd, Said, TurnStatus};
+use super::inbox::Marks;
+use super::tools::{self, ToolState};
+use super::turn::{Queue, Queued, TurnState};
+use crate::core::access::{Act, Refusal, Roles};
+use crate::core::keys::MessageKey;
+use crate::core::{CoreConfig, OnStall};
+
+/// What the conversation holds that the store does not (or not yet).
+#[derive(Debug, Default)]
+pub struct State {
+    /// The daemon session of this thread.
+    pub session: Option<SessionId>,
+    /// Whether the session was created or loaded on this connection (L6).
+    pub session_ready: bool,
+    /// The running turn.
+    pub turn: Option<TurnState>,
+    /// Prompts waiting behind it.
+    pub queue: Queue,
+    /// Approvals waiting for a person.
+    pub approvals: Approvals,
+    /// Who opened the thread (A2).
+    pub owner: String,
+    /// The people the owner invited (A2), once read from the store.
+    pub members: Option<Vec<String>>,
+    /// Notices posted by this conversation's runner (their keys count them).
+    pub notices: u64,
+    /// Prompt calls made (a late completion of an older one is ignored).
+    pub prompt_seq: u64,
+    /// Inbox entries the next commit marks handled (D2).
+    pub marks: Marks,
+}
+
+/// A progress line due for a running tool (L5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// The call.
+    pub call: ToolCallId,
+    /// Its title.
+    pub title: String,
+    /// How long it has run.
+    pub elapsed: Duration,
+    /// How long since it last printed, when known.
+    pub age: Option<Duration>,
+}
+
+/// What a daemon event asks of the runner.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DaemonStep {
+    /// Nothing to write or send: no turn to attach it to, a heartbeat with no line due (F1), a late
+    /// update (F4), reasoning, usage.
+    Nothing,
+    /// A heartbeat was counted; hand due counts to the store, and show the line if one is due.
+    Heartbeat(Option<Line>),
+    /// Output was seen; show the line if one is due.
+    Output(Option<Line>),
+    /// The agent asks for permission.
+    Permission(PermissionRequest),
+    /// A tool call to announce (or to follow again after a replay).
+    ToolStarted(ToolCallId, ToolInfo),
+    /// A running call's title changed.
+    ToolRetitled {
+        /// The call.
+        call: ToolCallId,
+        /// Its new title.
+        title: String,
+        /// Its kind, when the update said.
+        kind: Option<String>,
+    },
+    /// A call finished.
+    ToolFinished(ToolCallId, ToolResult),
+    /// The turn ended.
+    EndTurn(StopReason),
+}
+
+/// What becomes of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Nothing runs: start its turn now.
+    Start(Queued),
+    /// It waits behind the running turn.
+    Queued,
+    /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
+    /// marked handled by that notice's transaction.
+    Full(usize),
+}
+
+/// What a timer found due.
+#[derive(Debug, Default)]
+pub struct Due {
+    /// Approvals that expired unanswered (rejected).
+    pub expired: Vec<Pending>,
+    /// Progress lines to show.
+    pub lines: Vec<Line>,
+    /// A liveness limit that fired (L3), at most one per poll.
+    pub stall: Option<Stall>,
+    /// `on_stall = cancel`: send `session/cancel` (recorded after the stall, so the stall stays
+    /// the first cause, T2).
+    pub cancel: bool,
+}
+
+impl State {
+    /// A conversation whose thread uses `session` (from the store).
+    #[must_use]
+    pub fn new(session: Option<SessionId>) -> Self {
+        Self {
+            session,
+            ..Self::default()
+        }
+    }
+
+    /// Nothing running, queued, awaiting approval or waiting to be marked: the store holds it all.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.turn.is_none()
+            && self.queue.is_empty()
+            && self.approvals.is_empty()
+            && self.marks.is_empty()
+    }
+
+    /// The next instant a timer has something to do.
+    #[must_use]
+    pub fn next_deadline(&self, cfg: &CoreConfig) -> Option<Instant> {
+        let turn = self.turn.as_ref();
+        [
+            turn.and_then(|t| t.liveness.deadline()),
+            turn.and_then(|t| {
+                tools::next_line_due(&t.tools, cfg.progress_after, cfg.progress_every)
+            }),
+            self.approvals.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The key of the next notice posted at `now_ms`.
+    pub fn next_notice_key(&mut self, now_ms: i64) -> MessageKey {
+        self.notices += 1;
+        MessageKey::Notice(now_ms, self.notices)
+    }
+
+    /// A tool call's id as stored and as its message key: scoped by the daemon session, because a
+    /// daemon that lost its sessions (a restart) numbers calls from the start again.
+    #[must_use]
+    pub fn scoped(&self, call: &ToolCallId) -> String {
+        scoped_id(self.session.as_ref(), call)
+    }
+
+    /// What a message means here.
+    #[must_use]
+    pub fn parse(&self, text: &str) -> Parsed {
+        commands::parse(text, self.approvals.len())
+    }
+
+    /// What a numbered answer picks (when exactly one approval waits).
+    #[must_use]
+    pub fn numbered(&self, n: usize) -> Option<Numbered> {
+        self.approvals.numbered(n)
+    }
+
+    /// Handles `event`, which happened at `now`: updates the state and says what the runner is to
+    /// write and send, in order. No I/O.
+    pub fn handle(&mut self, event: Event, now: Instant, cfg: &CoreConfig) -> Vec<Effect> {
+        match event {
+            Event::Message(said) => self.on_message(said, cfg),
+            Event::Daemon(e) => match self.on_daemon(e, now, cfg) {
+                DaemonStep::Nothing => Vec::new(),
+                DaemonStep::Heartbeat(line) => std::iter::once(Effect::FlushCounts)
+                    .chain(line.map(Effect::ShowLine))
+                    .collect(),
+                DaemonStep::Output(line) => line.map(Effect::ShowLine).into_iter().collect(),
+                DaemonStep::Permission(req) => vec![Effect::AskPermission(req)],
+                DaemonStep::ToolStarted(call, info) => vec![Effect::AnnounceTool(call, info)],
+                DaemonStep::ToolRetitled { call, title, kind } => {
+                    vec![Effect::RetitleTool { call, title, kind }]
+                }
+                DaemonStep::ToolFinished(call, result) => vec![Effect::FinishTool(call, result)],
+                DaemonStep::EndTurn(stop) => vec![Effect::EndTurn(stop)],
+            },
+            Event::Timer => {
+                let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
+                let due = self.on_timer(now, cfg);
+                let mut effects: Vec<Effect> = due
+                    .expired
+                    .into_iter()
+                    .map(Effect::ExpireApproval)
+                    .collect();
+                effects.extend(due.lines.into_iter().map(Effect::ShowLine));
+                if let Some(stall) = due.stall {
+                    effects.push(Effect::Stalled {
+                        stall,
+                        resumed,
+                        cancel: due.cancel,
+                    });
+                }
+                effects
+            }
+            Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
+            Event::Prompt(q) => {
+                let event = q.event.clone();
+                vec![match self.admit(q, cfg.queue_cap) {
+                    Admission::Start(q) => Effect::StartTurn(q),
+                    Admission::Queued => Effect::Queued(event),
+                    Admission::Full(waiting) => Effect::QueueFull(waiting),
+                }]
+            }
+        }
+    }
+
+    /// The prompt call `seq` returned.
+    fn on_prompt_done(&mut self, seq: u64, end: PromptEnd) -> Vec<Effect> {
+        if self.turn.as_ref().is_none_or(|t| t.prompt_seq != seq) {
+            return Vec::new();
+        }
+        match end {
+            PromptEnd::Answered | PromptEnd::Stopping => Vec::new(),
+            PromptEnd::SessionLost(message) => {
+                // Scoped while the session is still known: that is how the calls were stored.
+                let session = self.session.take();
+                let tools = self
+                    .interrupt_tools()
+                    .into_iter()
+                    .map(|(call, title)| (scoped_id(session.as_ref(), &call), title))
+                    .collect();
+                self.session_ready = false;
+                vec![
+                    Effect::InterruptTools(tools),
+                    Effect::Notice(
+                        crate::channel::Tone::Error,
+                        format!(
+                            "The agent lost this thread's session while the connection was down ({message}); the turn was interrupted. Send the message again to start over."
+                        ),
+                    ),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ]
+            }
+            PromptEnd::Failed(e) => vec![
+                Effect::Notice(
+                    crate::channel::Tone::Error,
+                    format!("The agent could not run this turn: {e}"),
+                ),
+                Effect::EndTurnAs(TurnStatus::Failed),
+            ],
+        }
+    }
+
+    /// A person's message: refused (A2), an answer to the one waiting approval (A3), a command,
+    /// or a prompt.
+    fn on_message(&mut self, said: Said, cfg: &CoreConfig) -> Vec<Effect> {
+        let Said {
+            user,
+            text,
+            message_id,
+            event,
+        } = said;
+        let parsed = self.parse(&text);
+        if let Some(act) = parsed.act()
+            && act != Act::Read
+        {
+            let roles = Roles {
+                mode: cfg.threads,
+                owner: &self.owner,
+                members: self.members.as_deref().unwrap_or_default(),
+                approvers: &cfg.approvers,
+            };
+            if let Err(refusal) = roles.may(&user, act) {
+                return vec![Effect::Refuse {
+                    user,
+                    message_id,
+                    refusal,
+                }];
+            }
+        }
+        vec![match parsed {
+            Parsed::Empty => return Vec::new(),
+            Parsed::Numbered(n) => match self.numbered(n) {
+                Some(Numbered::Option { request, option }) => Effect::Answer {
+                    user,
+                    request,
+                    option,
+                },
+                // A number while an approval waits is an answer, never a command (A3).
+                _ => Effect::Refuse {
+                    user,
+                    message_id,
+                    refusal: Refusal::UnknownOption,
+                },
+            },
+            Parsed::Command(command) => Effect::Command { user, command },
+            Parsed::Prompt(text) => Effect::Prompt(Queued {
+                user,
+                text,
+                message_id,
+                event,
+            }),
+        }]
+    }
+
+    /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.
+    pub fn admit(&mut self, q: Queued, cap: usize) -> Admission {
+        if self.turn.is_none() {
+            return Admission::Start(q);
+        }
+        let event = q.event.clone();
+        match self.queue.admit(q, cap) {
+            Ok(()) => Admission::Queued,
+            Err(waiting) => {
+                self.marks.add(event);
+                Admission::Full(waiting)
+            }
+        }
+    }
+
+    /// A daemon event of this conversation's session, received at `now`.
+    pub fn on_daemon(&mut self, e: DaemonEvent, now: Instant, cfg: &CoreConfig) -> DaemonStep {
+        let e = match e {
+            // History replayed by session/load is never live output (L6).
+            DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
+                Some(turn) if replay_is_news(turn, &event) => *event,
+                _ => return DaemonStep::Nothing,
+            },
+            e => e,
+        };
+        if let DaemonEvent::PermissionRequested(req) = e {
+            return DaemonStep::Permission(req);
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            // Stray frames: nothing to attach them to.
+            return DaemonStep::Nothing;
+        };
+        turn.liveness.observe(&e, now);
+        let (after, every) = (cfg.progress_after, cfg.progress_every);
+        match e {
+            DaemonEvent::ToolStarted { call, info, .. } => DaemonStep::ToolStarted(call, info),
+            DaemonEvent::ToolUpdated { call, info, .. } => match turn.tools.get_mut(&call) {
+                None => DaemonStep::ToolStarted(call, info),
+                Some(tool) => match info.title {
+                    Some(title) if tool.title != title => {
+                        tool.title.clone_from(&title);
+                        DaemonStep::ToolRetitled {
+                            call,
+                            title,
+                            kind: info.kind,
+                        }
+                    }
+                    _ => DaemonStep::Nothing,
+                },
+            },
+            DaemonEvent::ToolProgress { call, progress, .. } => {
+                let Some(tool) = turn.tools.get_mut(&call) else {
+                    return DaemonStep::Heartbeat(None);
+                };
+                tool.heartbeat(progress);
+                DaemonStep::Heartbeat(line(call, tool, now, after, every))
+            }
+            DaemonEvent::ToolOutput { call, .. } => {
+                let Some(tool) = turn.tools.get_mut(&call) else {
+                    return DaemonStep::Output(None);
+                };
+                tool.last_output = Some(now);
+                DaemonStep::Output(line(call, tool, now, after, every))
+            }
+            DaemonEvent::ToolFinished { call, result, .. } => {
+                DaemonStep::ToolFinished(call, result)
+            }
+            DaemonEvent::AgentText { text, .. } => {
+                turn.answer.push_str(&text);
+                DaemonStep::Nothing
+            }
+            DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
+            DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
+                DaemonStep::EndTurn(StopReason::EndTurn)
+            }
+            _ => DaemonStep::Nothing,
+        }
+    }
+
+    /// A permission request of this turn: the options it may offer (A3), who asked for the turn,
+    /// and the liveness clock re-armed (the request states the command's timeout, L2).
+    pub fn permission(
+        &mut self,
+        mut req: PermissionRequest,
+        owner: &str,
+        now: Instant,
+        cfg: &CoreConfig,
+    ) -> (PermissionRequest, String) {
+        req.options = super::approvals::offered(req.options, cfg.require_second_person);
+        if let Some(turn) = self.turn.as_mut() {
+            turn.liveness
+                .observe(&DaemonEvent::PermissionRequested(req.clone()), now);
+        }
+        let requester = self
+            .turn
+            .as_ref()
+            .map_or_else(|| owner.to_owned(), |t| t.row.requested_by.clone());
+        (req, requester)
+    }
+
+    /// A tool call announced at `now` (or followed again after a replay): it now runs.
+    pub fn tool_running(&mut self, call: ToolCallId, title: String, now: Instant, fresh: bool) {
+        if let Some(turn) = self.turn.as_mut() {
+            if fresh {
+                // The answer is the text after the last tool call (R5).
+                turn.answer.clear();
+            }
+            turn.tools.insert(call, ToolState::new(title, now));
+        }
+    }
+
+    /// A tool call finished with `outcome`: it no longer runs; the turn's mark remembers it.
+    pub fn tool_done(&mut self, call: &ToolCallId, outcome: ToolOutcome) -> Option<ToolState> {
+        let turn = self.turn.as_mut()?;
+        turn.outcomes.push(outcome);
+        turn.tools.remove(call)
+    }
+
+    /// The daemon lost the session: every running call of the turn is over (interrupted).
+    pub fn interrupt_tools(&mut self) -> Vec<(ToolCallId, String)> {
+        let Some(turn) = self.turn.as_mut() else {
+            return Vec::new();
+        };
+        let running: Vec<(ToolCallId, String)> = turn
+            .tools
+            .drain()
+            .map(|(call, tool)| (call, tool.title))
+            .collect();
+        turn.outcomes
+            .extend(running.iter().map(|_| ToolOutcome::Interrupted));
+        running
+    }
+
+    /// An approval was answered with `option` (or expired, `None`): a rejection stops the turn's
+    /// ✅ (the mark says ⏹).
+    pub fn approval_closed(&mut self, p: &Pending, option: Option<&str>) {
+        let rejected = option.is_none_or(|o| p.rejects(o));
+        if rejected && let Some(turn) = self.turn.as_mut() {
+            turn.rejected = true;
+        }
+    }
+
+    /// `/cancel` (or `on_stall = cancel`): recorded as the turn's cause unless one came first (T2).
+    pub fn record_cancel(&mut self) {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.liveness.record_cancel();
+        }
+    }
+
+    /// What is due at `now`: expired approvals, progress lines, a stall.
+    pub fn on_timer(&mut self, now: Instant, cfg: &CoreConfig) -> Due {
+        let mut due = Due {
+            expired: self.approvals.take_expired(now),
+            ..Due::default()
+        };
+        for p in &due.expired {
+            self.approval_closed(p, None);
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return due;
+        };
+        let (after, every) = (cfg.progress_after, cfg.progress_every);
+        for (call, tool) in &mut turn.tools {
+            if let Some(l) = line(call.clone(), tool, now, after, every) {
+                due.lines.push(l);
+            }
+        }
+        due.lines
+            .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
+        due.stall = turn.liveness.poll(now);
+        if due.stall.is_some()
+            && !turn.resumed
+            && cfg.on_stall == OnStall::Cancel
+            && self.session.is_some()
+        {
+            turn.liveness.record_cancel();
+            due.cancel = true;
+        }
+        due
+    }
+
+    /// The mark the turn's message gets if the turn ended now the way `stop` says.
+    #[must_use]
+    pub fn mark_if_ended(&self, stop: Option<&StopReason>) -> Option<Mark> {
+        self.turn.as_ref().map(|t| t.ending(stop, None).mark)
+    }
+}
+
+fn line(
+    call: ToolCallId,
+    tool: &mut ToolState,
+    now: Instant,
+    after: Duration,
+    every: Duration,
+) -> Option<Line> {
+    let (elapsed, age) = tool.progress_line(now, after, every)?;
+    Some(Line {
+        call,
+        title: tool.title.clone(),
+        elapsed,
+        age,
+    })
+}
+
+/// A tool call's id scoped by its daemon session (see [`State::scoped`]).
+#[must_use]
+pub fn scoped_id(session: Option<&SessionId>, call: &ToolCallId) -> String {
+    match session {
+        Some(s) => format!("{s}/{call}"),
+        None => call.as_str().to_owned(),
+    }
+}
+
+/// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
+/// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
+/// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
+/// already-seen ones harmless). Text is always history: an answer is never glued to an old one.
+fn replay_is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
+    match event {
+        DaemonEvent::AgentText { .. }
+        | DaemonEvent::Thought { .. }
+        | DaemonEvent::Usage { .. }
+        | DaemonEvent::Plan { .. }
+        | DaemonEvent::PermissionRequested(_) => false,
+        DaemonEvent::ToolUpdated { call, .. }
+        | DaemonEvent::ToolProgress { call, .. }
+        | DaemonEvent::ToolOutput { call, .. }
+        | DaemonEvent::ToolFinished { call, .. } => turn.resumed || turn.tools.contains_key(call),
+        _ => turn.resumed,
+    }
+}

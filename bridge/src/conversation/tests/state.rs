@@ -1,0 +1,527 @@
+use daemon_client::{DaemonEvent, EndCause, Outcome, ShellProgress, StallKind, StopReason};
+
+use super::{
+    Clock, call, cfg, ended, heartbeat, info, output, request, result, running, secs, session,
+    started, text,
+};
+use crate::conversation::approvals::Pending;
+use crate::conversation::event::{Mark, ToolOutcome};
+use crate::conversation::state::{Admission, DaemonStep, Line, State, scoped_id};
+use crate::core::OnStall;
+
+/// The runner's part of a `tool_call`: the call was new and is now shown.
+fn start(s: &mut State, clock: &Clock, n: u32, title: &str) {
+    let c = cfg();
+    assert_eq!(
+        s.on_daemon(started(n, title), clock.now(), &c),
+        DaemonStep::ToolStarted(call(n), info(title))
+    );
+    s.tool_running(call(n), title.to_owned(), clock.now(), true);
+}
+
+#[test]
+fn f1_heartbeats_never_create_messages() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "sleep 60");
+    for _ in 0..14 {
+        clock.advance(secs(1));
+        let step = s.on_daemon(heartbeat(1, ShellProgress::default()), clock.now(), &c);
+        assert_eq!(step, DaemonStep::Heartbeat(None), "counted, nothing shown");
+    }
+    let turn = s.turn.as_ref().expect("turn");
+    assert_eq!(turn.tools[&call(1)].unflushed, 14);
+}
+
+#[test]
+fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "sleep 60");
+    clock.advance(secs(15));
+    let step = s.on_daemon(heartbeat(1, ShellProgress::default()), clock.now(), &c);
+    assert_eq!(
+        step,
+        DaemonStep::Heartbeat(Some(Line {
+            call: call(1),
+            title: "sleep 60".into(),
+            elapsed: secs(15),
+            age: None
+        }))
+    );
+    clock.advance(secs(10));
+    let step = s.on_daemon(heartbeat(1, ShellProgress::default()), clock.now(), &c);
+    assert_eq!(step, DaemonStep::Heartbeat(None));
+    // Output re-arms nothing but its age.
+    assert_eq!(
+        s.on_daemon(output(1), clock.now(), &c),
+        DaemonStep::Output(None)
+    );
+}
+
+#[test]
+fn d3_events_without_a_turn_are_ignored() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = State::new(Some(session()));
+    for e in [
+        started(1, "ls"),
+        heartbeat(1, ShellProgress::default()),
+        text("hi"),
+        ended(StopReason::EndTurn),
+    ] {
+        assert_eq!(s.on_daemon(e, clock.now(), &c), DaemonStep::Nothing);
+    }
+    assert!(s.is_idle());
+}
+
+#[test]
+fn f4_a_late_update_changes_nothing() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let late = DaemonEvent::LateUpdate {
+        session: session(),
+        call: call(1),
+    };
+    assert_eq!(s.on_daemon(late, clock.now(), &c), DaemonStep::Nothing);
+    // A heartbeat for a call that already finished (or never started) shows nothing either.
+    let step = s.on_daemon(heartbeat(9, ShellProgress::default()), clock.now(), &c);
+    assert_eq!(step, DaemonStep::Heartbeat(None));
+    assert!(s.turn.as_ref().expect("turn").tools.is_empty());
+}
+
+#[test]
+fn r5_the_answer_is_the_text_after_the_last_tool_call() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.on_daemon(text("Let me look. "), clock.now(), &c);
+    start(&mut s, &clock, 1, "ls");
+    s.on_daemon(text("Two files"), clock.now(), &c);
+    s.on_daemon(text(" here."), clock.now(), &c);
+    assert_eq!(s.turn.as_ref().expect("turn").answer, "Two files here.");
+    // A call followed again after a replay does not throw the answer away.
+    s.tool_running(call(2), "ls".into(), clock.now(), false);
+    assert_eq!(s.turn.as_ref().expect("turn").answer, "Two files here.");
+}
+
+#[test]
+fn r1_an_update_for_an_unknown_call_starts_it_and_a_new_title_retitles_it() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let update = |title: &str| DaemonEvent::ToolUpdated {
+        session: session(),
+        call: call(1),
+        info: info(title),
+    };
+    assert_eq!(
+        s.on_daemon(update("ls"), clock.now(), &c),
+        DaemonStep::ToolStarted(call(1), info("ls"))
+    );
+    s.tool_running(call(1), "ls".into(), clock.now(), true);
+    assert_eq!(
+        s.on_daemon(update("ls"), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.on_daemon(update("ls -la"), clock.now(), &c),
+        DaemonStep::ToolRetitled {
+            call: call(1),
+            title: "ls -la".into(),
+            kind: Some("execute".into())
+        }
+    );
+    assert_eq!(
+        s.turn.as_ref().expect("turn").tools[&call(1)].title,
+        "ls -la"
+    );
+}
+
+#[test]
+fn d3_turn_complete_ends_only_a_resumed_turn() {
+    let c = cfg();
+    let clock = Clock::new();
+    let complete = || DaemonEvent::Other {
+        session: Some(session()),
+        method: "session/update".into(),
+        kind: Some("turn_complete".into()),
+    };
+    let mut s = running(&clock, &c);
+    assert_eq!(
+        s.on_daemon(complete(), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    s.turn.as_mut().expect("turn").resumed = true;
+    assert_eq!(
+        s.on_daemon(complete(), clock.now(), &c),
+        DaemonStep::EndTurn(StopReason::EndTurn)
+    );
+    assert_eq!(
+        s.on_daemon(ended(StopReason::Cancelled), clock.now(), &c),
+        DaemonStep::EndTurn(StopReason::Cancelled)
+    );
+}
+
+#[test]
+fn l1_an_idle_turn_stalls_once_per_silence() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert!(s.on_timer(clock.advance(secs(119)), &c).stall.is_none());
+    let due = s.on_timer(clock.advance(secs(1)), &c);
+    assert_eq!(due.stall.map(|st| st.kind), Some(StallKind::Idle));
+    assert!(!due.cancel, "on_stall = notify only tells the thread");
+    assert!(
+        s.on_timer(clock.advance(secs(120)), &c).stall.is_none(),
+        "one notice per silence"
+    );
+    // A frame re-arms it.
+    s.on_daemon(text("."), clock.now(), &c);
+    assert!(s.on_timer(clock.advance(secs(120)), &c).stall.is_some());
+}
+
+#[test]
+fn l2_a_running_tools_own_timeout_lifts_the_idle_limit() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let mut i = info("sleep 300");
+    i.timeout = Some(secs(300));
+    s.on_daemon(
+        DaemonEvent::ToolStarted {
+            session: session(),
+            call: call(1),
+            info: i,
+        },
+        clock.now(),
+        &c,
+    );
+    s.tool_running(call(1), "sleep 300".into(), clock.now(), true);
+    let due = s.on_timer(clock.advance(secs(200)), &c);
+    assert!(due.stall.is_none(), "timeout 300 s + grace 30 s binds");
+    assert!(s.on_timer(clock.advance(secs(130)), &c).stall.is_some());
+}
+
+#[test]
+fn l3_on_stall_cancel_records_the_cancel_after_the_stall() {
+    let c = crate::core::CoreConfig {
+        on_stall: OnStall::Cancel,
+        ..cfg()
+    };
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let due = s.on_timer(clock.advance(secs(120)), &c);
+    assert!(due.stall.is_some() && due.cancel);
+    let turn = s.turn.as_ref().expect("turn");
+    assert_eq!(
+        turn.liveness.first_cause(),
+        Some(EndCause::Stalled(StallKind::Idle)),
+        "stall then cancel is recorded as stall"
+    );
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::Cancelled)),
+        Some(Mark::TimedOut)
+    );
+}
+
+#[test]
+fn d3_on_stall_cancel_is_not_sent_for_a_resumed_turn() {
+    let c = crate::core::CoreConfig {
+        on_stall: OnStall::Cancel,
+        ..cfg()
+    };
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let due = s.on_timer(clock.advance(secs(120)), &c);
+    assert!(due.stall.is_some());
+    assert!(
+        !due.cancel,
+        "a resumed turn is closed as interrupted instead"
+    );
+}
+
+#[test]
+fn t2_cancel_first_then_a_stall_keeps_cancelled() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.record_cancel();
+    assert!(s.on_timer(clock.advance(secs(120)), &c).stall.is_some());
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::Cancelled)),
+        Some(Mark::Stopped)
+    );
+    let turn = s.turn.as_ref().expect("turn");
+    assert_eq!(turn.liveness.first_cause(), Some(EndCause::Cancelled));
+}
+
+#[test]
+fn l5_the_timer_shows_due_lines_of_silent_tools() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "sleep 60");
+    assert_eq!(s.next_deadline(&c), Some(clock.now() + secs(15)));
+    let due = s.on_timer(clock.advance(secs(15)), &c);
+    assert_eq!(due.lines.len(), 1);
+    assert_eq!(due.lines[0].elapsed, secs(15));
+    assert!(s.on_timer(clock.advance(secs(1)), &c).lines.is_empty());
+    assert_eq!(s.next_deadline(&c), Some(clock.now() + secs(29)));
+}
+
+#[test]
+fn approval_expiry_rejects_and_the_turn_is_not_marked_done() {
+    let c = crate::core::CoreConfig {
+        permission_timeout: secs(60),
+        ..cfg()
+    };
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let (req, requester) = s.permission(request(1), "owner", clock.now(), &c);
+    s.approvals.ask(Pending {
+        db_id: "p1".into(),
+        request_id: req.request_id,
+        title: "rm".into(),
+        options: req.options,
+        requester,
+        expires: clock.now() + c.permission_timeout,
+    });
+    assert!(!s.is_idle());
+    assert_eq!(
+        s.next_deadline(&c),
+        Some(clock.now() + secs(60)),
+        "the expiry comes first"
+    );
+    assert!(s.on_timer(clock.advance(secs(59)), &c).expired.is_empty());
+    let due = s.on_timer(clock.advance(secs(1)), &c);
+    assert_eq!(due.expired.len(), 1);
+    assert!(due.stall.is_none());
+    assert!(s.approvals.is_empty());
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Stopped)
+    );
+}
+
+#[test]
+fn a3_four_eyes_strips_always_and_the_requester_is_whoever_asked_for_the_turn() {
+    let four_eyes = crate::core::CoreConfig {
+        require_second_person: true,
+        ..cfg()
+    };
+    let clock = Clock::new();
+    let mut s = running(&clock, &four_eyes);
+    let (req, requester) = s.permission(request(1), "owner", clock.now(), &four_eyes);
+    assert_eq!(requester, "alice");
+    assert!(req.options.iter().all(|o| o.kind != "allow_always"));
+    assert_eq!(req.options.len(), 2);
+    // No turn (a stray request): the thread's owner is the requester.
+    let mut idle = State::new(Some(session()));
+    let (_, requester) = idle.permission(request(2), "owner", clock.now(), &four_eyes);
+    assert_eq!(requester, "owner");
+}
+
+#[test]
+fn r6_a_rejected_answer_marks_the_turn_stopped_an_allowed_one_does_not() {
+    let c = cfg();
+    let clock = Clock::new();
+    let p = Pending {
+        db_id: "p1".into(),
+        request_id: daemon_client::RequestId::from(1),
+        title: "rm".into(),
+        options: super::options(),
+        requester: "alice".into(),
+        expires: clock.now(),
+    };
+    let mut s = running(&clock, &c);
+    s.approval_closed(&p, Some("proceed_once"));
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Done)
+    );
+    s.approval_closed(&p, Some("cancel"));
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Stopped)
+    );
+}
+
+#[test]
+fn a_failed_tool_keeps_the_turn_from_done() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "false");
+    let step = s.on_daemon(
+        DaemonEvent::ToolFinished {
+            session: session(),
+            call: call(1),
+            result: result(Outcome::Failed),
+        },
+        clock.now(),
+        &c,
+    );
+    assert!(matches!(step, DaemonStep::ToolFinished(..)));
+    let tool = s.tool_done(&call(1), ToolOutcome::Failed);
+    assert_eq!(tool.map(|t| t.title), Some("false".into()));
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Failed)
+    );
+}
+
+#[test]
+fn a_lost_session_interrupts_every_running_tool() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "make");
+    start(&mut s, &clock, 2, "make test");
+    let mut gone = s.interrupt_tools();
+    gone.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        gone,
+        vec![(call(1), "make".into()), (call(2), "make test".into())]
+    );
+    let turn = s.turn.as_ref().expect("turn");
+    assert!(turn.tools.is_empty());
+    assert_eq!(
+        turn.outcomes,
+        [ToolOutcome::Interrupted, ToolOutcome::Interrupted]
+    );
+}
+
+#[test]
+fn d2_a_conversation_is_idle_only_when_the_store_holds_everything() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = State::new(None);
+    assert!(s.is_idle());
+    assert_eq!(s.next_deadline(&c), None);
+    s.marks.add(Some(("slack".into(), "Ev1".into())));
+    assert!(!s.is_idle(), "an entry waits to be marked");
+    s.marks.committed(&s.marks.pending());
+    assert!(s.is_idle());
+    let r = running(&clock, &c);
+    assert!(!r.is_idle());
+}
+
+#[test]
+fn r1_tool_ids_are_scoped_by_the_session_and_notices_are_counted() {
+    let mut s = State::new(Some(session()));
+    assert_eq!(s.scoped(&call(1)), "s1/call-1");
+    assert_eq!(scoped_id(None, &call(1)), "call-1");
+    assert_eq!(s.next_notice_key(5).to_string(), "notice:5:1");
+    assert_eq!(s.next_notice_key(5).to_string(), "notice:5:2");
+}
+
+fn prompt(n: u32) -> crate::conversation::turn::Queued {
+    crate::conversation::turn::Queued {
+        user: "alice".into(),
+        text: format!("prompt {n}"),
+        message_id: None,
+        event: Some(("slack".into(), format!("Ev{n}"))),
+    }
+}
+
+#[test]
+fn a_prompt_starts_a_turn_when_nothing_runs_and_waits_otherwise() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut idle = State::new(Some(session()));
+    assert_eq!(
+        idle.admit(prompt(1), c.queue_cap),
+        Admission::Start(prompt(1))
+    );
+    assert!(idle.queue.is_empty());
+    let mut busy = running(&clock, &c);
+    assert_eq!(busy.admit(prompt(2), c.queue_cap), Admission::Queued);
+    assert_eq!(busy.queue.len(), 1);
+    assert!(
+        busy.marks.is_empty(),
+        "a waiting prompt is marked when its turn starts"
+    );
+}
+
+#[test]
+fn queue_full_refuses_the_prompt_and_its_notice_marks_it_handled_d2() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    assert_eq!(s.admit(prompt(1), c.queue_cap), Admission::Queued);
+    assert_eq!(s.admit(prompt(2), c.queue_cap), Admission::Queued);
+    assert_eq!(s.admit(prompt(3), c.queue_cap), Admission::Full(2));
+    assert_eq!(s.queue.len(), 2);
+    assert_eq!(
+        s.marks.pending(),
+        vec![("slack".to_owned(), "Ev3".to_owned())]
+    );
+}
+
+fn replayed(event: DaemonEvent) -> DaemonEvent {
+    DaemonEvent::Replayed {
+        session: session(),
+        event: Box::new(event),
+    }
+}
+
+#[test]
+fn l6_replayed_history_is_never_live_output_but_a_waiting_tools_result_is_news() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "make");
+    let old_text = DaemonEvent::AgentText {
+        session: session(),
+        text: "Command finished.".into(),
+    };
+    assert_eq!(
+        s.on_daemon(replayed(old_text), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.turn.as_ref().expect("turn").answer,
+        "",
+        "nothing glued to the answer"
+    );
+    // A call of an earlier turn, replayed: not announced again.
+    assert_eq!(
+        s.on_daemon(replayed(started(7, "echo old")), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    // The running call ended while the connection was down: its result is news.
+    let finished = DaemonEvent::ToolFinished {
+        session: session(),
+        call: call(1),
+        result: result(Outcome::Completed),
+    };
+    assert!(matches!(
+        s.on_daemon(replayed(finished), clock.now(), &c),
+        DaemonStep::ToolFinished(c, _) if c == call(1)
+    ));
+}
+
+#[test]
+fn l6_a_turn_resumed_after_a_restart_follows_replayed_tool_frames_but_not_text() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    assert_eq!(
+        s.on_daemon(replayed(started(1, "make")), clock.now(), &c),
+        DaemonStep::ToolStarted(call(1), info("make"))
+    );
+    let old_text = DaemonEvent::AgentText {
+        session: session(),
+        text: "old".into(),
+    };
+    assert_eq!(
+        s.on_daemon(replayed(old_text), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+}

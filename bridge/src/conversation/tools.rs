@@ -1,0 +1,110 @@
+//! The tool calls of the running turn and their progress line (L5): when a line is due, what it
+//! says, and when heartbeat counts are handed to the store. Heartbeats never create a message of
+//! their own (F1): they feed the counts and the line's output age. Pure, with `now` given.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use daemon_client::{ShellProgress, ToolCallId};
+use tokio::time::Instant;
+
+/// One running tool call.
+#[derive(Debug, Clone)]
+pub struct ToolState {
+    /// Its title (the command, for a shell).
+    pub title: String,
+    /// When the bridge saw it start.
+    pub started: Instant,
+    /// When it last printed something.
+    pub last_output: Option<Instant>,
+    /// When the progress line was last shown.
+    pub progress_shown: Option<Instant>,
+    /// Heartbeats not yet handed to the store.
+    pub unflushed: i64,
+    /// The latest progress a heartbeat carried.
+    pub progress: Option<ShellProgress>,
+    /// When the counts were last handed to the store.
+    pub flushed: Instant,
+}
+
+impl ToolState {
+    /// A call that started at `now`.
+    #[must_use]
+    pub fn new(title: String, now: Instant) -> Self {
+        Self {
+            title,
+            started: now,
+            last_output: None,
+            progress_shown: None,
+            unflushed: 0,
+            progress: None,
+            flushed: now,
+        }
+    }
+
+    /// The latest progress, as stored.
+    #[must_use]
+    pub fn progress_json(&self) -> Option<String> {
+        self.progress.and_then(|p| serde_json::to_string(&p).ok())
+    }
+
+    /// A heartbeat (F1): counted, its progress kept; nothing is shown for it.
+    pub fn heartbeat(&mut self, progress: ShellProgress) {
+        self.unflushed += 1;
+        self.progress = Some(progress);
+    }
+
+    /// When its progress line is next due.
+    #[must_use]
+    pub fn line_due(&self, after: Duration, every: Duration) -> Instant {
+        match self.progress_shown {
+            Some(shown) => shown + every,
+            None => self.started + after,
+        }
+    }
+
+    /// L5: when a line is due at `now` — running past `after`, and not shown within `every` — marks
+    /// it shown and returns (elapsed, last-output age) for it.
+    pub fn progress_line(
+        &mut self,
+        now: Instant,
+        after: Duration,
+        every: Duration,
+    ) -> Option<(Duration, Option<Duration>)> {
+        let elapsed = now.saturating_duration_since(self.started);
+        let due = elapsed >= after
+            && self
+                .progress_shown
+                .is_none_or(|s| now.saturating_duration_since(s) >= every);
+        if !due {
+            return None;
+        }
+        self.progress_shown = Some(now);
+        let age = self
+            .progress
+            .and_then(|p| p.last_output_age_ms.map(Duration::from_millis))
+            .or_else(|| self.last_output.map(|o| now.saturating_duration_since(o)));
+        Some((elapsed, age))
+    }
+
+    /// Whether its counts are due for the store at `now` (or `force`d, at the turn's end).
+    #[must_use]
+    pub fn flush_due(&self, now: Instant, every: Duration, force: bool) -> bool {
+        self.unflushed > 0 && (force || now.saturating_duration_since(self.flushed) >= every)
+    }
+
+    /// Its counts were handed over at `now`.
+    pub fn flushed_at(&mut self, now: Instant) {
+        self.unflushed = 0;
+        self.flushed = now;
+    }
+}
+
+/// The running tool calls of a turn.
+pub type Tools = HashMap<ToolCallId, ToolState>;
+
+/// The earliest progress-line deadline among `tools`.
+#[must_use]
+pub fn next_line_due(tools: &Tools, after: Duration, every: Duration) -> Option<Instant> {
+    tools.values().map(|t| t.line_due(after, every)).min()
+}

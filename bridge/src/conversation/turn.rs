@@ -1,0 +1,212 @@
+//! A turn: its state while it runs (liveness, tools, the answer so far), the queue of prompts
+//! waiting behind it, how it ends (first cause, T2; the person's mark) and what the thread is told
+//! when it stalls (L3) or is asked about (`/status`). Pure, with `now` given.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use daemon_client::liveness::human_duration;
+use daemon_client::{Liveness, LivenessConfig, SessionId, Stall, StallKind, StopReason};
+use tokio::time::Instant;
+
+use super::event::{Mark, ToolOutcome, TurnStatus, end_cause_word};
+use super::inbox::EventKey;
+use super::tools::Tools;
+use crate::store::turns::Turn;
+
+/// The running turn.
+#[derive(Debug)]
+pub struct TurnState {
+    /// Its stored row.
+    pub row: Turn,
+    /// L1–L3 for this turn.
+    pub liveness: Liveness,
+    /// Tool calls still running.
+    pub tools: Tools,
+    /// The agent's text since the last tool call (R5).
+    pub answer: String,
+    /// Taken back after a restart (D3): its end may never be seen.
+    pub resumed: bool,
+    /// Which prompt call belongs to it (a late completion of an older one is ignored).
+    pub prompt_seq: u64,
+    /// The person's message that asked for this turn (for the mark).
+    pub user_message: Option<String>,
+    /// How its finished tool calls ended.
+    pub outcomes: Vec<ToolOutcome>,
+    /// An approval in it was rejected or expired.
+    pub rejected: bool,
+}
+
+impl TurnState {
+    /// A turn that starts (or is taken back) at `now`.
+    #[must_use]
+    pub fn new(
+        row: Turn,
+        liveness: LivenessConfig,
+        now: Instant,
+        resumed: bool,
+        prompt_seq: u64,
+    ) -> Self {
+        Self {
+            row,
+            liveness: Liveness::new(liveness, now),
+            tools: Tools::new(),
+            answer: String::new(),
+            resumed,
+            prompt_seq,
+            user_message: None,
+            outcomes: Vec::new(),
+            rejected: false,
+        }
+    }
+
+    /// How it ends: `forced` by the bridge, else its first cause, else the daemon's `stop`.
+    #[must_use]
+    pub fn ending(&self, stop: Option<&StopReason>, forced: Option<TurnStatus>) -> Ending {
+        let cause = self.liveness.first_cause();
+        let status = TurnStatus::decide(forced, cause, stop);
+        Ending {
+            status,
+            end_cause: cause.map(end_cause_word),
+            mark: Mark::of_turn(status, &self.outcomes, self.rejected),
+        }
+    }
+}
+
+/// How a turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// The stored status.
+    pub status: TurnStatus,
+    /// The stored first cause.
+    pub end_cause: Option<&'static str>,
+    /// The person's message's mark.
+    pub mark: Mark,
+}
+
+/// A prompt waiting behind the running turn; its inbox entry is marked when its turn starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// Who sent it.
+    pub user: String,
+    /// The prompt.
+    pub text: String,
+    /// The platform's id of their message (for its marks).
+    pub message_id: Option<String>,
+    /// Its inbox entry.
+    pub event: Option<EventKey>,
+}
+
+/// Prompts waiting behind the running turn, first in first out, at most `cap`.
+#[derive(Debug, Default)]
+pub struct Queue {
+    items: VecDeque<Queued>,
+}
+
+impl Queue {
+    /// Adds `q` unless `cap` prompts wait already; then `Err` with how many wait.
+    ///
+    /// # Errors
+    /// The queue is full.
+    pub fn admit(&mut self, q: Queued, cap: usize) -> Result<(), usize> {
+        if self.items.len() >= cap {
+            return Err(self.items.len());
+        }
+        self.items.push_back(q);
+        Ok(())
+    }
+
+    /// The next prompt.
+    pub fn pop(&mut self) -> Option<Queued> {
+        self.items.pop_front()
+    }
+
+    /// Drops every waiting prompt (`/cancel`), returning them.
+    pub fn drain(&mut self) -> Vec<Queued> {
+        self.items.drain(..).collect()
+    }
+
+    /// How many wait.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Nothing waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// The notice a full queue gets.
+#[must_use]
+pub fn queue_full_text(waiting: usize) -> String {
+    format!(
+        "The queue is full ({waiting} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."
+    )
+}
+
+/// L3: what the thread is told when a limit fires; a turn taken back after a restart whose end was
+/// never seen is closed as interrupted instead (`true`).
+#[must_use]
+pub fn stall_text(stall: &Stall, resumed: bool) -> (String, bool) {
+    if resumed {
+        return (
+            format!(
+                "No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted.",
+                human_duration(stall.silent_for)
+            ),
+            true,
+        );
+    }
+    let text = match stall.kind {
+        StallKind::Idle => format!(
+            "No word from the agent for {} — the turn is still open; `/cancel` stops it.",
+            human_duration(stall.silent_for)
+        ),
+        StallKind::Wall => format!(
+            "This turn has run for {}, its time limit — `/cancel` stops it.",
+            human_duration(stall.elapsed)
+        ),
+    };
+    (text, false)
+}
+
+/// `/status`: idle with the session, or the running turn (`running_for`), its tools and the queue.
+#[must_use]
+pub fn status_text(
+    turn: Option<&TurnState>,
+    session: Option<&SessionId>,
+    queued: usize,
+    running_for: Duration,
+    now: Instant,
+) -> String {
+    let Some(t) = turn else {
+        return format!(
+            "Idle. Session: {}.",
+            session.map_or("none yet".to_owned(), ToString::to_string)
+        );
+    };
+    let mut s = format!(
+        "A turn is running ({} so far).",
+        human_duration(running_for)
+    );
+    for tool in t.tools.values() {
+        let age = tool.last_output.map_or("no output yet".to_owned(), |o| {
+            format!(
+                "last output {} ago",
+                human_duration(now.saturating_duration_since(o))
+            )
+        });
+        s.push_str(&format!(
+            "\n• {} — running for {}, {age}",
+            tool.title,
+            human_duration(now.saturating_duration_since(tool.started))
+        ));
+    }
+    if queued > 0 {
+        s.push_str(&format!("\n{queued} messages queued."));
+    }
+    s
+}

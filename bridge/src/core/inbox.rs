@@ -1,0 +1,347 @@
+//! D2 and S4 at the door: an inbound event is recorded in the inbox (deduplicated), handed to its
+//! conversation, counted per attempt, and set aside as a dead letter — with a notice in its thread
+//! — when it keeps failing or cannot be read.
+
+use std::sync::Arc;
+
+use super::keys::MessageKey;
+use super::{AfterFailure, ConvMsg, Core, render};
+use crate::channel::Inbound;
+use crate::conversation::effects;
+use crate::store::{self, conversations, inbound, now_ms};
+
+/// Why an event was set aside, for the thread, the log and the dead-letter listing: a category and
+/// at most an error code — never the message's text, a secret or raw bytes.
+fn failure_reason(e: &store::StoreError) -> String {
+    match e {
+        store::StoreError::Query(sqlx::Error::Database(db)) => format!(
+            "the database refused it (error {})",
+            db.code().as_deref().unwrap_or("without a code")
+        ),
+        store::StoreError::Corrupt(_) => "its stored form could not be read".to_owned(),
+        e if e.is_transient() => "the database was unreachable".to_owned(),
+        _ => "it could not be handled (see the log)".to_owned(),
+    }
+}
+
+/// The inbound event as the store keeps it: what runs the first time is what a replay after a
+/// restart runs and what the history shows (NUL made visible, S4).
+fn storable_inbound(msg: Inbound) -> Inbound {
+    let crate::channel::InboundKind::Message(text) = &msg.kind else {
+        return msg;
+    };
+    if !text.contains('\0') {
+        return msg;
+    }
+    let text = store::bind::storable(text).into_owned();
+    Inbound {
+        kind: crate::channel::InboundKind::Message(text),
+        ..msg
+    }
+}
+
+impl Core {
+    /// Handles one inbound chat event: records it in the inbox, deduplicating it (D2), finds or
+    /// creates its conversation, and hands it to that conversation's runner. Returns once the event
+    /// is recorded — the platform may be told it arrived — and before the agent's work; the runner
+    /// marks it handled in the transaction that acts on it.
+    ///
+    /// # Errors
+    /// Store errors (the caller logs and tells the user).
+    pub async fn accept(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
+        if self.record_inbound(&msg).await? {
+            self.dispatch_inbound(msg).await?;
+        }
+        Ok(())
+    }
+
+    /// Records an inbound event in the inbox; `false` when it was seen before (D2: a platform's
+    /// retry or a gateway replay), and then nothing more is done with it.
+    ///
+    /// # Errors
+    /// Store errors: nothing was recorded.
+    pub async fn record_inbound(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
+        let payload =
+            serde_json::to_string(msg).map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
+        let mut c = self.store.conn().await?;
+        if inbound::record(&mut c, &msg.platform, &msg.event_id, &payload, now_ms()).await?
+            == inbound::Seen::Duplicate
+        {
+            tracing::debug!(platform = %msg.platform, event = %msg.event_id, "duplicate inbound event ignored");
+            metrics::counter!("chatbridge_inbound_duplicates_total", "platform" => msg.platform.clone()).increment(1);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Hands a recorded event on (see [`Core::dispatch`]). An event whose handling fails for good
+    /// (not a transient fault) is tried again until it has failed `inbound_attempts` times, then set
+    /// aside as a dead letter with a notice in its thread (S4) — and this returns `Ok`.
+    ///
+    /// # Errors
+    /// Transient store errors; the event stays in the inbox, so calling this again is safe.
+    pub async fn dispatch_inbound(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
+        let mut c = self.store.conn().await?;
+        loop {
+            match self.dispatch(&mut c, msg.clone()).await {
+                Err(e) if !e.is_transient() => {
+                    tracing::error!(platform = %msg.platform, event = %msg.event_id, error = %e, "an inbound event could not be handed on");
+                    if self.inbound_failed(&msg, &e, true).await? != AfterFailure::Again {
+                        return Ok(());
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Hands a recorded event to its conversation's runner (creating the conversation when the event
+    /// may open one); an event with nowhere to go is marked handled. The attempt is counted in the
+    /// inbox (durably, before the runner has it) once nothing but the hand-over is left, so a
+    /// transient fault before it is not counted and a crash after it is; an event that already
+    /// failed `inbound_attempts` times — crashes included — is set aside instead.
+    async fn dispatch(
+        self: &Arc<Self>,
+        c: &mut sqlx::AnyConnection,
+        msg: Inbound,
+    ) -> Result<(), store::StoreError> {
+        let msg = storable_inbound(msg);
+        // Redacted before it is cut, so a title never holds half a secret (S2).
+        let title: String = match &msg.kind {
+            crate::channel::InboundKind::Message(t) => {
+                self.redactor.redact(t).chars().take(80).collect()
+            }
+            crate::channel::InboundKind::Action(_) => String::new(),
+        };
+        let key = conversations::Key {
+            platform: &msg.platform,
+            workspace: &msg.target.workspace,
+            channel: &msg.target.channel,
+            thread: &msg.target.thread,
+        };
+        let conv = if msg.opens {
+            conversations::find_or_create(c, &key, &msg.user, &title, now_ms())
+                .await?
+                .0
+        } else {
+            match conversations::find(c, &key).await? {
+                Some(conv) => conv,
+                None => {
+                    tracing::debug!(platform = %msg.platform, "reply in a thread the bridge does not own ignored");
+                    inbound::mark_handled(c, &msg.platform, &msg.event_id, now_ms()).await?;
+                    return Ok(());
+                }
+            }
+        };
+        match inbound::start_attempt(c, &msg.platform, &msg.event_id).await? {
+            None => return Ok(()),
+            Some(n) if n > self.cfg.inbound_attempts => {
+                let reason = format!(
+                    "handling it was interrupted {} times (the bridge stopped while handling it)",
+                    n - 1
+                );
+                self.set_aside(&msg, &reason, n - 1).await?;
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        // In flight until the runner has handled it (it then counts the turn it opened or queued).
+        self.busy_add(1);
+        if !self.send_to(&conv, ConvMsg::Inbound(msg)).await {
+            self.busy_add(-1);
+        }
+        Ok(())
+    }
+
+    /// Counts another handling attempt of `msg` (before a runner tries it again); `false` when it
+    /// is no longer waiting.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn count_attempt(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        Ok(inbound::start_attempt(&mut c, &msg.platform, &msg.event_id)
+            .await?
+            .is_some())
+    }
+
+    /// Records that handling `msg` failed with `e` (not a transient fault; `count` when the attempt
+    /// was not counted before it began) and sets it aside once it has failed `inbound_attempts`
+    /// times.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn inbound_failed(
+        &self,
+        msg: &Inbound,
+        e: &store::StoreError,
+        count: bool,
+    ) -> Result<AfterFailure, store::StoreError> {
+        let reason = failure_reason(e);
+        let mut c = self.store.conn().await?;
+        match inbound::failed(&mut c, &msg.platform, &msg.event_id, &reason, count).await? {
+            None => Ok(AfterFailure::Gone),
+            Some(n) if n >= self.cfg.inbound_attempts => {
+                self.set_aside(msg, &reason, n).await?;
+                Ok(AfterFailure::SetAside)
+            }
+            Some(_) => Ok(AfterFailure::Again),
+        }
+    }
+
+    /// Sets `msg` aside as a dead letter: never taken again, counted, logged with ids only, and
+    /// a notice posted in its thread when the bridge knows the thread (S4). When even the notice
+    /// cannot be written, the event is set aside without it.
+    async fn set_aside(
+        &self,
+        msg: &Inbound,
+        reason: &str,
+        attempts: i64,
+    ) -> Result<(), store::StoreError> {
+        let conv = match self.set_aside_with_notice(msg, reason).await {
+            Ok(Some(conv)) => conv,
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_transient() => return Err(e),
+            Err(e) => {
+                tracing::error!(platform = %msg.platform, event = %msg.event_id, error = %e, "no notice for a dead letter");
+                let mut c = self.store.conn().await?;
+                if !inbound::set_aside(&mut c, &msg.platform, &msg.event_id, reason, now_ms())
+                    .await?
+                {
+                    return Ok(());
+                }
+                None
+            }
+        };
+        metrics::counter!("chatbridge_inbound_dead_letters_total", "platform" => msg.platform.clone())
+            .increment(1);
+        tracing::error!(
+            platform = %msg.platform,
+            event = %msg.event_id,
+            conversation = conv.as_ref().map_or("", |c| c.id.as_str()),
+            attempts,
+            "an inbound event was set aside as a dead letter after repeated failures"
+        );
+        Ok(())
+    }
+
+    /// Sets `msg` aside and queues the notice in one transaction: `None` when it was no longer
+    /// waiting, else `Some` with its conversation when the thread is known.
+    #[allow(clippy::option_option)]
+    async fn set_aside_with_notice(
+        &self,
+        msg: &Inbound,
+        reason: &str,
+    ) -> Result<Option<Option<conversations::Conversation>>, store::StoreError> {
+        let key = conversations::Key {
+            platform: &msg.platform,
+            workspace: &msg.target.workspace,
+            channel: &msg.target.channel,
+            thread: &msg.target.thread,
+        };
+        let mut tx = self.store.begin().await?;
+        if !inbound::set_aside(tx.conn(), &msg.platform, &msg.event_id, reason, now_ms()).await? {
+            return Ok(None);
+        }
+        // The thread: its conversation, or — for a message that would have opened it and failed
+        // before it existed — a new one without a title.
+        let conv = match conversations::find(tx.conn(), &key).await? {
+            Some(conv) => Some(conv),
+            None if msg.opens => Some(
+                conversations::find_or_create(tx.conn(), &key, &msg.user, "", now_ms())
+                    .await?
+                    .0,
+            ),
+            None => None,
+        };
+        if let Some(conv) = &conv {
+            let text = format!("A message could not be handled and was set aside: {reason}.");
+            store::transcript::append(
+                tx.conn(),
+                &conv.id,
+                &store::transcript::NewEntry {
+                    turn_id: None,
+                    kind: "notice",
+                    actor: Some("bridge"),
+                    body: &text,
+                    tool_call_id: None,
+                },
+                now_ms(),
+            )
+            .await?;
+            let key = MessageKey::DeadLetter(msg.event_id.clone());
+            let action = effects::post(
+                &Self::target(conv),
+                &key,
+                render::notice(&self.redactor, crate::channel::Tone::Error, &text),
+            );
+            let json = serde_json::to_string(&action)
+                .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
+            let (kind, coalesce_key) = effects::outbox_row(&action);
+            store::outbox::enqueue(
+                tx.conn(),
+                &store::outbox::NewAction {
+                    conversation_id: &conv.id,
+                    kind,
+                    coalesce_key,
+                    action: &json,
+                },
+                now_ms(),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        self.wake_outbox.notify_one();
+        Ok(Some(conv))
+    }
+
+    /// After a restart: events recorded but never acted on — the process died between recording an
+    /// event and its turn, or while a message waited behind a running turn — are handed to their
+    /// conversations again, oldest first. Returns how many. One event never fails the start: its
+    /// failure is logged (ids only) and counted against it, and an event that keeps failing or
+    /// cannot be read is set aside (S4).
+    ///
+    /// # Errors
+    /// Store errors reading the inbox itself.
+    pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
+        let pending = {
+            let mut c = self.store.conn().await?;
+            inbound::unhandled(&mut c).await?
+        };
+        let n = pending.len();
+        for (platform, event_id, payload) in pending {
+            let r = match serde_json::from_str::<Inbound>(&payload) {
+                Ok(msg) => self.dispatch_inbound(msg).await,
+                Err(_) => self.set_aside_unreadable(&platform, &event_id).await,
+            };
+            if let Err(e) = r {
+                tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
+            }
+        }
+        Ok(n)
+    }
+
+    /// An inbox entry whose payload is not an event (written by another version, or damaged): set
+    /// aside without a notice (its thread is unknown).
+    async fn set_aside_unreadable(
+        &self,
+        platform: &str,
+        event_id: &str,
+    ) -> Result<(), store::StoreError> {
+        let mut c = self.store.conn().await?;
+        if inbound::set_aside(
+            &mut c,
+            platform,
+            event_id,
+            "its stored form could not be read",
+            now_ms(),
+        )
+        .await?
+        {
+            metrics::counter!("chatbridge_inbound_dead_letters_total", "platform" => platform.to_owned())
+                .increment(1);
+            tracing::error!(%platform, event = %event_id, "an unreadable inbox entry was set aside as a dead letter");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,80 @@
+//! Heartbeat counts and progress written in batches, off the conversations' path (P2).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{self, Store, now_ms};
+
+/// Heartbeat counts and the latest progress of one tool call, for the progress writer.
+#[derive(Debug)]
+pub(crate) struct ProgressWrite {
+    pub conversation: String,
+    pub call: String,
+    pub heartbeats: i64,
+    pub progress: Option<String>,
+}
+
+/// How many progress writes wait for the writer at most; past it an actor keeps its counts for the
+/// next flush.
+pub(super) const PROGRESS_QUEUE: usize = 4096;
+
+/// How many progress writes go into one transaction.
+const PROGRESS_BATCH: usize = 256;
+
+/// Writes heartbeat counts in batches, off the actors' path: a conversation never waits for the
+/// database because a silent command is alive (P2). On the bookkeeping connections (a count lost to a
+/// database crash costs nothing but the count). Ends after `stop`, writing what is queued.
+pub(super) async fn progress_writer(
+    store: Store,
+    mut rx: mpsc::Receiver<ProgressWrite>,
+    pending: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            w = rx.recv() => w,
+            () = stop.cancelled() => {
+                rx.close();
+                rx.recv().await
+            }
+        };
+        let Some(first) = first else { return };
+        let mut batch = vec![first];
+        while batch.len() < PROGRESS_BATCH {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        match store::retry_transient(20, &stop, |_| {}, || write_progress(&store, &batch)).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, writes = batch.len(), "heartbeat counts not written");
+            }
+            None => tracing::warn!(
+                writes = batch.len(),
+                "heartbeat counts not written: stopping"
+            ),
+        }
+        pending.fetch_sub(batch.len(), Ordering::SeqCst);
+    }
+}
+
+async fn write_progress(store: &Store, batch: &[ProgressWrite]) -> Result<(), store::StoreError> {
+    let mut tx = store.relaxed_begin().await?;
+    for w in batch {
+        store::tool_calls::progress(
+            tx.conn(),
+            &w.conversation,
+            &w.call,
+            w.heartbeats,
+            w.progress.as_deref(),
+            now_ms(),
+        )
+        .await?;
+    }
+    tx.commit().await
+}
