@@ -408,6 +408,7 @@ impl Connection {
     }
 
     fn on_dispatch(&self, t: &str, d: Value) {
+        tracing::debug!(event = t, seq = ?self.seq, "Discord dispatch");
         let event = match t {
             "MESSAGE_CREATE" => serde_json::from_value(d).map(|m| Event::Message(Box::new(m))),
             "INTERACTION_CREATE" => {
