@@ -1,6 +1,7 @@
-//! The Discord gateway loop against a peer that misbehaves on purpose (issue 24 items 1 and 2, H-rules):
-//! a close frame without a status code, a RESUME never answered, heartbeats never ACKed, a peer that
-//! stops reading, and a refused token. Short deadlines ([`Timing`]) keep each case under a few
+//! The Discord gateway loop against a peer that misbehaves on purpose (issue 24 items 1 and 2:
+//! `/readyz` says whether channels are connected; as L4 for the daemon, heartbeats check the
+//! transport): a close frame without a status code, a RESUME never answered, heartbeats never
+//! ACKed, a peer that stops reading, and a refused token. Short deadlines ([`Timing`]) keep each case under a few
 //! seconds; `connected` (what `/readyz` reads) is checked at every step.
 
 use std::sync::{Arc, Mutex};
@@ -219,7 +220,7 @@ impl Running {
     }
 }
 
-/// H-rules: a close frame without a status code is a disconnect (not connected at once), then a
+/// `/readyz`: a close frame without a status code is a disconnect (not connected at once), then a
 /// RESUME of the same session on a new connection, connected again on RESUMED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discord_gateway_a_close_without_a_code_disconnects_then_resumes() {

@@ -132,7 +132,7 @@ async fn twin_a_mention_gets_a_thread_and_a_green_result_embed() {
     bridge.stop().await;
 }
 
-/// L-rules: a timeout is red and keeps what the command printed before it.
+/// R3: a timeout is red and keeps what the command printed before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twin_a_timeout_is_red_with_its_partial_output() {
     let mut twin = twin_or_skip!();
@@ -172,7 +172,8 @@ async fn twin_a_timeout_is_red_with_its_partial_output() {
     bridge.stop().await;
 }
 
-/// A-rules: another person's click is refused (to them alone); the requester's runs the command.
+/// R6 and the A-rules: another person's click is refused (to them alone); the requester's runs the
+/// command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twin_an_approval_by_the_requester_and_a_refusal_for_another_person() {
     let mut twin = twin_or_skip!();
@@ -242,7 +243,8 @@ async fn twin_an_approval_by_the_requester_and_a_refusal_for_another_person() {
     bridge.stop().await;
 }
 
-/// H-rules, issue 24 item 2: connected only between READY/RESUMED and the next disconnect.
+/// `/readyz` (channels connected), issue 24 item 2: connected only between READY/RESUMED and the
+/// next disconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twin_readyz_is_false_within_5s_of_the_gateway_going_away_and_true_once_it_is_back() {
     let mut twin = twin_or_skip!();
