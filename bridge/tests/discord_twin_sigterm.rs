@@ -32,6 +32,17 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// Kills the process if the test ends before it does (a failed assertion must not leave a bridge
+/// behind).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 async fn ready(http: &str, want: bool, within: Duration) {
     let started = Instant::now();
     loop {
@@ -64,7 +75,7 @@ async fn twin_stops_then_sigterm_the_process_exits_within_the_drain_bound_and_st
     let db = format!("sqlite://{}", dir.path().join("twin.db").display());
     let users = format!("[\"{}\"]", twin.people[0]);
     let drain = Duration::from_secs(3);
-    let mut child = binary::command(
+    let child = binary::command(
         dir.path(),
         &[
             ("CHAT_BRIDGE_SERVICE__PLATFORM", "discord"),
@@ -82,7 +93,8 @@ async fn twin_stops_then_sigterm_the_process_exits_within_the_drain_bound_and_st
     .stderr(Stdio::inherit())
     .spawn()
     .expect("start chat-bridge");
-    let pid = child.id();
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id();
     ready(&http, true, Duration::from_secs(60)).await;
 
     twin.stop().await;
@@ -116,13 +128,13 @@ async fn twin_stops_then_sigterm_the_process_exits_within_the_drain_bound_and_st
     let sent = Instant::now();
     let bound = drain + Duration::from_secs(5);
     let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = child.0.try_wait().expect("wait") {
             break status;
         }
-        if sent.elapsed() > bound {
-            let _ = child.kill();
-            panic!("still running {bound:?} after SIGTERM");
-        }
+        assert!(
+            sent.elapsed() <= bound,
+            "still running {bound:?} after SIGTERM"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     eprintln!("exited {:?} after SIGTERM: {status}", sent.elapsed());
