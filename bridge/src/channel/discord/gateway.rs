@@ -44,7 +44,9 @@ pub struct Timing {
     pub connect: Duration,
     /// HELLO after the handshake.
     pub hello: Duration,
-    /// READY after IDENTIFY, RESUMED after RESUME.
+    /// READY after IDENTIFY.
+    pub ready: Duration,
+    /// RESUMED after RESUME (then the session is given up and a new one identified).
     pub establish: Duration,
     /// Any one frame we send (a stuck socket is a lost connection).
     pub send: Duration,
@@ -61,6 +63,7 @@ impl Default for Timing {
         Self {
             connect: Duration::from_secs(10),
             hello: Duration::from_secs(10),
+            ready: Duration::from_secs(15),
             establish: Duration::from_secs(5),
             send: Duration::from_secs(5),
             close: Duration::from_secs(1),
@@ -266,6 +269,11 @@ impl Connection {
         };
         // IDENTIFY, or RESUME the session we had.
         let token = self.http.token().to_owned();
+        let wait = if self.session.is_some() {
+            timing.establish
+        } else {
+            timing.ready
+        };
         if let Some(session) = &self.session {
             tracing::info!("Discord gateway: resuming the session");
             send!(
@@ -279,7 +287,7 @@ impl Connection {
                 "properties": {"os": std::env::consts::OS, "browser": "chat-bridge", "device": "chat-bridge"},
             }}));
         }
-        let mut establish_by = Some(Instant::now() + timing.establish);
+        let mut establish_by = Some(Instant::now() + wait);
         let mut next_beat = Instant::now() + jitter(interval);
         let mut acked = true;
         loop {
