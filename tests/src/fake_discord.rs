@@ -319,6 +319,14 @@ impl FakeDiscord {
         }
     }
 
+    /// `GET /gateway/bot` answers `url` from now on (a gateway peer of the test's own).
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    pub fn set_gateway_url(&self, url: &str) {
+        url.clone_into(&mut self.inner.gateway_url.lock().expect("lock"));
+    }
+
     /// The next request whose `METHOD /path` starts with `prefix` answers `reply`.
     ///
     /// # Panics

@@ -7,6 +7,8 @@
 //! - [`capture`]: reads `../shared/fixtures/acp-qwen-0.24.4/`.
 //! - [`fake_slack`]: the Slack Web API, faked over real HTTP.
 //! - [`fake_discord`]: Discord's REST API and gateway, faked over real HTTP and WebSocket.
+//! - [`discord_twin`]: `discord-digital-twin` (npm, written by others), Discord's REST API and
+//!   gateway, run and driven from the tests.
 //! - [`db`]: a fresh PostgreSQL database (or SQLite file) per test, and `on_both!`.
 //! - [`summary`]: `ToolRun`, the one assertion helper used against every daemon.
 //! - [`pg_cluster`]: a throwaway PostgreSQL cluster of the test's own, to stop and start.
@@ -17,6 +19,7 @@
 pub mod bridge;
 pub mod capture;
 pub mod db;
+pub mod discord_twin;
 pub mod fake_discord;
 pub mod fake_slack;
 pub mod pg_cluster;

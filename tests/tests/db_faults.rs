@@ -237,7 +237,7 @@ async fn q3_slack_an_event_during_a_database_outage_is_not_acknowledged_until_re
     assert_eq!(posts.len(), 1, "one tool message: {posts:#?}");
     assert_eq!(done(&fake, "echo during the outage"), 1);
     stop.cancel();
-    task.await.expect("join").expect("run_slack");
+    task.await.expect("join").expect("the Slack bridge");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,5 +328,5 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
         .collect();
     assert_eq!(tool_posts.len(), 1, "one tool message: {tool_posts:#?}");
     stop.cancel();
-    task.await.expect("join").expect("run_slack");
+    task.await.expect("join").expect("the Slack bridge");
 }

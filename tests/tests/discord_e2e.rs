@@ -338,7 +338,8 @@ async fn discord_approval_buttons_an_outsider_gets_an_ephemeral_no_and_the_reque
     );
     let decided = fake.message(&approval).expect("approval message");
     assert!(
-        text_of(&decided).contains(&format!("{PERSON} chose: Allow once")),
+        text_of(&decided).contains(&format!("<@{PERSON}> chose: Allow once"))
+            && text_of(&decided).contains(&format!("Allowed once by <@{PERSON}>")),
         "{decided}"
     );
     assert_eq!(
@@ -480,4 +481,50 @@ async fn discord_a_refused_token_is_a_clear_error() {
         !text.contains("wrong-token"),
         "the token is never printed: {text}"
     );
+}
+
+/// Issue 15 item 2 (S-rules): `@everyone` in a prompt pings nobody — every message the bridge sends
+/// says `allowed_mentions.parse = []`, and the thread name and the title show it as a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discord_no_message_pings_anyone_and_titles_show_mass_mentions_as_words() {
+    let fake = FakeDiscord::start(41_250).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = bridge_with(&fake, dir.path(), |_| {}).await;
+    fake.dispatch("MESSAGE_CREATE", mention("1001", "echo @everyone *look*"));
+    fake.wait_for("the result", |f| {
+        f.messages_in("1001")
+            .iter()
+            .any(|m| headline(m).starts_with('✅'))
+    })
+    .await;
+    let sent: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            (r.method == "POST" || r.method == "PATCH")
+                && r.path.starts_with("/channels/")
+                && r.path.contains("/messages")
+                && !r.path.ends_with("/threads")
+        })
+        .collect();
+    assert!(sent.len() >= 2, "{sent:?}");
+    for r in &sent {
+        assert_eq!(
+            r.body["allowed_mentions"],
+            json!({"parse": []}),
+            "{} {}: {}",
+            r.method,
+            r.path,
+            r.body
+        );
+    }
+    let create = &fake.requests_to(&format!("POST /channels/{CHANNEL}/messages/1001/threads"))[0];
+    assert_eq!(create.body["name"], "echo @\u{200B}everyone *look*");
+    let result = result_in(&fake, "1001", "✅").expect("result");
+    let title = headline(&result);
+    assert!(
+        title.starts_with("✅ echo @\u{200B}everyone \\*look\\*"),
+        "markdown shown as typed, no mass mention: {title}"
+    );
+    stop_bridge(stop, task).await;
 }

@@ -242,10 +242,11 @@ async fn slack_approval_clicks_by_an_outsider_get_an_ephemeral_no_and_the_reques
         })
     })
     .await;
-    let decided = fake
-        .calls_of("chat.update")
-        .into_iter()
-        .find(|c| c.body.to_string().contains("U1 chose: Allow once"));
+    let decided = fake.calls_of("chat.update").into_iter().find(|c| {
+        let body = c.body.to_string();
+        // People as the platform names them (a mention), and a heading that says the outcome.
+        body.contains("<@U1> chose: Allow once") && body.contains("Allowed once by <@U1>")
+    });
     assert!(
         decided.is_some(),
         "the approval message says who decided what: {:#?}",

@@ -296,7 +296,7 @@ async fn a3_four_eyes_refuse_the_requesters_own_click_and_a_forged_option() {
     assert!(
         fake.calls_of("chat.update")
             .iter()
-            .any(|c| c.body.to_string().contains("U9 chose: Allow once")),
+            .any(|c| c.body.to_string().contains("<@U9> chose: Allow once")),
         "the second person's decision is shown"
     );
     stop.cancel();

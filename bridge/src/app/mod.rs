@@ -220,6 +220,7 @@ impl Application {
             redact_store: cfg.redact.store,
             cwd,
             output_cap: channel.capabilities().output_cap,
+            buttons: channel.capabilities().has_buttons,
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
         };

@@ -39,6 +39,15 @@ impl Pending {
             .map_or_else(|| option.to_owned(), |o| o.name.clone())
     }
 
+    /// The kind of `option` (`allow_once`, `reject_once`, …), when it was offered.
+    #[must_use]
+    pub fn kind(&self, option: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|o| o.option_id == option)
+            .map(|o| o.kind.as_str())
+    }
+
     /// Whether picking `option` rejects the call.
     #[must_use]
     pub fn rejects(&self, option: &str) -> bool {
@@ -154,8 +163,26 @@ pub fn decided_text(who: &str, label: &str) -> String {
     format!("{who} chose: {label}")
 }
 
+/// The heading an answered request's message shows instead of "approval needed": what was decided
+/// and by whom (`who` as the platform names people).
+#[must_use]
+pub fn decided_heading(who: &str, kind: Option<&str>, label: &str) -> String {
+    match kind {
+        Some("allow_once") => format!("✅ Allowed once by {who}"),
+        Some("allow_always") => format!("✅ Allowed always by {who}"),
+        Some(k) if k.starts_with("reject") => format!("🚫 Rejected by {who}"),
+        _ => format!("☑️ {label} — {who}"),
+    }
+}
+
 /// The line an expired request's message shows.
 pub const EXPIRED: &str = "expired unanswered — rejected";
 
+/// The heading of an expired request's message.
+pub const EXPIRED_HEADING: &str = "⌛ Expired — rejected";
+
 /// The line a request asked before a restart shows.
 pub const LAPSED: &str = "lapsed: the bridge restarted while this waited";
+
+/// The heading of a request asked before a restart.
+pub const LAPSED_HEADING: &str = "⏹ Lapsed";

@@ -93,7 +93,10 @@ pub fn parse(text: &str, pending_approvals: usize) -> Parsed {
 }
 
 /// `/help`'s text.
-pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text";
+pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text\nWhen an approval waits: the buttons, or where there are none, its option's number (1, 2, …).";
+
+/// What a message that is not a number gets while an approval waits on a channel without buttons.
+pub const APPROVAL_HINT: &str = "An approval is waiting: answer with its option's number (1, 2, …), or /cancel to stop the turn. Your message was not sent to the agent.";
 
 /// What `/invite` or `/uninvite` says once done: `by` and `changed` as the platform names people.
 #[must_use]

@@ -304,6 +304,12 @@ impl State {
                 },
             },
             Parsed::Command(command) => Effect::Command { user, command },
+            // Without buttons an approval is answered by number: other text now is almost always a
+            // mistyped answer, so it is not sent to the agent.
+            Parsed::Prompt(_) if !cfg.buttons && !self.approvals.is_empty() => Effect::Notice(
+                crate::channel::Tone::Warning,
+                commands::APPROVAL_HINT.to_owned(),
+            ),
             Parsed::Prompt(text) => Effect::Prompt(Queued {
                 user,
                 text,
@@ -401,6 +407,13 @@ impl State {
         now: Instant,
         cfg: &CoreConfig,
     ) -> (PermissionRequest, String) {
+        // The request names the call by what it will run (qwen's tool call says only "Shell"):
+        // the call keeps that title from now on, so its result line names the command (R6).
+        if let (Some(call), Some(title)) = (&req.call, &req.info.title)
+            && let Some(tool) = self.turn.as_mut().and_then(|t| t.tools.get_mut(call))
+        {
+            tool.title.clone_from(title);
+        }
         req.options = super::approvals::offered(req.options, cfg.require_second_person);
         if let Some(turn) = self.turn.as_mut() {
             turn.liveness
@@ -448,10 +461,27 @@ impl State {
 
     /// An approval was answered with `option` (or expired, `None`): a rejection stops the turn's
     /// ✅ (the mark says ⏹).
-    pub fn approval_closed(&mut self, p: &Pending, option: Option<&str>) {
+    pub fn approval_closed(&mut self, p: &Pending, option: Option<&str>, now: Instant) {
         let rejected = option.is_none_or(|o| p.rejects(o));
-        if rejected && let Some(turn) = self.turn.as_mut() {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        if rejected {
             turn.rejected = true;
+        }
+        for tool in turn.tools.values_mut() {
+            if tool.awaiting_approval.as_deref() == Some(p.db_id.as_str()) {
+                // It runs from the decision on: its running time starts now.
+                tool.awaiting_approval = None;
+                tool.started = now;
+            }
+        }
+    }
+
+    /// Approval `id` was asked for `call`: until it is answered the call is not running (R6).
+    pub fn approval_asked(&mut self, call: Option<&ToolCallId>, id: &str) {
+        if let Some(tool) = call.and_then(|c| self.turn.as_mut().and_then(|t| t.tools.get_mut(c))) {
+            tool.awaiting_approval = Some(id.to_owned());
         }
     }
 
@@ -469,7 +499,7 @@ impl State {
             ..Due::default()
         };
         for p in &due.expired {
-            self.approval_closed(p, None);
+            self.approval_closed(p, None, now);
         }
         let Some(turn) = self.turn.as_mut() else {
             return due;

@@ -25,6 +25,9 @@ pub struct ToolState {
     pub progress: Option<ShellProgress>,
     /// When the counts were last handed to the store.
     pub flushed: Instant,
+    /// The stored id of the approval it waits for: it is not running yet, so it shows no
+    /// "running for …" line (R6).
+    pub awaiting_approval: Option<String>,
 }
 
 impl ToolState {
@@ -39,6 +42,7 @@ impl ToolState {
             unflushed: 0,
             progress: None,
             flushed: now,
+            awaiting_approval: None,
         }
     }
 
@@ -71,6 +75,9 @@ impl ToolState {
         after: Duration,
         every: Duration,
     ) -> Option<(Duration, Option<Duration>)> {
+        if self.awaiting_approval.is_some() {
+            return None;
+        }
         let elapsed = now.saturating_duration_since(self.started);
         let due = elapsed >= after
             && self
@@ -106,5 +113,9 @@ pub type Tools = HashMap<ToolCallId, ToolState>;
 /// The earliest progress-line deadline among `tools`.
 #[must_use]
 pub fn next_line_due(tools: &Tools, after: Duration, every: Duration) -> Option<Instant> {
-    tools.values().map(|t| t.line_due(after, every)).min()
+    tools
+        .values()
+        .filter(|t| t.awaiting_approval.is_none())
+        .map(|t| t.line_due(after, every))
+        .min()
 }

@@ -79,6 +79,9 @@ pub struct CoreConfig {
     pub redact_store: bool,
     /// How much tool output a result message shows (from the channel's capabilities).
     pub output_cap: usize,
+    /// The channel shows approvals as buttons; without them a person answers with a number, and
+    /// other text while one waits gets a hint instead of becoming a prompt.
+    pub buttons: bool,
     /// An idle conversation's runner is let go after this (see `service.conversation_idle`).
     pub actor_idle: Duration,
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
@@ -102,6 +105,7 @@ impl Default for CoreConfig {
             require_second_person: false,
             redact_store: false,
             output_cap: render::CHAT_OUTPUT_CAP,
+            buttons: true,
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
         }

@@ -147,24 +147,25 @@ pub fn notice(r: &Redactor, tone: Tone, text: &str) -> Message {
     Message::text(tone, r.redact(text))
 }
 
-/// A permission request with its options as buttons (R6); `decided` replaces the buttons with who
-/// decided what.
+/// A permission request with its options as buttons (R6); `decided` (heading, line) replaces the
+/// "approval needed" heading with what was decided and the buttons with who decided what.
 #[must_use]
 pub fn permission(
     r: &Redactor,
     request: &str,
     title: &str,
     options: &[PermissionOption],
-    decided: Option<&str>,
+    decided: Option<(&str, &str)>,
 ) -> Message {
     let mut m = Message::text(
         Tone::Warning,
         format!("🔐 approval needed: {}", r.redact(title)),
     );
     match decided {
-        Some(d) => {
+        Some((heading, line)) => {
             m.tone = Tone::Neutral;
-            m.footer = Some(d.to_owned());
+            m.title = format!("{heading}: {}", r.redact(title));
+            m.footer = Some(line.to_owned());
         }
         None => {
             m.buttons = options

@@ -70,11 +70,14 @@ fn strip_mention(text: &str, me: UserId) -> String {
         .to_owned()
 }
 
-/// A thread name from a prompt: its first line, 1–100 characters.
+/// A thread name from a prompt: its first line, 1–100 characters, `@everyone` and `@here` made
+/// plain words (thread names render no markdown, so nothing else needs escaping; a backslash would
+/// show).
 #[must_use]
 pub fn thread_name(prompt: &str) -> String {
     let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let name: String = line.trim().chars().take(100).collect();
+    let line = super::render::neutralize_mentions(line.trim());
+    let name: String = line.chars().take(100).collect();
     if name.is_empty() {
         "chat-bridge session".into()
     } else {
@@ -258,6 +261,21 @@ mod tests {
         ));
         assert_eq!(name.chars().count(), 100);
         assert_eq!(thread_name("   \n"), "chat-bridge session");
+    }
+
+    /// Issue 15 item 2: a thread name never looks like a mass mention; markdown stays as typed
+    /// (thread names do not render it).
+    #[test]
+    fn discord_thread_names_escaping_table() {
+        for (prompt, name) in [
+            ("@everyone deploy", "@\u{200B}everyone deploy"),
+            ("tell @here hi\nmore", "tell @\u{200B}here hi"),
+            ("ls *.rs | wc -l", "ls *.rs | wc -l"),
+            ("<@501> check", "<@501> check"),
+        ] {
+            assert_eq!(thread_name(prompt), name, "{prompt}");
+        }
+        assert_eq!(thread_name(&"@everyone ".repeat(30)).chars().count(), 100);
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! - [`events`]: dispatches → inbound messages, with the ignore and access rules (pure).
 //! - [`render`]: platform-neutral messages → content, embeds and components within Discord's limits.
 //! - [`config`]: the `[discord]` section; [`start`]: Discord as a platform (checks, start-up).
-//! - this module: the [`Discord`] channel (REST) and [`run_gateway`] (serenity's client and the
-//!   event handler that creates threads and acknowledges clicks).
+//! - [`gateway`]: the gateway connection (our own loop: heartbeats, RESUME, bounded waits) and
+//!   what `connected` means.
+//! - this module: the [`Discord`] channel (REST, serenity's client) and the event handler that
+//!   creates threads and acknowledges clicks.
 //!
 //! # Rate limits
 //! Against `https://discord.com` serenity's own limiter paces every REST call (it waits out 429s
@@ -18,6 +20,7 @@
 
 pub mod config;
 pub mod events;
+pub mod gateway;
 pub mod render;
 pub mod start;
 
@@ -27,10 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serenity::all::{
-    ChannelId, Client, Context, EventHandler, GatewayIntents, Http, HttpBuilder, Interaction,
-    MessageId, Ready, ResumedEvent,
-};
+use serenity::all::{ChannelId, GatewayIntents, Http, HttpBuilder, Interaction, MessageId};
 use serenity::model::channel::{Message as DiscordMessage, ReactionType};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -361,14 +361,16 @@ impl Channel for Discord {
     }
 }
 
-/// The gateway event handler: turns dispatches into inbound messages for the core.
+/// The gateway event handler: turns dispatches into inbound messages for the core, one at a time
+/// in the order they arrived (the gateway loop never waits for it).
 struct Handler {
+    http: Arc<Http>,
     state: Arc<State>,
     access: Access,
     /// Thread names come from prompts: redacted before they are cut (S2).
     redactor: crate::core::redact::Redactor,
     tx: mpsc::Sender<Arrival>,
-    me: std::sync::OnceLock<serenity::all::UserId>,
+    me: Option<serenity::all::UserId>,
 }
 
 impl Handler {
@@ -378,17 +380,32 @@ impl Handler {
         }
     }
 
+    /// Handles the dispatches until the gateway loop ends.
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<gateway::Event>) {
+        while let Some(event) = events.recv().await {
+            match event {
+                gateway::Event::Ready { user, application } => {
+                    self.me = Some(user);
+                    if let Some(app) = application {
+                        self.http.set_application_id(app);
+                    }
+                }
+                gateway::Event::Message(msg) => self.message(&msg).await,
+                gateway::Event::Interaction(i) => self.interaction(*i).await,
+            }
+        }
+    }
+
     /// Creates the thread a mention opens; `None` when it could not be (the person is told).
     async fn open_thread(
         &self,
-        ctx: &Context,
         msg: &DiscordMessage,
         parent: &str,
         name: &str,
         mut inbound: Inbound,
     ) -> Option<Inbound> {
         let body = json!({"name": name, "auto_archive_duration": 1440});
-        match ctx
+        match self
             .http
             .create_thread_from_message(msg.channel_id, msg.id, &body, None)
             .await
@@ -415,7 +432,7 @@ impl Handler {
                     "message_reference": {"message_id": msg.id.to_string(), "fail_if_not_exists": false},
                     "allowed_mentions": {"parse": []},
                 });
-                if let Err(e) = ctx
+                if let Err(e) = self
                     .http
                     .send_message(msg.channel_id, Vec::new(), &reply)
                     .await
@@ -428,36 +445,12 @@ impl Handler {
         lock(&self.state.parents).insert(inbound.target.thread.clone(), parent.to_owned());
         Some(inbound)
     }
-}
 
-#[serenity::async_trait]
-impl EventHandler for Handler {
-    async fn ready(&self, ctx: Context, ready: Ready) {
-        let _ = self.me.set(ready.user.id);
-        ctx.http.set_application_id(ready.application.id);
-        self.state.connected.store(true, Ordering::SeqCst);
-        tracing::info!(user = %ready.user.id, guilds = ready.guilds.len(), "connected to the Discord gateway");
-    }
-
-    async fn resume(&self, _ctx: Context, _event: ResumedEvent) {
-        self.state.connected.store(true, Ordering::SeqCst);
-        tracing::info!("Discord gateway session resumed");
-    }
-
-    async fn shard_stage_update(&self, _ctx: Context, event: serenity::all::ShardStageUpdateEvent) {
-        use serenity::gateway::ConnectionStage;
-        let up = matches!(event.new, ConnectionStage::Connected);
-        self.state.connected.store(up, Ordering::SeqCst);
-        if !up {
-            tracing::info!(stage = %event.new, "Discord gateway reconnecting");
-        }
-    }
-
-    async fn message(&self, ctx: Context, msg: DiscordMessage) {
-        let Some(me) = self.me.get().copied() else {
+    async fn message(&self, msg: &DiscordMessage) {
+        let Some(me) = self.me else {
             return;
         };
-        match events::decide_message(&msg, me, &self.access) {
+        match events::decide_message(msg, me, &self.access) {
             Decision::Open {
                 parent,
                 name,
@@ -470,7 +463,7 @@ impl EventHandler for Handler {
                     }
                     crate::channel::InboundKind::Action(_) => name,
                 };
-                if let Some(inbound) = self.open_thread(&ctx, &msg, &parent, &name, inbound).await {
+                if let Some(inbound) = self.open_thread(msg, &parent, &name, inbound).await {
                     self.forward(inbound).await;
                 }
             }
@@ -479,13 +472,13 @@ impl EventHandler for Handler {
         }
     }
 
-    async fn interaction_create(&self, ctx: Context, interaction: Interaction) {
+    async fn interaction(&self, interaction: Interaction) {
         let Interaction::Component(click) = interaction else {
             tracing::debug!("Discord interaction other than a button ignored");
             return;
         };
         // Acknowledge within Discord's 3 seconds: a deferred update; the outbox edits the message.
-        if let Err(e) = ctx
+        if let Err(e) = self
             .http
             .create_interaction_response(click.id, &click.token, &json!({"type": 6}), Vec::new())
             .await
@@ -506,9 +499,12 @@ impl EventHandler for Handler {
     }
 }
 
-/// A connected gateway client and the channel that posts through the same REST client.
+/// The gateway connection (see [`gateway`]) and the channel that posts through the same REST
+/// client.
 pub struct Gateway {
-    client: Client,
+    connection: gateway::Connection,
+    handler: Handler,
+    events: mpsc::UnboundedReceiver<gateway::Event>,
     /// The channel for the outbox.
     pub channel: Discord,
 }
@@ -520,52 +516,66 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Builds serenity's client with our handler; inbound messages go to `tx`.
+    /// Asks REST for the gateway URL (`GET /gateway/bot`) and prepares the connection; inbound
+    /// messages go to `tx`.
     ///
     /// # Errors
-    /// serenity could not build the client (it asks REST for the gateway URL).
+    /// The gateway URL could not be had (a refused token, Discord unreachable).
     pub async fn build(
         http: Http,
         access: Access,
         redactor: crate::core::redact::Redactor,
         tx: mpsc::Sender<Arrival>,
     ) -> serenity::Result<Self> {
+        Self::build_with(http, access, redactor, tx, gateway::Timing::default()).await
+    }
+
+    /// [`Gateway::build`] with other deadlines and backoff (tests).
+    ///
+    /// # Errors
+    /// As [`Gateway::build`].
+    pub async fn build_with(
+        http: Http,
+        access: Access,
+        redactor: crate::core::redact::Redactor,
+        tx: mpsc::Sender<Arrival>,
+        timing: gateway::Timing,
+    ) -> serenity::Result<Self> {
+        let http = Arc::new(http);
+        let url = http.get_bot_gateway().await?.url;
         let state = Arc::new(State::default());
+        let (events_tx, events) = mpsc::unbounded_channel();
         let handler = Handler {
+            http: http.clone(),
             state: state.clone(),
             access,
             redactor,
             tx,
-            me: std::sync::OnceLock::new(),
+            me: None,
         };
-        let client = serenity::all::ClientBuilder::new_with_http(http, intents())
-            .event_handler(handler)
-            .await?;
-        let channel = Discord::with_state(client.http.clone(), state);
-        Ok(Self { client, channel })
+        let connection =
+            gateway::Connection::new(http.clone(), state.clone(), url, timing, events_tx);
+        let channel = Discord::with_state(http, state);
+        Ok(Self {
+            connection,
+            handler,
+            events,
+            channel,
+        })
     }
 
-    /// Runs one gateway connection until `stop` (then closes it) or a fatal gateway error (a
-    /// refused token, disallowed intents).
+    /// Runs the gateway connection, reconnecting as needed, until `stop` (then closes it) or a
+    /// fatal close code (a refused token, disallowed intents). Returns within about a second of
+    /// `stop`, whatever the peer does.
     ///
     /// # Errors
     /// The gateway's reason for giving up, in words for the operator.
-    pub async fn run(mut self, stop: CancellationToken) -> anyhow::Result<()> {
-        let shards = self.client.shard_manager.clone();
-        tokio::select! {
-            r = self.client.start() => r.map_err(|e| match e {
-                serenity::Error::Gateway(serenity::gateway::GatewayError::DisallowedGatewayIntents) => anyhow::anyhow!(
-                    "Discord refused the MESSAGE_CONTENT intent: switch on \"Message Content Intent\" for the bot in the developer portal"
-                ),
-                serenity::Error::Gateway(serenity::gateway::GatewayError::InvalidAuthentication) => anyhow::anyhow!(
-                    "Discord refused the bot token; check CHAT_BRIDGE_DISCORD__TOKEN"
-                ),
-                other => anyhow::anyhow!("the Discord gateway stopped: {other}"),
-            }),
-            () = stop.cancelled() => {
-                shards.shutdown_all().await;
-                Ok(())
-            }
-        }
+    pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
+        let handler = tokio::spawn(self.handler.run(self.events));
+        let result = self.connection.run(stop).await;
+        // Dispatches not yet handed to the core are dropped with the handler: the bridge is
+        // stopping, or the gateway gave up.
+        handler.abort();
+        result
     }
 }

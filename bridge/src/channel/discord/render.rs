@@ -9,6 +9,11 @@
 //! kept. Every payload sets content, embeds and components, so an edit from one shape to another
 //! leaves nothing stale behind, and mentions never ping (`allowed_mentions.parse = []`): command
 //! output that says `@everyone` stays text.
+//!
+//! Titles carry people's text (a command, a prompt): they are escaped ([`escape_title`]) so that
+//! markdown in them shows as typed and `@everyone`/`@here` stay words; `<@id>` mentions of people
+//! stay mentions. Embed footers render no markdown at all, so they are plain text ([`footer_text`]:
+//! no backticks). A title cut to fit never leaves a `**` or an escape open.
 
 use serde_json::{Value, json};
 
@@ -55,6 +60,65 @@ pub fn color(tone: Tone) -> u32 {
         Tone::Running => BLURPLE,
         Tone::Warning => YELLOW,
     }
+}
+
+/// The zero-width space that keeps `@everyone` and `@here` from being mentions.
+const ZWSP: char = '\u{200B}';
+
+/// `@everyone` and `@here` made plain words (a zero-width space after the `@`). With
+/// `allowed_mentions.parse = []` they would not ping anyway; this keeps them from even looking
+/// like one, in thread names too, which have no `allowed_mentions`.
+#[must_use]
+pub fn neutralize_mentions(text: &str) -> String {
+    text.replace("@everyone", &format!("@{ZWSP}everyone"))
+        .replace("@here", &format!("@{ZWSP}here"))
+}
+
+/// Characters Discord's markdown gives a meaning anywhere in a line.
+const INLINE_MARKUP: &[char] = &['\\', '*', '_', '~', '`', '|', '[', ']'];
+/// Characters that mean something at the start of a line (quote, heading, list, subtext).
+const LINE_START_MARKUP: &[char] = &['>', '#', '-', '+'];
+
+/// Escapes one character of people's text into `out`; `line_start`: nothing but spaces before it
+/// on its line.
+fn escape_char(c: char, line_start: bool, out: &mut String) {
+    if INLINE_MARKUP.contains(&c) || (line_start && LINE_START_MARKUP.contains(&c)) {
+        out.push('\\');
+    }
+    out.push(c);
+}
+
+/// People's text as Discord shows it literally: markdown escaped with backslashes, `@everyone` and
+/// `@here` neutralised, `<@id>` mentions kept. At most `max` characters: cut (with `…`) between
+/// escaped characters, never after a lone backslash.
+#[must_use]
+pub fn escape_title(text: &str, max: usize) -> String {
+    let text = neutralize_mentions(text.trim());
+    let total = text.chars().count();
+    let mut out = String::new();
+    let mut len = 0;
+    let mut line_start = true;
+    for (i, c) in text.chars().enumerate() {
+        let mut piece = String::new();
+        escape_char(c, line_start, &mut piece);
+        let n = piece.chars().count();
+        // Room for the ellipsis unless this is the last character.
+        let reserve = usize::from(i + 1 < total);
+        if len + n + reserve > max {
+            out.push('…');
+            return out;
+        }
+        out.push_str(&piece);
+        len += n;
+        line_start = c == '\n' || (line_start && c == ' ');
+    }
+    out
+}
+
+/// An embed footer: plain text (embed footers render no markdown, so backticks would show).
+#[must_use]
+pub fn footer_text(text: &str) -> String {
+    truncate_chars(&text.replace('`', ""), EMBED_FOOTER_LIMIT)
 }
 
 /// What `POST/PATCH /channels/{id}/messages` take.
@@ -163,7 +227,8 @@ pub fn render(m: &Message) -> Payload {
     let components = buttons(m);
     let plain = m.code.is_none() && !matches!(m.tone, Tone::Success | Tone::Error);
     if plain {
-        let mut content = format!("**{}**", m.title.trim());
+        let title = format!("**{}**", escape_title(&m.title, CONTENT_LIMIT - 4));
+        let mut content = title.clone();
         if let Some(body) = &m.body {
             content.push('\n');
             content.push_str(body);
@@ -182,10 +247,7 @@ pub fn render(m: &Message) -> Payload {
         // Longer than content allows: the title as content, the body in embeds, split fence-aware.
         let mut embeds = Vec::new();
         let mut total = 0;
-        let footer = m
-            .footer
-            .as_deref()
-            .map(|f| truncate_chars(f, EMBED_FOOTER_LIMIT));
+        let footer = m.footer.as_deref().map(footer_text);
         let footer_len = footer.as_ref().map_or(0, |f| f.chars().count());
         let chunks = split_markdown(
             m.body.as_deref().unwrap_or_default(),
@@ -210,12 +272,12 @@ pub fn render(m: &Message) -> Payload {
             last["footer"] = json!({"text": footer});
         }
         return Payload {
-            content: truncate_chars(&format!("**{}**", m.title.trim()), CONTENT_LIMIT),
+            content: title,
             embeds,
             components,
         };
     }
-    let title = truncate_chars(m.title.trim(), EMBED_TITLE_LIMIT);
+    let title = escape_title(&m.title, EMBED_TITLE_LIMIT);
     let mut first = json!({"title": title, "color": color(m.tone)});
     let mut used = title.chars().count();
     if let Some(body) = &m.body {
@@ -223,10 +285,7 @@ pub fn render(m: &Message) -> Payload {
         used += body.chars().count();
         first["description"] = json!(body);
     }
-    let footer = m
-        .footer
-        .as_deref()
-        .map(|f| truncate_chars(f, EMBED_FOOTER_LIMIT));
+    let footer = m.footer.as_deref().map(footer_text);
     used += footer.as_ref().map_or(0, |f| f.chars().count());
     let mut embeds = vec![first];
     if let Some(code) = &m.code {
@@ -308,6 +367,85 @@ mod tests {
         }
     }
 
+    /// S-rules, issue 15 item 2: people's text in a title shows as typed and pings nobody.
+    #[test]
+    fn discord_escaping_table() {
+        let z = '\u{200B}';
+        for (typed, shown) in [
+            ("echo hi", "echo hi".to_owned()),
+            ("ls *.rs", "ls \\*.rs".to_owned()),
+            (
+                "**bold** _it_ ~~s~~",
+                "\\*\\*bold\\*\\* \\_it\\_ \\~\\~s\\~\\~".to_owned(),
+            ),
+            ("echo `id`", "echo \\`id\\`".to_owned()),
+            ("a || b | c", "a \\|\\| b \\| c".to_owned()),
+            ("[x](https://e.com)", "\\[x\\](https://e.com)".to_owned()),
+            ("C:\\tmp", "C:\\\\tmp".to_owned()),
+            ("> quote", "\\> quote".to_owned()),
+            ("# heading", "\\# heading".to_owned()),
+            ("- item", "\\- item".to_owned()),
+            ("echo a > f && cat f", "echo a > f && cat f".to_owned()),
+            ("git log -1 # last", "git log -1 # last".to_owned()),
+            ("@everyone look", format!("@{z}everyone look")),
+            ("ping @here now", format!("ping @{z}here now")),
+            ("thanks <@501>", "thanks <@501>".to_owned()),
+        ] {
+            assert_eq!(escape_title(typed, 256), shown, "{typed}");
+        }
+        assert_eq!(
+            neutralize_mentions("@everyone @here"),
+            format!("@{z}everyone @{z}here")
+        );
+        assert_eq!(
+            footer_text("full output: `chat-bridge history show x`"),
+            "full output: chat-bridge history show x"
+        );
+    }
+
+    /// A title cut to fit never leaves an escape or a `**` open.
+    #[test]
+    fn discord_a_title_cut_at_2000_keeps_its_bold_closed() {
+        for title in [
+            "*".repeat(3000),
+            "a".repeat(3000),
+            format!("{}\\", "b".repeat(1996)),
+        ] {
+            let p = render(&Message {
+                body: Some("x".repeat(3000)),
+                ..Message::text(Tone::Neutral, title.clone())
+            });
+            assert!(
+                p.content.chars().count() <= CONTENT_LIMIT,
+                "{}",
+                p.content.len()
+            );
+            assert!(
+                p.content.starts_with("**") && p.content.ends_with("…**"),
+                "{:.20}",
+                p.content
+            );
+            let inner = &p.content[2..p.content.len() - 2];
+            let trailing = inner
+                .trim_end_matches('…')
+                .chars()
+                .rev()
+                .take_while(|c| *c == '\\')
+                .count();
+            assert_eq!(trailing % 2, 0, "no lone backslash before the closing **");
+            assert_within_limits(&p);
+            let embed = render(&Message {
+                code: Some("x".into()),
+                ..Message::text(Tone::Success, title)
+            });
+            assert!(
+                embed.embeds[0]["title"]
+                    .as_str()
+                    .is_some_and(|t| t.chars().count() <= EMBED_TITLE_LIMIT)
+            );
+        }
+    }
+
     #[test]
     fn discord_results_are_embeds_coloured_by_outcome() {
         let p = render(&result(Tone::Success, "42\n"));
@@ -317,7 +455,8 @@ mod tests {
         assert_eq!(p.embeds[1]["description"], "```\n42```");
         assert_eq!(
             p.embeds.last().expect("embeds")["footer"]["text"],
-            "full output: `chat-bridge history show tc-1`"
+            "full output: chat-bridge history show tc-1",
+            "embed footers are plain text: no backticks"
         );
         assert_eq!(
             render(&result(Tone::Error, "partial")).embeds[0]["color"],

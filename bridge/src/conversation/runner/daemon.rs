@@ -268,6 +268,17 @@ impl Runner {
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
             .await?;
         self.commit(tx).await?;
+        self.state.approval_asked(req.call.as_ref(), &id);
+        if let Some(call) = &req.call
+            && self
+                .state
+                .turn
+                .as_ref()
+                .is_some_and(|t| t.tools.contains_key(call))
+        {
+            // The call's message names what will run, not the tool's generic name.
+            self.retitle(call, &title, req.info.kind.as_deref()).await?;
+        }
         self.state.approvals.ask(Pending {
             db_id: id,
             request_id: req.request_id,
@@ -312,7 +323,7 @@ impl Runner {
             &row.id,
             &row.title,
             &options,
-            Some(approvals::LAPSED),
+            Some((approvals::LAPSED_HEADING, approvals::LAPSED)),
         );
         let key = MessageKey::Permission(row.id.clone());
         self.enqueue(tx, &effects::edit(&self.target, &key, msg, false))
@@ -378,15 +389,18 @@ impl Runner {
         {
             return Ok(());
         }
-        self.state.approval_closed(&p, Some(option));
-        let decided = approvals::decided_text(user, &label);
+        self.state.approval_closed(&p, Some(option), Instant::now());
+        let who = self.person(user);
+        let heading = approvals::decided_heading(&who, p.kind(option), &label);
+        let shown = approvals::decided_text(&who, &label);
         let msg = render::permission(
             &self.core.redactor,
             &p.db_id,
             &p.title,
             &p.options,
-            Some(&decided),
+            Some((&heading, &shown)),
         );
+        let decided = approvals::decided_text(user, &label);
         let key = MessageKey::Permission(p.db_id.clone());
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
             .await?;

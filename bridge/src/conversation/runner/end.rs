@@ -170,7 +170,7 @@ impl Runner {
             &p.db_id,
             &p.title,
             &p.options,
-            Some(approvals::EXPIRED),
+            Some((approvals::EXPIRED_HEADING, approvals::EXPIRED)),
         );
         let key = MessageKey::Permission(p.db_id.clone());
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))

@@ -8,6 +8,7 @@ use crate::conversation::effects::Effect;
 use crate::conversation::event::Event;
 use crate::conversation::state::{Line, State};
 use crate::conversation::turn::Queued;
+use crate::core::CoreConfig;
 
 fn beat() -> Event {
     Event::Daemon(heartbeat(1, ShellProgress::default()))
@@ -338,4 +339,44 @@ fn a_prompt_the_agent_could_not_run_ends_the_turn_failed() {
     );
     assert_eq!(effects[1], Effect::EndTurnAs(TurnStatus::Failed));
     assert!(s.session.is_some(), "the session is still good");
+}
+
+#[test]
+fn r6_without_buttons_text_while_an_approval_waits_gets_a_hint_and_is_not_sent() {
+    let clock = Clock::new();
+    let ask = |s: &mut State| {
+        s.approvals.ask(Pending {
+            db_id: "p1".into(),
+            request_id: daemon_client::RequestId::from(1),
+            title: "rm".into(),
+            options: super::options(),
+            requester: "alice".into(),
+            expires: clock.now() + secs(600),
+        });
+    };
+    let console = CoreConfig {
+        buttons: false,
+        ..cfg()
+    };
+    let mut s = owned(&clock);
+    ask(&mut s);
+    let effects = s.handle(said("alice", "yes"), clock.now(), &console);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Notice(_, t)] if t == crate::conversation::commands::APPROVAL_HINT),
+        "{effects:#?}"
+    );
+    // A number is still the answer.
+    let effects = s.handle(said("alice", "1"), clock.now(), &console);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Answer { option, .. }] if option == "proceed_once"),
+        "{effects:#?}"
+    );
+    // With buttons, text is a prompt as ever (it waits behind the turn).
+    let mut s = owned(&clock);
+    ask(&mut s);
+    let effects = s.handle(said("alice", "yes"), clock.now(), &cfg());
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Notice(..))),
+        "{effects:#?}"
+    );
 }

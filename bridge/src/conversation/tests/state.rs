@@ -339,12 +339,12 @@ fn r6_a_rejected_answer_marks_the_turn_stopped_an_allowed_one_does_not() {
         expires: clock.now(),
     };
     let mut s = running(&clock, &c);
-    s.approval_closed(&p, Some("proceed_once"));
+    s.approval_closed(&p, Some("proceed_once"), clock.now());
     assert_eq!(
         s.mark_if_ended(Some(&StopReason::EndTurn)),
         Some(Mark::Done)
     );
-    s.approval_closed(&p, Some("cancel"));
+    s.approval_closed(&p, Some("cancel"), clock.now());
     assert_eq!(
         s.mark_if_ended(Some(&StopReason::EndTurn)),
         Some(Mark::Stopped)
@@ -524,4 +524,60 @@ fn l6_a_turn_resumed_after_a_restart_follows_replayed_tool_frames_but_not_text()
         s.on_daemon(replayed(old_text), clock.now(), &c),
         DaemonStep::Nothing
     );
+}
+
+#[test]
+fn r6_a_call_waiting_for_approval_shows_no_running_line_and_runs_from_the_decision() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "Shell");
+    let (req, _) = s.permission(request(1), "owner", clock.now(), &c);
+    assert_eq!(
+        s.turn.as_ref().expect("turn").tools[&call(1)].title,
+        "rm -rf build",
+        "the call takes the request's title: its result names the command"
+    );
+    assert_eq!(req.info.title.as_deref(), Some("rm -rf build"));
+    s.approval_asked(req.call.as_ref(), "p1");
+    let t = clock.advance(secs(40));
+    let due = s.on_timer(t, &c);
+    assert!(due.lines.is_empty(), "waiting is not running: {due:?}");
+    let p = Pending {
+        db_id: "p1".into(),
+        request_id: daemon_client::RequestId::from(1),
+        title: "rm -rf build".into(),
+        options: super::options(),
+        requester: "owner".into(),
+        expires: t + secs(600),
+    };
+    s.approval_closed(&p, Some("proceed_once"), t);
+    let t = clock.advance(secs(16));
+    let due = s.on_timer(t, &c);
+    assert_eq!(due.lines.len(), 1, "{due:?}");
+    assert_eq!(
+        due.lines[0].elapsed,
+        secs(16),
+        "running time counts from the decision"
+    );
+}
+
+#[test]
+fn r6_a_decided_approval_says_what_was_decided_and_by_whom() {
+    use crate::conversation::approvals::decided_heading;
+    let cases = [
+        (Some("allow_once"), "Allow", "✅ Allowed once by @alice"),
+        (
+            Some("allow_always"),
+            "Always",
+            "✅ Allowed always by @alice",
+        ),
+        (Some("reject_once"), "Reject", "🚫 Rejected by @alice"),
+        (Some("reject_always"), "Never", "🚫 Rejected by @alice"),
+        (Some("other"), "Maybe", "☑️ Maybe — @alice"),
+        (None, "Maybe", "☑️ Maybe — @alice"),
+    ];
+    for (kind, label, heading) in cases {
+        assert_eq!(decided_heading("@alice", kind, label), heading, "{kind:?}");
+    }
 }
