@@ -13,9 +13,15 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+mod start;
+mod terminal;
+
+pub use start::{ConsolePlatform, read_lines};
+use terminal::log_path;
+pub use terminal::{LOG_FILE, LogTarget, LogWriter, banner, logs_to_file};
 
 use super::{
     BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
@@ -222,116 +228,6 @@ pub fn render(m: &Message) -> String {
     s
 }
 
-/// Where log lines go: stderr, until [`logs_to_file`] sends them to a file. A `MakeWriter` for
-/// `tracing_subscriber`, so the choice can be made after logging is set up (once the configuration
-/// says the console is the channel).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LogWriter;
-
-fn log_file() -> &'static OnceLock<Mutex<std::fs::File>> {
-    static FILE: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
-    &FILE
-}
-
-fn log_path() -> &'static OnceLock<PathBuf> {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    &PATH
-}
-
-/// One log line's writer (see [`LogWriter`]).
-#[derive(Debug)]
-pub enum LogTarget {
-    /// The terminal's stderr.
-    Stderr(std::io::Stderr),
-    /// The log file.
-    File(&'static Mutex<std::fs::File>),
-}
-
-impl Write for LogTarget {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Self::Stderr(e) => e.write(buf),
-            Self::File(f) => f
-                .lock()
-                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
-                .write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Self::Stderr(e) => e.flush(),
-            Self::File(f) => f
-                .lock()
-                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
-                .flush(),
-        }
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
-    type Writer = LogTarget;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        match log_file().get() {
-            Some(f) => LogTarget::File(f),
-            None => LogTarget::Stderr(std::io::stderr()),
-        }
-    }
-}
-
-/// The file a terminal console session logs to.
-pub const LOG_FILE: &str = "chat-bridge.log";
-
-/// When the console is the channel and stderr is a terminal, sends log lines to `./chat-bridge.log`
-/// (appended) so they do not interleave with the conversation — unless `CHAT_BRIDGE_LOG` is set,
-/// which asks for them on stderr. Returns the file when logs go there.
-///
-/// # Errors
-/// When the file cannot be opened (logs then stay on stderr).
-pub fn logs_to_file() -> std::io::Result<Option<PathBuf>> {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() || std::env::var_os("CHAT_BRIDGE_LOG").is_some() {
-        return Ok(None);
-    }
-    let path = Path::new(".").join(LOG_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
-    let _ = log_file().set(Mutex::new(file));
-    let _ = log_path().set(path.clone());
-    Ok(Some(path))
-}
-
-/// The console's opening line: where the agent and the database are, what to type (a shell command
-/// only for the built-in shell agent), and where the logs went.
-#[must_use]
-pub fn banner(
-    daemon_url: &str,
-    database_url: &str,
-    built_in_agent: bool,
-    log_file: Option<&Path>,
-) -> String {
-    let what = if built_in_agent {
-        "type a shell command (a leading `timeout=30s ` sets its timeout)"
-    } else {
-        "type a message for the agent"
-    };
-    let mut s = format!(
-        "chat-bridge — agent at {} · database {}\n{what}; /help for commands, Ctrl-D to quit",
-        crate::store::mask_url(daemon_url),
-        crate::store::mask_url(database_url),
-    );
-    if let Some(f) = log_file {
-        s.push_str(&format!(
-            "\nlogs: {} (CHAT_BRIDGE_LOG=info shows them here instead)",
-            f.display()
-        ));
-    }
-    s
-}
-
 impl Channel for Console {
     fn platform(&self) -> &'static str {
         "console"
@@ -367,109 +263,6 @@ impl Channel for Console {
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move { self.print(id, message) })
-    }
-}
-
-/// The console as a [`Platform`](crate::platform::Platform): no credentials, always allowed; each
-/// line of stdin is one message, and the end of stdin ends the bridge once the last turn is done.
-#[derive(Debug, Clone, Copy)]
-pub struct ConsolePlatform;
-
-impl crate::platform::Platform for ConsolePlatform {
-    fn name(&self) -> &'static str {
-        "console"
-    }
-
-    fn configured(&self, _cfg: &crate::config::Config) -> bool {
-        true
-    }
-
-    fn credentials(&self) -> &'static str {
-        "nothing"
-    }
-
-    fn check(&self, _cfg: &crate::config::Config, _problems: &mut Vec<String>) {}
-
-    fn access(&self, _cfg: &crate::config::Config) -> String {
-        "local console".to_owned()
-    }
-
-    fn input_ends(&self) -> bool {
-        true
-    }
-
-    fn connect<'a>(
-        &'a self,
-        cfg: &'a crate::config::Config,
-        inbound: tokio::sync::mpsc::Sender<super::Arrival>,
-    ) -> BoxFuture<'a, anyhow::Result<crate::platform::Connected>> {
-        Box::pin(async move {
-            let built_in_agent = cfg.daemon.url.is_none();
-            Ok(crate::platform::Connected {
-                channel: Arc::new(Console::stdout().with_pointer(Pointer::for_config(cfg))),
-                listen: Box::new(move |run| Box::pin(read_stdin(run, inbound, built_in_agent))),
-            })
-        })
-    }
-}
-
-/// Feeds stdin's lines to the bridge until it ends (or `stop`), with a banner on a terminal.
-async fn read_stdin(
-    run: crate::platform::Running,
-    sink: tokio::sync::mpsc::Sender<super::Arrival>,
-    built_in_agent: bool,
-) -> anyhow::Result<()> {
-    use std::io::IsTerminal;
-    if std::io::stdin().is_terminal() {
-        println!(
-            "{}",
-            banner(
-                &run.daemon_url,
-                &run.database_url,
-                built_in_agent,
-                log_path().get().map(PathBuf::as_path),
-            )
-        );
-    }
-    read_lines(
-        tokio::io::BufReader::new(tokio::io::stdin()),
-        sink,
-        run.stop,
-    )
-    .await
-}
-
-/// Each non-blank line of `input` becomes one console message, in order, until `input` ends or
-/// `stop`. Bytes that are not UTF-8 become U+FFFD: a line is never lost for them (S4).
-///
-/// # Errors
-/// Reading `input` failed.
-pub async fn read_lines<R: tokio::io::AsyncBufRead + Unpin>(
-    mut input: R,
-    sink: tokio::sync::mpsc::Sender<super::Arrival>,
-    stop: tokio_util::sync::CancellationToken,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use tokio::io::AsyncBufReadExt;
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        let n = tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            n = input.read_until(b'\n', &mut raw) => n.context("reading the console")?,
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        let line = String::from_utf8_lossy(&raw);
-        let line = line.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
-            continue;
-        }
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            sent = sink.send(inbound(line).into()) => if sent.is_err() { return Ok(()) },
-        }
     }
 }
 
@@ -575,7 +368,7 @@ mod tests {
             "ws://127.0.0.1:1/acp",
             "sqlite://./chat-bridge.db",
             true,
-            Some(Path::new("./chat-bridge.log")),
+            Some(std::path::Path::new("./chat-bridge.log")),
         );
         assert!(
             own.contains("shell command") && own.contains("logs: ./chat-bridge.log"),
