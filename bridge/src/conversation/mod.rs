@@ -19,6 +19,7 @@
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
+//! - [`replay`]: frames a `session/load` replays — history, never live output (L6).
 //! - `runner`: the loop and every read, write and daemon call.
 
 pub mod approvals;
@@ -26,6 +27,7 @@ pub mod commands;
 pub mod effects;
 pub mod event;
 pub mod inbox;
+pub mod replay;
 pub(crate) mod runner;
 pub mod state;
 pub mod tools;

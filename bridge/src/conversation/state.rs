@@ -16,6 +16,7 @@ use super::event::Event;
 use super::event::{Mark, ToolOutcome};
 use super::event::{PromptEnd, Said, TurnStatus};
 use super::inbox::Marks;
+use super::replay;
 use super::tools::{self, ToolState};
 use super::turn::{Queue, Queued, TurnState};
 use crate::core::access::{Act, Refusal, Roles};
@@ -339,7 +340,7 @@ impl State {
         let e = match e {
             // History replayed by session/load is never live output (L6).
             DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
-                Some(turn) if replay_is_news(turn, &event) => *event,
+                Some(turn) if replay::is_news(turn, &event) => replay::lost_while_running(*event),
                 _ => return DaemonStep::Nothing,
             },
             e => e,
@@ -553,24 +554,5 @@ pub fn scoped_id(session: Option<&SessionId>, call: &ToolCallId) -> String {
     match session {
         Some(s) => format!("{s}/{call}"),
         None => call.as_str().to_owned(),
-    }
-}
-
-/// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
-/// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
-/// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
-/// already-seen ones harmless). Text is always history: an answer is never glued to an old one.
-fn replay_is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
-    match event {
-        DaemonEvent::AgentText { .. }
-        | DaemonEvent::Thought { .. }
-        | DaemonEvent::Usage { .. }
-        | DaemonEvent::Plan { .. }
-        | DaemonEvent::PermissionRequested(_) => false,
-        DaemonEvent::ToolUpdated { call, .. }
-        | DaemonEvent::ToolProgress { call, .. }
-        | DaemonEvent::ToolOutput { call, .. }
-        | DaemonEvent::ToolFinished { call, .. } => turn.resumed || turn.tools.contains_key(call),
-        _ => turn.resumed,
     }
 }

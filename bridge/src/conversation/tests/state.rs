@@ -463,69 +463,6 @@ fn queue_full_refuses_the_prompt_and_its_notice_marks_it_handled_d2() {
     );
 }
 
-fn replayed(event: DaemonEvent) -> DaemonEvent {
-    DaemonEvent::Replayed {
-        session: session(),
-        event: Box::new(event),
-    }
-}
-
-#[test]
-fn l6_replayed_history_is_never_live_output_but_a_waiting_tools_result_is_news() {
-    let c = cfg();
-    let clock = Clock::new();
-    let mut s = running(&clock, &c);
-    start(&mut s, &clock, 1, "make");
-    let old_text = DaemonEvent::AgentText {
-        session: session(),
-        text: "Command finished.".into(),
-    };
-    assert_eq!(
-        s.on_daemon(replayed(old_text), clock.now(), &c),
-        DaemonStep::Nothing
-    );
-    assert_eq!(
-        s.turn.as_ref().expect("turn").answer,
-        "",
-        "nothing glued to the answer"
-    );
-    // A call of an earlier turn, replayed: not announced again.
-    assert_eq!(
-        s.on_daemon(replayed(started(7, "echo old")), clock.now(), &c),
-        DaemonStep::Nothing
-    );
-    // The running call ended while the connection was down: its result is news.
-    let finished = DaemonEvent::ToolFinished {
-        session: session(),
-        call: call(1),
-        result: result(Outcome::Completed),
-    };
-    assert!(matches!(
-        s.on_daemon(replayed(finished), clock.now(), &c),
-        DaemonStep::ToolFinished(c, _) if c == call(1)
-    ));
-}
-
-#[test]
-fn l6_a_turn_resumed_after_a_restart_follows_replayed_tool_frames_but_not_text() {
-    let c = cfg();
-    let clock = Clock::new();
-    let mut s = running(&clock, &c);
-    s.turn.as_mut().expect("turn").resumed = true;
-    assert_eq!(
-        s.on_daemon(replayed(started(1, "make")), clock.now(), &c),
-        DaemonStep::ToolStarted(call(1), info("make"))
-    );
-    let old_text = DaemonEvent::AgentText {
-        session: session(),
-        text: "old".into(),
-    };
-    assert_eq!(
-        s.on_daemon(replayed(old_text), clock.now(), &c),
-        DaemonStep::Nothing
-    );
-}
-
 #[test]
 fn r6_a_call_waiting_for_approval_shows_no_running_line_and_runs_from_the_decision() {
     let c = cfg();

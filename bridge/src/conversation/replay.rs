@@ -1,0 +1,52 @@
+//! Frames a `session/load` replays (L6): history, never live output — except what a turn still
+//! waits on, which ended while the connection was down.
+
+use daemon_client::DaemonEvent;
+
+use super::turn::TurnState;
+
+/// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
+/// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
+/// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
+/// already-seen ones harmless). Text is always history: an answer is never glued to an old one.
+pub fn is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
+    match event {
+        DaemonEvent::AgentText { .. }
+        | DaemonEvent::Thought { .. }
+        | DaemonEvent::Usage { .. }
+        | DaemonEvent::Plan { .. }
+        | DaemonEvent::PermissionRequested(_) => false,
+        DaemonEvent::ToolUpdated { call, .. }
+        | DaemonEvent::ToolProgress { call, .. }
+        | DaemonEvent::ToolOutput { call, .. }
+        | DaemonEvent::ToolFinished { call, .. } => turn.resumed || turn.tools.contains_key(call),
+        _ => turn.resumed,
+    }
+}
+
+/// A result that reaches the turn only through a load's replay ended while the connection was down:
+/// the daemon's own words for a call it lost ("The tool had already completed; its output was
+/// discarded.") would mislead, so the thread hears what the bridge knows first.
+pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
+    match event {
+        DaemonEvent::ToolFinished {
+            session,
+            call,
+            mut result,
+        } if result.outcome != daemon_client::Outcome::Completed => {
+            let theirs = result.summary.take();
+            result.summary = Some(match theirs {
+                Some(t) if !t.trim().is_empty() => format!(
+                    "The connection to the agent was lost while this ran (the agent restarted or the network dropped); the agent reports: {t}"
+                ),
+                _ => "The connection to the agent was lost while this ran (the agent restarted or the network dropped).".to_owned(),
+            });
+            DaemonEvent::ToolFinished {
+                session,
+                call,
+                result,
+            }
+        }
+        other => other,
+    }
+}

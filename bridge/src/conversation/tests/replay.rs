@@ -1,0 +1,108 @@
+//! L6: frames a `session/load` replays are history, except what the turn still waits on.
+
+use daemon_client::{DaemonEvent, Outcome};
+
+use super::{Clock, call, cfg, info, result, running, session, started};
+use crate::conversation::state::{DaemonStep, State};
+
+fn start(s: &mut State, clock: &Clock, n: u32, title: &str) {
+    assert_eq!(
+        s.on_daemon(started(n, title), clock.now(), &cfg()),
+        DaemonStep::ToolStarted(call(n), info(title))
+    );
+    s.tool_running(call(n), title.to_owned(), clock.now(), true);
+}
+
+fn replayed(event: DaemonEvent) -> DaemonEvent {
+    DaemonEvent::Replayed {
+        session: session(),
+        event: Box::new(event),
+    }
+}
+
+#[test]
+fn l6_replayed_history_is_never_live_output_but_a_waiting_tools_result_is_news() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "make");
+    let old_text = DaemonEvent::AgentText {
+        session: session(),
+        text: "Command finished.".into(),
+    };
+    assert_eq!(
+        s.on_daemon(replayed(old_text), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.turn.as_ref().expect("turn").answer,
+        "",
+        "nothing glued to the answer"
+    );
+    // A call of an earlier turn, replayed: not announced again.
+    assert_eq!(
+        s.on_daemon(replayed(started(7, "echo old")), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    // The running call ended while the connection was down: its result is news.
+    let finished = DaemonEvent::ToolFinished {
+        session: session(),
+        call: call(1),
+        result: result(Outcome::Completed),
+    };
+    assert!(matches!(
+        s.on_daemon(replayed(finished), clock.now(), &c),
+        DaemonStep::ToolFinished(c, _) if c == call(1)
+    ));
+}
+
+#[test]
+fn l6_a_turn_resumed_after_a_restart_follows_replayed_tool_frames_but_not_text() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    assert_eq!(
+        s.on_daemon(replayed(started(1, "make")), clock.now(), &c),
+        DaemonStep::ToolStarted(call(1), info("make"))
+    );
+    let old_text = DaemonEvent::AgentText {
+        session: session(),
+        text: "old".into(),
+    };
+    assert_eq!(
+        s.on_daemon(replayed(old_text), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+}
+
+#[test]
+fn l6_a_failure_known_only_from_a_replay_says_the_connection_was_lost() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "sleep 30");
+    let mut failed = result(Outcome::Failed);
+    failed.summary = Some("The tool had already completed; its output was discarded.".into());
+    let step = s.on_daemon(
+        replayed(DaemonEvent::ToolFinished {
+            session: session(),
+            call: call(1),
+            result: failed,
+        }),
+        clock.now(),
+        &c,
+    );
+    let DaemonStep::ToolFinished(_, r) = step else {
+        panic!("{step:?}")
+    };
+    let summary = r.summary.unwrap_or_default();
+    assert!(
+        summary.starts_with("The connection to the agent was lost while this ran"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("its output was discarded"),
+        "the agent's words are kept: {summary}"
+    );
+}
