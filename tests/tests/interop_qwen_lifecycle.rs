@@ -151,3 +151,47 @@ async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
         "{text}"
     );
 }
+
+/// L6 item 2: after the bridge itself restarts (same database, same daemon), the thread's session is
+/// loaded again in `daemon.mode = yolo`: its next command runs with no approval asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l6_after_a_bridge_restart_the_resumed_thread_still_runs_in_yolo_mode() {
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = config(&peer, &dir);
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound("RUN 20000 echo before"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    app.shutdown().await;
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone())
+        .await
+        .expect("build again on the same database");
+    app.core
+        .accept(console::inbound("RUN 20000 echo after"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    let all = rec.latest();
+    assert!(
+        all.iter().all(|(_, m)| m.buttons.is_empty()),
+        "no approval asked after the restart: {all:#?}"
+    );
+    assert!(
+        all.iter()
+            .any(|(_, m)| m.tone == Tone::Success && m.code.as_deref() == Some("after")),
+        "{all:#?}"
+    );
+    assert!(
+        all.iter().all(|(_, m)| !m.title.contains("echo before")),
+        "the replayed command of the first run is not posted again: {all:#?}"
+    );
+    app.shutdown().await;
+    drop(peer);
+}
