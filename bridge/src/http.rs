@@ -173,7 +173,7 @@ async fn prometheus(State(state): State<HttpState>) -> Response {
 }
 
 async fn readyz(State(state): State<HttpState>) -> Response {
-    let (ready, body) = state.status.readiness(&state.store).await;
+    let (ready, body) = state.status.probe(&state.store).await;
     let status = if ready {
         StatusCode::OK
     } else {

@@ -62,6 +62,9 @@ impl Role {
 #[derive(Default)]
 pub struct Status {
     role: AtomicU8,
+    /// The platform sends its requests to this process (Slack's HTTP Events API): a standby, which
+    /// does not listen for them, must not be sent any.
+    requests_only_when_active: std::sync::atomic::AtomicBool,
     core: OnceLock<Arc<Core>>,
     channel: OnceLock<Arc<dyn Channel>>,
 }
@@ -92,6 +95,30 @@ impl Status {
         } else {
             0.0
         });
+    }
+
+    /// Says that the platform sends requests to this process, so only the active replica may take
+    /// traffic (see [`Status::probe`]).
+    pub fn set_requests_only_when_active(&self, yes: bool) {
+        self.requests_only_when_active.store(yes, Ordering::SeqCst);
+    }
+
+    /// `/readyz`: [`Status::readiness`], except that a standby whose platform sends requests to
+    /// the process (Slack's HTTP Events API) says it takes no traffic, so that a load balancer sends
+    /// Slack's events and clicks to the active replica only. `chatbridge_ready` keeps the health
+    /// (a healthy standby is ready), so no alert fires for it.
+    pub async fn probe(&self, store: &Store) -> (bool, Value) {
+        let (ready, mut body) = self.readiness(store).await;
+        if ready
+            && self.role() == Role::Standby
+            && self.requests_only_when_active.load(Ordering::SeqCst)
+        {
+            body["ready"] = json!(false);
+            body["traffic"] =
+                json!("standby: only the active replica takes the platform's requests");
+            return (false, body);
+        }
+        (ready, body)
     }
 
     /// The core and channel of the active replica, for readiness.
@@ -244,5 +271,45 @@ async fn watch(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_standby_takes_no_traffic_when_the_platform_sends_requests_but_stays_healthy() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let url = format!("sqlite://{}", dir.path().join("probe.db").display());
+        let store = Store::open(&url).await.expect("store");
+        let status = Status::default();
+        status.set_role(Role::Standby);
+
+        let (probe, _) = status.probe(&store).await;
+        assert!(
+            probe,
+            "a standby of a platform that connects out (Socket Mode, Discord) is ready"
+        );
+
+        status.set_requests_only_when_active(true);
+        let (probe, body) = status.probe(&store).await;
+        assert!(
+            !probe,
+            "Slack's HTTP Events go to the active replica only: {body}"
+        );
+        assert_eq!(body["role"], "standby");
+        assert!(
+            body["traffic"]
+                .as_str()
+                .is_some_and(|t| t.contains("active")),
+            "{body}"
+        );
+        let (healthy, _) = status.readiness(&store).await;
+        assert!(
+            healthy,
+            "chatbridge_ready keeps the health: no alert for a healthy standby"
+        );
+        store.close().await;
     }
 }

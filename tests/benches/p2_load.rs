@@ -121,6 +121,7 @@ impl Channel for Chat {
             has_buttons: true,
             has_threads: true,
             has_reactions: false,
+            takes_requests: false,
         }
     }
     fn post<'a>(

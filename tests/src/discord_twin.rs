@@ -1,7 +1,7 @@
 //! `discord-digital-twin` (npm, written by others): Discord's REST API and gateway, run by
 //! `tests/twin/driver.mjs` and driven from the tests over its stdin/stdout. Installed by
 //! `scripts/install-discord-twin` (which `scripts/test` runs; [`Twin::start`] runs it too when the
-//! cache is empty) into `$CHAT_BRIDGE_DISCORD_TWIN_DIR` or `$HOME/.cache/discord-twin`. When it
+//! cache is empty) into `$DISCORD_TWIN_DIR` or `$HOME/.cache/discord-twin`. When it
 //! cannot be installed (npm unreachable) [`Twin::start`] says SKIPPED loudly and returns `None`.
 //!
 //! The bridge asks `GET /gateway/bot` (which the twin serves) for the gateway URL; the install
@@ -26,7 +26,7 @@ fn repo() -> PathBuf {
 
 /// Where the twin is installed, installing it when the cache is empty.
 fn install() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("CHAT_BRIDGE_DISCORD_TWIN_DIR").map_or_else(
+    let dir = std::env::var_os("DISCORD_TWIN_DIR").map_or_else(
         || {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
                 .join(".cache/discord-twin")

@@ -119,6 +119,7 @@ impl Channel for Recorder {
             has_buttons: true,
             has_threads: true,
             has_reactions: false,
+            takes_requests: false,
         }
     }
 

@@ -30,6 +30,7 @@ impl Channel for Scripted {
             has_buttons: false,
             has_threads: true,
             has_reactions: false,
+            takes_requests: false,
         }
     }
     fn post<'a>(

@@ -50,6 +50,7 @@ impl Channel for Flaky {
             has_buttons: false,
             has_threads: true,
             has_reactions: false,
+            takes_requests: false,
         }
     }
     fn post<'a>(

@@ -97,6 +97,7 @@ impl Application {
         crate::metrics::register(channel.platform());
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
+        status.set_requests_only_when_active(channel.capabilities().takes_requests);
         let tracker = TaskTracker::new();
         let http = match Http::start(cfg, &store, &status, &tracker).await {
             Ok(http) => http,

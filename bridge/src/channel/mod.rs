@@ -34,6 +34,9 @@ pub struct Capabilities {
     pub has_threads: bool,
     /// Reactions can be added to messages.
     pub has_reactions: bool,
+    /// The platform sends its events to this process over HTTP (Slack's Events API): only the
+    /// active replica listens, so a standby tells the load balancer it takes no traffic.
+    pub takes_requests: bool,
 }
 
 /// Where a conversation lives on its platform (opaque strings to the core).

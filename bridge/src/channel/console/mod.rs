@@ -241,6 +241,7 @@ impl Channel for Console {
             has_buttons: false,
             has_threads: false,
             has_reactions: false,
+            takes_requests: false,
         }
     }
 

@@ -257,6 +257,7 @@ impl Channel for Discord {
             has_buttons: true,
             has_threads: true,
             has_reactions: true,
+            takes_requests: false,
         }
     }
 

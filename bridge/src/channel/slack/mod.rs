@@ -32,6 +32,7 @@ use crate::conversation::Mark;
 pub struct Slack {
     api: api::WebApi,
     connected: Arc<AtomicBool>,
+    takes_requests: bool,
 }
 
 impl Slack {
@@ -41,7 +42,15 @@ impl Slack {
         Self {
             api,
             connected: Arc::new(AtomicBool::new(true)),
+            takes_requests: false,
         }
+    }
+
+    /// In the HTTP Events API mode Slack sends its events and clicks to this process.
+    #[must_use]
+    pub fn taking_requests(mut self) -> Self {
+        self.takes_requests = true;
+        self
     }
 
     /// A thread reply, with its idempotency key in the message metadata when it has one.
@@ -86,6 +95,7 @@ impl Channel for Slack {
             has_buttons: true,
             has_threads: true,
             has_reactions: true,
+            takes_requests: self.takes_requests,
         }
     }
 

@@ -78,7 +78,10 @@ async fn connect(cfg: &Config, sink: mpsc::Sender<Arrival>) -> anyhow::Result<Co
         .await
         .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
     tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
-    let slack = Slack::new(api.clone());
+    let slack = match cfg.slack.mode {
+        SlackMode::Http => Slack::new(api.clone()).taking_requests(),
+        SlackMode::Socket => Slack::new(api.clone()),
+    };
     let connected = slack.connection_flag();
     let access = Access {
         channels: cfg.slack.allowed_channels.clone(),
