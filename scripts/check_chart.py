@@ -92,6 +92,55 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def selects(selector, labels):
+    """Whether a Kubernetes label selector (a Service's map, or matchLabels/matchExpressions) selects `labels`."""
+    if selector is None:
+        return False
+    if "matchLabels" not in selector and "matchExpressions" not in selector:
+        selector = {"matchLabels": selector}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        have = e["key"] in labels
+        if e["operator"] == "In" and not (have and labels[e["key"]] in e["values"]):
+            return False
+        if e["operator"] == "NotIn" and have and labels[e["key"]] in e["values"]:
+            return False
+        if e["operator"] == "Exists" and not have:
+            return False
+        if e["operator"] == "DoesNotExist" and have:
+            return False
+    return True
+
+
+def test_pod_is_apart(docs, label):
+    """The `helm test` pod is no chat-bridge pod to the Service, PDB, NetworkPolicy or Deployment, and the
+    NetworkPolicy (if any) admits it to the HTTP port."""
+    pods = [p for p in by_kind(docs, "Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    if not pods:
+        check(False, f"{label}: a `helm test` pod")
+        return
+    labels = pods[0]["metadata"]["labels"]
+    selectors = [(f'Service {d["metadata"]["name"]}', d["spec"]["selector"]) for d in by_kind(docs, "Service")]
+    selectors += [(f'PodDisruptionBudget {d["metadata"]["name"]}', d["spec"]["selector"])
+                  for d in by_kind(docs, "PodDisruptionBudget")]
+    selectors += [(f'NetworkPolicy {d["metadata"]["name"]}', d["spec"]["podSelector"]) for d in by_kind(docs, "NetworkPolicy")]
+    for d in by_kind(docs, "Deployment"):
+        selectors.append((f'Deployment {d["metadata"]["name"]}', d["spec"]["selector"]))
+        for t in d["spec"]["template"]["spec"].get("topologySpreadConstraints", []):
+            selectors.append((f'spread {t["topologyKey"]}', t["labelSelector"]))
+    hit = [name for name, sel in selectors if selects(sel, labels)]
+    check(not hit, f"{label}: the test pod's labels are selected by none of {len(selectors)} selectors "
+                   f"(Service, PDB, NetworkPolicy, Deployment, spread){': ' + ', '.join(hit) if hit else ''}")
+    for np in by_kind(docs, "NetworkPolicy"):
+        admits = any(
+            (not rule.get("ports") or any(p.get("port") == "http" for p in rule["ports"]))
+            and any("podSelector" in peer and "namespaceSelector" not in peer and selects(peer["podSelector"], labels)
+                    for peer in rule.get("from", []))
+            for rule in np["spec"].get("ingress", []))
+        check(admits, f"{label}: the NetworkPolicy admits the test pod to the HTTP port")
+
+
 def check_config(text, env):
     """`chat-bridge check-config` on a rendered config.toml, with only `env` as CHAT_BRIDGE_* variables."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
@@ -241,6 +290,7 @@ check(ing["spec"]["ingressClassName"] == "nginx" and ing["spec"]["tls"][0]["secr
 np = by_kind(docs, "NetworkPolicy")[0]
 check({"http", "slack"} <= {p["port"] for p in np["spec"]["ingress"][0]["ports"]},
       "slack http: the NetworkPolicy admits the Slack port")
+test_pod_is_apart(docs, "slack http")
 notes = chart_notes(slack_http)
 check("https://bridge.example.com/slack/events" in notes and "https://bridge.example.com/slack/interactive" in notes
       and "SIGNING_SECRET" in notes, "slack http: NOTES.txt gives Slack's two request URLs and the signing secret")
@@ -311,6 +361,10 @@ check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
       "production: ChatBridgeTurnStuck follows config.liveness.wall (90m = 5400 s)")
 pdb = by_kind(docs, "PodDisruptionBudget")[0]
 check(pdb["spec"]["minAvailable"] == 2, "production: PDB minAvailable 2")
+test_pod_is_apart(docs, "production (ingressFrom only the monitoring namespace)")
+long_name = copy.deepcopy(prod)
+long_name["nameOverride"] = "b" * 63
+test_pod_is_apart(render(long_name, "production, a 63-character nameOverride"), "a 63-character nameOverride")
 
 print("chart: the schema refuses bad values")
 chart = helm.Chart.load(CHART)

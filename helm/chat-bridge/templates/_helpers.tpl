@@ -31,6 +31,14 @@ app.kubernetes.io/name: {{ include "chat-bridge.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* Labels of the `helm test` pod: not the pods' selector labels, so neither the Service, the PDB, the
+NetworkPolicy's podSelector nor the spread constraints count it as a chat-bridge pod. */}}
+{{- define "chat-bridge.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-test" (include "chat-bridge.name" . | trunc 58 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}
+
 {{/* The service account's name. */}}
 {{- define "chat-bridge.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
