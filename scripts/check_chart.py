@@ -390,6 +390,29 @@ for label, mutate in [
     except helm.HelmError as e:
         check(True, f"schema refuses {label} ({str(e).splitlines()[0][:80]})")
 
+print("chart: the release notes warn when no token is set")
+for label, v, needs in [
+    ("slack socket", with_users, ["CHAT_BRIDGE_SLACK__BOT_TOKEN", "CHAT_BRIDGE_SLACK__APP_TOKEN", "CHAT_BRIDGE_DATABASE__URL"]),
+    ("slack http", slack_http, ["CHAT_BRIDGE_SLACK__BOT_TOKEN", "CHAT_BRIDGE_SLACK__SIGNING_SECRET"]),
+    ("discord", {**copy.deepcopy(prod), "secrets": {"existingSecret": "", "values": {}}}, ["CHAT_BRIDGE_DISCORD__TOKEN"]),
+]:
+    notes = chart_notes(v)
+    warning = notes.split("WARNING: no token is set", 1)[1].split("\n\n")[0] if "WARNING: no token is set" in notes else ""
+    others = [k for k in ("CHAT_BRIDGE_SLACK__APP_TOKEN", "CHAT_BRIDGE_SLACK__SIGNING_SECRET", "CHAT_BRIDGE_DISCORD__TOKEN")
+              if k not in needs]
+    check(bool(warning) and all(k in warning for k in needs) and not any(k in warning for k in others),
+          f"{label}, no Secret: NOTES.txt warns that no token is set and names {', '.join(needs)}")
+given = copy.deepcopy(with_users)
+given["secrets"]["values"] = {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x", "CHAT_BRIDGE_SLACK__APP_TOKEN": "xapp-x",
+                              "CHAT_BRIDGE_DATABASE__URL": "postgres://db/chat"}
+check("WARNING: no token" not in chart_notes(given) and "lacks" not in chart_notes(given),
+      "secrets.values with the mode's tokens: no warning")
+partial = copy.deepcopy(with_users)
+partial["secrets"]["values"] = {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x"}
+check("secrets.values lacks CHAT_BRIDGE_SLACK__APP_TOKEN, CHAT_BRIDGE_DATABASE__URL" in " ".join(chart_notes(partial).split()),
+      "secrets.values without the app token: NOTES.txt names what is missing")
+check("WARNING: no token" not in chart_notes(prod), "an existingSecret: no token warning (the chart cannot see it)")
+
 print("docs/openapi.json")
 with open(os.path.join(ROOT, "docs", "openapi.json")) as f:
     spec = json.load(f)
