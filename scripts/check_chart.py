@@ -4,6 +4,7 @@ exits 1 with the reason."""
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,91 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def duration_ms(value):
+    """A duration by the binary's rules (docs/configuration.md): whole seconds as a number or digits, or
+    a sum of <digits><unit> parts (ms, s, m, h). None for anything the binary refuses."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value * 1000 if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    if re.fullmatch(r"[0-9]+", value):
+        return int(value) * 1000
+    if not re.fullmatch(r"([0-9]+(ms|s|m|h))+", value):
+        return None
+    per = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+    return sum(int(n) * per[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", value))
+
+
+def render_fails(values, label, *says):
+    """The render of `values` fails, and its error says each of `says`."""
+    try:
+        render(values, label)
+        check(False, f"{label}: the render fails (it rendered)")
+    except helm.HelmError as e:
+        msg = " ".join(str(e).split())
+        check(all(s in msg for s in says), f"{label}: the render fails saying so ({msg[-160:]})")
+
+
+def renders(values, label):
+    """The rendered documents of `values`, or None (a failed check) when the schema or the render refuses them."""
+    try:
+        return render(values, label)
+    except helm.HelmError as e:
+        check(False, f"{label}: renders ({' '.join(str(e).split())[-160:]})")
+        return None
+
+
+def selects(selector, labels):
+    """Whether a Kubernetes label selector (a Service's map, or matchLabels/matchExpressions) selects `labels`."""
+    if selector is None:
+        return False
+    if "matchLabels" not in selector and "matchExpressions" not in selector:
+        selector = {"matchLabels": selector}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        have = e["key"] in labels
+        if e["operator"] == "In" and not (have and labels[e["key"]] in e["values"]):
+            return False
+        if e["operator"] == "NotIn" and have and labels[e["key"]] in e["values"]:
+            return False
+        if e["operator"] == "Exists" and not have:
+            return False
+        if e["operator"] == "DoesNotExist" and have:
+            return False
+    return True
+
+
+def test_pod_is_apart(docs, label):
+    """The `helm test` pod is no chat-bridge pod to the Service, PDB, NetworkPolicy or Deployment, and the
+    NetworkPolicy (if any) admits it to the HTTP port."""
+    pods = [p for p in by_kind(docs, "Pod") if p["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    if not pods:
+        check(False, f"{label}: a `helm test` pod")
+        return
+    labels = pods[0]["metadata"]["labels"]
+    selectors = [(f'Service {d["metadata"]["name"]}', d["spec"]["selector"]) for d in by_kind(docs, "Service")]
+    selectors += [(f'PodDisruptionBudget {d["metadata"]["name"]}', d["spec"]["selector"])
+                  for d in by_kind(docs, "PodDisruptionBudget")]
+    selectors += [(f'NetworkPolicy {d["metadata"]["name"]}', d["spec"]["podSelector"]) for d in by_kind(docs, "NetworkPolicy")]
+    for d in by_kind(docs, "Deployment"):
+        selectors.append((f'Deployment {d["metadata"]["name"]}', d["spec"]["selector"]))
+        for t in d["spec"]["template"]["spec"].get("topologySpreadConstraints", []):
+            selectors.append((f'spread {t["topologyKey"]}', t["labelSelector"]))
+    hit = [name for name, sel in selectors if selects(sel, labels)]
+    check(not hit, f"{label}: the test pod's labels are selected by none of {len(selectors)} selectors "
+                   f"(Service, PDB, NetworkPolicy, Deployment, spread){': ' + ', '.join(hit) if hit else ''}")
+    for np in by_kind(docs, "NetworkPolicy"):
+        admits = any(
+            (not rule.get("ports") or any(p.get("port") == "http" for p in rule["ports"]))
+            and any("podSelector" in peer and "namespaceSelector" not in peer and selects(peer["podSelector"], labels)
+                    for peer in rule.get("from", []))
+            for rule in np["spec"].get("ingress", []))
+        check(admits, f"{label}: the NetworkPolicy admits the test pod to the HTTP port")
+
+
 def check_config(text, env):
     """`chat-bridge check-config` on a rendered config.toml, with only `env` as CHAT_BRIDGE_* variables."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
@@ -141,8 +227,9 @@ def deployment_is_hardened(docs, label, values):
     check("requests" in c["resources"] and "limits" in c["resources"], f"resources set ({label})")
     check(dep["spec"]["replicas"] == values["replicaCount"], f"replicas = {values['replicaCount']} ({label})")
     grace = pod["terminationGracePeriodSeconds"]
-    drain = values["config"]["service"]["drain_timeout"]
-    check(grace > int(drain.rstrip("s")), f"terminationGracePeriodSeconds {grace} > drain_timeout {drain} ({label})")
+    drain = values["config"]["service"].get("drain_timeout", "20s")
+    check(grace * 1000 >= duration_ms(drain) + 5000,
+          f"terminationGracePeriodSeconds {grace} ≥ drain_timeout {drain} + 5 s ({label})")
     spread = pod.get("topologySpreadConstraints", [])
     check(any(t["topologyKey"] == "kubernetes.io/hostname"
               and t["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"] for t in spread),
@@ -241,6 +328,7 @@ check(ing["spec"]["ingressClassName"] == "nginx" and ing["spec"]["tls"][0]["secr
 np = by_kind(docs, "NetworkPolicy")[0]
 check({"http", "slack"} <= {p["port"] for p in np["spec"]["ingress"][0]["ports"]},
       "slack http: the NetworkPolicy admits the Slack port")
+test_pod_is_apart(docs, "slack http")
 notes = chart_notes(slack_http)
 check("https://bridge.example.com/slack/events" in notes and "https://bridge.example.com/slack/interactive" in notes
       and "SIGNING_SECRET" in notes, "slack http: NOTES.txt gives Slack's two request URLs and the signing secret")
@@ -265,7 +353,6 @@ check(("/api/v1", svc_name, "http") in ingress_routes(render(api_on_purpose, "sl
 print("chart: a release with every optional object")
 everything = copy.deepcopy(slack_http)
 everything.update(
-    ui={"enabled": True},
     serviceMonitor={**defaults["serviceMonitor"], "enabled": True},
     metrics={**defaults["metrics"], "prometheusRule": {**defaults["metrics"]["prometheusRule"], "enabled": True,
                                                        "alertLabels": {"team": "platform"}},
@@ -281,9 +368,8 @@ kinds = sorted({d["kind"] for d in docs})
 check(kinds == ["ConfigMap", "Deployment", "Ingress", "NetworkPolicy", "Pod", "PodDisruptionBudget",
                 "PrometheusRule", "Secret", "Service", "ServiceAccount", "ServiceMonitor"],
       f"everything: every optional object rendered ({', '.join(kinds)})")
-check(("/ui/", svc_name, "http") in ingress_routes(docs), "everything: the Ingress routes /ui/ to the HTTP port")
-check(tomllib.loads(by_kind(docs, "ConfigMap")[0]["data"]["config.toml"])["http"].get("ui") is True,
-      "everything: ui.enabled turns on config http.ui")
+config_is_accepted_by_the_binary(docs, "everything", {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x",
+                                                      "CHAT_BRIDGE_SLACK__SIGNING_SECRET": "s" * 32})
 dash_cm = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
 dash = json.loads(dash_cm[0]["data"]["chat-bridge.json"]) if dash_cm else {}
 check(bool(dash_cm) and dash_cm[0]["metadata"]["labels"].get("grafana_dashboard") == "1"
@@ -311,11 +397,14 @@ check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
       "production: ChatBridgeTurnStuck follows config.liveness.wall (90m = 5400 s)")
 pdb = by_kind(docs, "PodDisruptionBudget")[0]
 check(pdb["spec"]["minAvailable"] == 2, "production: PDB minAvailable 2")
+test_pod_is_apart(docs, "production (ingressFrom only the monitoring namespace)")
+long_name = copy.deepcopy(prod)
+long_name["nameOverride"] = "b" * 63
+test_pod_is_apart(render(long_name, "production, a 63-character nameOverride"), "a 63-character nameOverride")
 
 print("chart: the schema refuses bad values")
 chart = helm.Chart.load(CHART)
 for label, mutate in [
-    ("a token in config", lambda v: v["config"].setdefault("discord", {}).update(token="x")),
     ("replicaCount 0", lambda v: v.update(replicaCount=0)),
     ("an unknown platform", lambda v: v["config"]["service"].update(platform="irc")),
     ("a bad duration", lambda v: v["config"]["service"].update(drain_timeout="soon")),
@@ -335,6 +424,111 @@ for label, mutate in [
         check(False, f"schema refuses {label}")
     except helm.HelmError as e:
         check(True, f"schema refuses {label} ({str(e).splitlines()[0][:80]})")
+
+print("chart: the render refuses what the binary would refuse")
+ui = copy.deepcopy(with_users)
+ui["ui"] = {"enabled": True}
+render_fails(ui, "ui.enabled=true", "the history UI is not in this version of chat-bridge; leave ui.enabled false")
+ui_config = copy.deepcopy(with_users)
+ui_config["config"]["http"]["ui"] = True
+render_fails(ui_config, "config.http.ui=true", "the history UI is not in this version of chat-bridge")
+for key in ("daemon.token", "slack.bot_token", "slack.app_token", "slack.signing_secret", "discord.token", "http.api_token"):
+    bad = copy.deepcopy(with_users)
+    section, name = key.split(".")
+    bad["config"].setdefault(section, {})[name] = "x"
+    render_fails(bad, f"config.{key} set to a token", f"config.{key}",
+                 "secrets belong in secrets.values or existingSecret, never in config",
+                 f"CHAT_BRIDGE_{section.upper()}__{name.upper()}")
+for grace, drain, ok in [(10, "20s", False), (24, "20s", False), (25, "20s", True), (94, "1m30s", False),
+                         (95, "1m30s", True), (5404, 5400, False), (5405, "5400", True), (6, "1500ms", False),
+                         (7, "1500ms", True)]:
+    v = copy.deepcopy(with_users)
+    v["terminationGracePeriodSeconds"] = grace
+    v["config"]["service"]["drain_timeout"] = drain
+    label = f"terminationGracePeriodSeconds {grace} with drain_timeout {drain!r}"
+    if ok:
+        docs = renders(v, label)
+        check(docs is not None and by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace,
+              f"{label}: renders (≥ drain_timeout + 5 s)")
+    else:
+        render_fails(v, label, "terminationGracePeriodSeconds", "config.service.drain_timeout", "+ 5 s")
+clash = copy.deepcopy(slack_http)
+clash["config"]["slack"]["listen"] = "0.0.0.0:8080"
+render_fails(clash, "slack.listen on http.listen's port", "config.slack.listen (0.0.0.0:8080)",
+             "config.http.listen (0.0.0.0:8080)", "same port 8080")
+clash_default = copy.deepcopy(slack_http)
+del clash_default["config"]["slack"]["listen"]
+clash_default["config"]["http"]["listen"] = "0.0.0.0:3000"
+render_fails(clash_default, "http.listen on the default slack.listen port", "config.slack.listen (0.0.0.0:3000)",
+             "config.http.listen (0.0.0.0:3000)")
+
+print("chart: durations as the binary reads them")
+samples = ["500ms", "20s", "2m", "1h", "1h30m", "1m30s", "30s1m", "1h0m0s5ms", "0", "5400", 5400, 0,
+           "1.5h", "1.5s", "soon", "", "s", "10x", "-1s", "m5", "1h 30m", "20 s", "5400.0", "1d", -5, 5400.5, True]
+for sample in samples:
+    v = copy.deepcopy(defaults)
+    v["config"]["service"]["leader_retry"] = sample
+    try:
+        chart.validate_schema(v)
+        schema_ok = True
+    except helm.HelmError:
+        schema_ok = False
+    toml_value = json.dumps(sample) if not isinstance(sample, bool) else "true"
+    out = check_config(f'[access]\nopen = true\n[http]\nlisten = "0.0.0.0:8080"\n'
+                       f'[service]\nplatform = "slack"\nleader_retry = {toml_value}\n',
+                       {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x", "CHAT_BRIDGE_SLACK__APP_TOKEN": "xapp-x"})
+    binary_ok = out.returncode == 0
+    check(schema_ok == binary_ok == (duration_ms(sample) is not None),
+          f"duration {sample!r}: the schema {'accepts' if schema_ok else 'refuses'} it, "
+          f"the binary {'accepts' if binary_ok else 'refuses'} it")
+numbers = copy.deepcopy(with_users)
+numbers["config"]["service"].update(drain_timeout=90, leader_retry="1m30s", outbox_workers=4)
+numbers["config"]["liveness"].update(idle=300, wall="1h30m")
+numbers["terminationGracePeriodSeconds"] = 95
+numbers["metrics"] = copy.deepcopy(defaults["metrics"])
+numbers["metrics"]["prometheusRule"]["enabled"] = True
+docs = renders(numbers, "durations as numbers and sums")
+if docs is not None:
+    config_is_accepted_by_the_binary(docs, "drain_timeout 90, idle 300, wall 1h30m, outbox_workers 4", slack_tokens)
+    service = tomllib.loads(by_kind(docs, "ConfigMap")[0]["data"]["config.toml"])["service"]
+    check(type(service["drain_timeout"]) is int and type(service["outbox_workers"]) is int,
+          f"numbers reach config.toml as integers (drain_timeout = {service['drain_timeout']!r}, "
+          f"outbox_workers = {service['outbox_workers']!r})")
+    stuck = [r for g in by_kind(docs, "PrometheusRule")[0]["spec"]["groups"] for r in g["rules"]
+             if r["alert"] == "ChatBridgeTurnStuck"]
+    check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
+          f"ChatBridgeTurnStuck reads wall 1h30m as 5400 s ({stuck[0]['expr'][-12:] if stuck else '?'})")
+wall = copy.deepcopy(with_users)
+wall["config"]["liveness"]["wall"] = "1h30m"
+wall["metrics"] = copy.deepcopy(numbers["metrics"])
+docs = renders(wall, "wall 1h30m")
+stuck = [r for g in by_kind(docs or [], "PrometheusRule")[0]["spec"]["groups"] for r in g["rules"]
+         if r["alert"] == "ChatBridgeTurnStuck"] if docs else []
+check(len(stuck) == 1 and stuck[0]["expr"].endswith("> 5400"),
+      f"ChatBridgeTurnStuck reads wall 1h30m as 5400 s, not 60 ({stuck[0]['expr'][-8:] if stuck else '?'})")
+
+print("chart: the release notes warn when no token is set")
+for label, v, needs in [
+    ("slack socket", with_users, ["CHAT_BRIDGE_SLACK__BOT_TOKEN", "CHAT_BRIDGE_SLACK__APP_TOKEN", "CHAT_BRIDGE_DATABASE__URL"]),
+    ("slack http", slack_http, ["CHAT_BRIDGE_SLACK__BOT_TOKEN", "CHAT_BRIDGE_SLACK__SIGNING_SECRET"]),
+    ("discord", {**copy.deepcopy(prod), "secrets": {"existingSecret": "", "values": {}}}, ["CHAT_BRIDGE_DISCORD__TOKEN"]),
+]:
+    notes = chart_notes(v)
+    warning = notes.split("WARNING: no token is set", 1)[1].split("\n\n")[0] if "WARNING: no token is set" in notes else ""
+    others = [k for k in ("CHAT_BRIDGE_SLACK__APP_TOKEN", "CHAT_BRIDGE_SLACK__SIGNING_SECRET", "CHAT_BRIDGE_DISCORD__TOKEN")
+              if k not in needs]
+    check(bool(warning) and all(k in warning for k in needs) and not any(k in warning for k in others),
+          f"{label}, no Secret: NOTES.txt warns that no token is set and names {', '.join(needs)}")
+given = copy.deepcopy(with_users)
+given["secrets"]["values"] = {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x", "CHAT_BRIDGE_SLACK__APP_TOKEN": "xapp-x",
+                              "CHAT_BRIDGE_DATABASE__URL": "postgres://db/chat"}
+check("WARNING: no token" not in chart_notes(given) and "lacks" not in chart_notes(given),
+      "secrets.values with the mode's tokens: no warning")
+partial = copy.deepcopy(with_users)
+partial["secrets"]["values"] = {"CHAT_BRIDGE_SLACK__BOT_TOKEN": "xoxb-x"}
+check("secrets.values lacks CHAT_BRIDGE_SLACK__APP_TOKEN, CHAT_BRIDGE_DATABASE__URL" in " ".join(chart_notes(partial).split()),
+      "secrets.values without the app token: NOTES.txt names what is missing")
+check("WARNING: no token" not in chart_notes(prod), "an existingSecret: no token warning (the chart cannot see it)")
 
 print("docs/openapi.json")
 with open(os.path.join(ROOT, "docs", "openapi.json")) as f:

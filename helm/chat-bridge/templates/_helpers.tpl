@@ -31,6 +31,14 @@ app.kubernetes.io/name: {{ include "chat-bridge.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* Labels of the `helm test` pod: not the pods' selector labels, so neither the Service, the PDB, the
+NetworkPolicy's podSelector nor the spread constraints count it as a chat-bridge pod. */}}
+{{- define "chat-bridge.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-test" (include "chat-bridge.name" . | trunc 58 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}
+
 {{/* The service account's name. */}}
 {{- define "chat-bridge.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
@@ -56,7 +64,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- regexFind "[0-9]+$" $listen }}
 {{- end }}
 
-{{/* The container port of the HTTP listener (/healthz, /readyz, /metrics, /api/v1, /ui/). */}}
+{{/* The container port of the HTTP listener (/healthz, /readyz, /metrics, /api/v1). */}}
 {{- define "chat-bridge.httpPort" -}}
 {{- regexFind "[0-9]+$" .Values.config.http.listen }}
 {{- end }}
@@ -68,13 +76,64 @@ job="{{ include "chat-bridge.fullname" . }}", namespace="{{ .Release.Namespace }
 {{- end }}
 {{- end }}
 
-{{/* A duration of the configuration ("90s", "60m", "1.5h", "500ms") in whole seconds. */}}
+{{/* A duration of the configuration in milliseconds, read by the binary's rules (docs/configuration.md):
+a sum of <digits><unit> parts with unit ms, s, m or h ("500ms", "20s", "1h30m"), or whole seconds as a
+number or as digits (5400, "5400"). Fractions ("1.5h") are refused, as the binary refuses them. */}}
+{{- define "chat-bridge.milliseconds" -}}
+{{- $s := toString . }}
+{{- if regexMatch "^[0-9]+$" $s }}{{ mul (int64 $s) 1000 }}
+{{- else if regexMatch "^([0-9]+(ms|s|m|h))+$" $s }}
+{{- $total := int64 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" $s -1 }}
+{{- $n := regexFind "^[0-9]+" . | int64 }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- $per := get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit }}
+{{- $total = add $total (mul $n $per) }}
+{{- end }}
+{{- $total }}
+{{- else }}
+{{- fail (printf "%q is not a duration: write 500ms, 20s, 2m, 1h, 1h30m or whole seconds (fractions such as 1.5h are refused)" $s) }}
+{{- end }}
+{{- end }}
+
+{{/* A duration of the configuration in whole seconds (rounded down). */}}
 {{- define "chat-bridge.seconds" -}}
-{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
-{{- $unit := regexFind "(ms|s|m|h)$" . }}
-{{- if eq $unit "ms" }}{{ div ($n | int) 1000 }}
-{{- else if eq $unit "m" }}{{ mulf $n 60 | int }}
-{{- else if eq $unit "h" }}{{ mulf $n 3600 | int }}
-{{- else }}{{ $n | int }}
+{{- div (include "chat-bridge.milliseconds" . | int64) 1000 }}
+{{- end }}
+
+{{/* Config keys that are secrets: they come from the Secret (CHAT_BRIDGE_* variables), never the config. */}}
+{{- define "chat-bridge.secretKeys" -}}
+daemon.token slack.bot_token slack.app_token slack.signing_secret discord.token http.api_token
+{{- end }}
+
+{{/* What the binary would refuse at start-up and the chart can see at render time: fail the render
+with the reason instead of rendering a release whose pods crash-loop. */}}
+{{- define "chat-bridge.validate" -}}
+{{- $config := .Values.config }}
+{{- /* The history UI is not in this version: the binary refuses config http.ui (unknown field). */}}
+{{- if or .Values.ui.enabled (hasKey (default dict $config.http) "ui") }}
+{{- fail "the history UI is not in this version of chat-bridge; leave ui.enabled false (and config.http.ui unset)" }}
+{{- end }}
+{{- /* Secrets never in the config (the binary refuses them there too). */}}
+{{- range splitList " " (include "chat-bridge.secretKeys" .) }}
+{{- $parts := splitList "." . }}
+{{- $section := index $config (index $parts 0) | default dict }}
+{{- if and (kindIs "map" $section) (hasKey $section (index $parts 1)) }}
+{{- fail (printf "config.%s: secrets belong in secrets.values or existingSecret, never in config (set it as %s)" . (printf "CHAT_BRIDGE_%s__%s" (index $parts 0) (index $parts 1) | upper)) }}
+{{- end }}
+{{- end }}
+{{- /* SIGTERM drains the outbox for drain_timeout; the shutdown then needs up to 3 s more. */}}
+{{- $drain := dig "service" "drain_timeout" "20s" $config }}
+{{- $drainMs := include "chat-bridge.milliseconds" $drain | int64 }}
+{{- $graceMs := mul (int64 .Values.terminationGracePeriodSeconds) 1000 }}
+{{- if lt $graceMs (add $drainMs 5000) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) is shorter than config.service.drain_timeout (%v) + 5 s: SIGTERM would kill the pod while it drains; set it to at least %d" .Values.terminationGracePeriodSeconds $drain (div (add $drainMs 5999) 1000)) }}
+{{- end }}
+{{- /* Slack's events listener and the HTTP listener on one port: the binary refuses it. */}}
+{{- if eq (dig "slack" "mode" "socket" $config) "http" }}
+{{- $slackListen := dig "slack" "listen" "0.0.0.0:3000" $config }}
+{{- if eq (include "chat-bridge.slackPort" .) (include "chat-bridge.httpPort" .) }}
+{{- fail (printf "config.slack.listen (%s) and config.http.listen (%s) use the same port %s: give Slack's HTTP Events API its own port" $slackListen $config.http.listen (include "chat-bridge.httpPort" .)) }}
+{{- end }}
 {{- end }}
 {{- end }}
