@@ -222,6 +222,31 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn r6_cancel_while_an_approval_waits_closes_it_and_the_next_message_runs(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.shell_agent.require_approval = true;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(as_user("echo f", "alice")).await.expect("accept");
+        rec.wait_for("the approval message", |r| r.posts().iter().any(|(_, m)| !m.buttons.is_empty())).await;
+        let (first, _) = rec.posts().into_iter().find(|(_, m)| !m.buttons.is_empty()).expect("buttons");
+        app.core.accept(as_user("/cancel", "alice")).await.expect("accept");
+        rec.wait_for("the approval closed", |r| {
+            r.latest().iter().any(|(id, m)| *id == first && m.buttons.is_empty() && m.title.starts_with("⏹ Not needed"))
+        })
+        .await;
+        // The thread is free: the next message asks its own question, and runs once allowed.
+        app.core.accept(as_user("echo g", "alice")).await.expect("accept");
+        rec.wait_for("a second approval", |r| r.latest().iter().any(|(id, m)| *id != first && !m.buttons.is_empty())).await;
+        let (_, second) = rec.latest().into_iter().find(|(id, m)| *id != first && !m.buttons.is_empty()).expect("buttons");
+        assert!(second.title.contains("echo g"), "{}", second.title);
+        app.core.accept(click(&second.buttons[0].value, "alice")).await.expect("accept");
+        settle(&app).await;
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("✅ echo g")), "{:#?}", rec.latest());
+        app.shutdown().await;
+    }
+
     async fn r6_an_approval_asked_before_a_restart_lapses_visibly_instead_of_waiting_for_clicks(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

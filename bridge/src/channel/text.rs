@@ -96,7 +96,10 @@ pub fn plain(s: &str) -> std::borrow::Cow<'_, str> {
 /// is nothing to change.
 #[must_use]
 pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    // Bidirectional overrides and isolates reorder what follows them on screen (Trojan Source):
+    // shown as U+FFFD like other controls.
+    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || bidi(c);
     if !s.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(s);
     }
@@ -106,7 +109,7 @@ pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
                 '\n' | '\t' => c,
                 '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
                 '\u{7f}' => '\u{2421}',
-                c if c.is_control() => '\u{fffd}',
+                c if c.is_control() || bidi(c) => '\u{fffd}',
                 c => c,
             })
             .collect(),
@@ -265,5 +268,10 @@ mod tests {
             super::terminal_safe("plain\ttext\n"),
             std::borrow::Cow::Borrowed(_)
         ));
+        // Trojan Source: an override or isolate cannot reorder what the terminal shows.
+        assert_eq!(
+            super::terminal_safe("rm \u{202e}fdp.exe\u{2066}x\u{2069}"),
+            "rm \u{fffd}fdp.exe\u{fffd}x\u{fffd}"
+        );
     }
 }

@@ -116,6 +116,13 @@ impl Approvals {
         self.pending.get(id)
     }
 
+    /// Takes every waiting request out (the turn that asked them ended).
+    pub fn take_all(&mut self) -> Vec<Pending> {
+        let mut out: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        out.sort_by_key(|p| p.expires);
+        out
+    }
+
     /// Takes request `id` out (answered: the first decision wins).
     pub fn take(&mut self, id: &str) -> Option<Pending> {
         self.pending.remove(id)
@@ -183,6 +190,12 @@ pub const EXPIRED_HEADING: &str = "⌛ Expired — rejected";
 
 /// The line a request asked before a restart shows.
 pub const LAPSED: &str = "lapsed: the bridge restarted while this waited";
+
+/// The line of a request whose turn ended before anyone answered (`/cancel`, a stall, an error).
+pub const ENDED: &str = "no longer needed: the turn ended before anyone answered";
+
+/// The heading of a request whose turn ended unanswered.
+pub const ENDED_HEADING: &str = "⏹ Not needed";
 
 /// The heading of a request asked before a restart.
 pub const LAPSED_HEADING: &str = "⏹ Lapsed";

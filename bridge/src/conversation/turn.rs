@@ -206,7 +206,8 @@ pub fn status_text(
         ));
     }
     if queued > 0 {
-        s.push_str(&format!("\n{queued} messages queued."));
+        let noun = if queued == 1 { "message" } else { "messages" };
+        s.push_str(&format!("\n{queued} {noun} queued."));
     }
     s
 }

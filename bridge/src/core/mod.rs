@@ -82,6 +82,9 @@ pub struct CoreConfig {
     /// The channel shows approvals as buttons; without them a person answers with a number, and
     /// other text while one waits gets a hint instead of becoming a prompt.
     pub buttons: bool,
+    /// The HTTP API answers (`http.listen` and `http.api_token` set): the full-output pointer names
+    /// its address too.
+    pub api_pointer: bool,
     /// An idle conversation's runner is let go after this (see `service.conversation_idle`).
     pub actor_idle: Duration,
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
@@ -106,6 +109,7 @@ impl Default for CoreConfig {
             redact_store: false,
             output_cap: render::CHAT_OUTPUT_CAP,
             buttons: true,
+            api_pointer: true,
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
         }

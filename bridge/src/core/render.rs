@@ -54,6 +54,21 @@ pub fn tool_running(
     m
 }
 
+/// The HTTP API half of the full-output pointer.
+const API_POINTER: &str = " · GET /api/v1/tool-calls/";
+
+/// `m` without the HTTP API half of its full-output pointer: for a bridge whose API is off, where
+/// that half would send on-call to an address that does not answer.
+#[must_use]
+pub fn without_api_pointer(mut m: Message) -> Message {
+    if let Some(f) = m.footer.as_mut()
+        && let Some(at) = f.find(API_POINTER)
+    {
+        f.truncate(at);
+    }
+    m
+}
+
 /// The message of a finished tool (R2, R3).
 #[must_use]
 pub fn tool_finished(
@@ -71,7 +86,7 @@ pub fn tool_finished(
     let output = r.redact(result.output.trim_end());
     let code = (!output.trim().is_empty()).then(|| cap_output(&output, output_cap));
     let pointer = format!(
-        "full output: `chat-bridge history show {tool_call_id}` · GET /api/v1/tool-calls/{tool_call_id}"
+        "full output: `chat-bridge history show {tool_call_id}`{API_POINTER}{tool_call_id}"
     );
     let summary = result.summary.as_deref().map(|s| r.redact(s));
     let exit = match (result.exit_code, result.signal) {
@@ -294,5 +309,21 @@ mod tests {
             CHAT_OUTPUT_CAP,
         );
         assert_eq!(m.code.as_deref(), Some("[redacted]"));
+    }
+
+    #[test]
+    fn r3_without_the_api_the_pointer_names_only_the_command() {
+        let m = without_api_pointer(tool_finished(
+            &Redactor::default(),
+            "sleep 30",
+            &result(Outcome::TimedOut, "partial\n"),
+            None,
+            "tc-1",
+            CHAT_OUTPUT_CAP,
+        ));
+        assert_eq!(
+            m.footer.as_deref(),
+            Some("full output: `chat-bridge history show tc-1`")
+        );
     }
 }

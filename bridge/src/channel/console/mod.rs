@@ -74,7 +74,13 @@ impl Pointer {
         let db = self
             .database_url
             .as_deref()
-            .map(|u| format!(" --database-url '{}'", crate::store::mask_url(u)))
+            // Single-quoted for the shell, a `'` inside closed, escaped and reopened.
+            .map(|u| {
+                format!(
+                    " --database-url '{}'",
+                    crate::store::mask_url(u).replace('\'', r"'\''")
+                )
+            })
             .unwrap_or_default();
         let api = if self.api {
             tail.to_owned()
@@ -167,7 +173,12 @@ impl Console {
                 .shown
                 .lock()
                 .map_err(|_| DeliveryError::Permanent("console state poisoned".into()))?;
-            if shown.get(id) == Some(&seen) {
+            // A running call says it started once: an edit that only renames it (qwen's "Shell"
+            // becoming the command) is not a second start line; its progress lines still print.
+            let renamed_only =
+                message.tone == Tone::Running && message.body.is_none() && shown.contains_key(id);
+            if shown.get(id) == Some(&seen) || renamed_only {
+                shown.insert(id.to_owned(), seen);
                 return Ok(());
             }
             shown.insert(id.to_owned(), seen);
@@ -300,6 +311,11 @@ mod tests {
         let mut running = tool(Tone::Running, "⏳ ls");
         running.footer = Some("running for 15s".into());
         console.edit(&t, &id, &running).await.expect("edit");
+        // Renamed while running (qwen's "Shell" becoming the command): still one start line.
+        console
+            .edit(&t, &id, &tool(Tone::Running, "⏳ ls -la"))
+            .await
+            .expect("edit");
         console
             .edit(&t, &id, &tool(Tone::Success, "✅ ls — 1s"))
             .await
@@ -351,6 +367,15 @@ mod tests {
             "{out}"
         );
         assert_eq!(default.apply("asked by x"), "asked by x");
+        let quoted = Pointer {
+            database_url: Some("sqlite://./it's.db".into()),
+            api: false,
+        };
+        assert_eq!(
+            quoted.apply(core),
+            r"full output: `chat-bridge history show tc-1 --database-url 'sqlite://./it'\''s.db'`",
+            "a quote in the path survives pasting into a shell"
+        );
     }
 
     #[test]

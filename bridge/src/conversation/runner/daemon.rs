@@ -180,6 +180,11 @@ impl Runner {
             &db_id,
             self.core.cfg.output_cap,
         );
+        let msg = if self.core.cfg.api_pointer {
+            msg
+        } else {
+            render::without_api_pointer(msg)
+        };
         let key = MessageKey::Tool(scoped);
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
             .await?;

@@ -40,6 +40,22 @@ impl Runner {
             answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
         turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
+        // Questions the turn asked die with it: their buttons go, the daemon hears "cancelled",
+        // and the next message is a prompt again, not a wrong answer (R6).
+        let unanswered = self.state.approvals.take_all();
+        for p in &unanswered {
+            permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
+            let msg = render::permission(
+                &self.core.redactor,
+                &p.db_id,
+                &p.title,
+                &p.options,
+                Some((approvals::ENDED_HEADING, approvals::ENDED)),
+            );
+            let key = MessageKey::Permission(p.db_id.clone());
+            self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+                .await?;
+        }
         if !answer.is_empty() {
             self.record(
                 &mut tx,
@@ -61,6 +77,13 @@ impl Runner {
             }
         }
         self.commit(tx).await?;
+        for p in unanswered {
+            let _ = self
+                .core
+                .client
+                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+                .await;
+        }
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
         let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
         metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
