@@ -14,7 +14,7 @@ use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
 use crate::conversation::turn::{TurnState, stall_text};
 use crate::core::access::Act;
 use crate::core::keys::MessageKey;
-use crate::core::{Core, render};
+use crate::core::{Core, lock, render};
 use crate::store::turns::{self, Ending, Turn};
 use crate::store::{Result, now_ms, permissions, tool_calls};
 
@@ -171,14 +171,45 @@ impl Runner {
             true,
             0,
         ));
-        match self.ensure_session().await {
-            Ok(_) if self.state.session_ready && self.state.turn.is_some() => {
-                tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
-                Ok(())
+        if self.reload_session().await && self.state.turn.is_some() {
+            tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
+            return Ok(());
+        }
+        // The daemon lost the session (the built-in agent lives in the bridge's process and went
+        // with it): nothing of this turn can still finish. Its calls are closed as interrupted, the
+        // thread is told, and the next message runs at once in a new session (D3).
+        let turn_id = self.state.turn.as_ref().map(|t| t.row.id.clone());
+        let mut c = self.core.store.conn().await?;
+        let running: Vec<(String, String)> = tool_calls::of_conversation(&mut c, &self.conv.id)
+            .await?
+            .into_iter()
+            .filter(|t| t.status == "running" && t.turn_id == turn_id)
+            .map(|t| (t.call_id, t.title))
+            .collect();
+        drop(c);
+        self.interrupt_tools(running).await?;
+        self.notice(Tone::Warning, "The bridge restarted during this turn and the agent no longer has it; the turn was interrupted. Send your message again if it still matters.").await?;
+        self.end_turn(None, Some(TurnStatus::Interrupted)).await
+    }
+
+    /// Loads the thread's session on the current connection after a restart; `false` when there is
+    /// none or the daemon no longer has it (then it is forgotten: the next message opens a new one).
+    async fn reload_session(&mut self) -> bool {
+        let Some(s) = self.state.session.clone() else {
+            return false;
+        };
+        lock(&self.core.sessions).insert(s.clone(), self.conv.id.clone());
+        match self.core.client.load_session(&s, &self.conv.cwd).await {
+            Ok(()) => {
+                self.state.session_ready = true;
+                true
             }
-            _ => {
-                self.notice(Tone::Warning, "The bridge restarted during this turn and the agent no longer has it; the turn was interrupted. Send your message again if it still matters.").await?;
-                self.end_turn(None, Some(TurnStatus::Interrupted)).await
+            Err(e) => {
+                tracing::warn!(conversation = %self.conv.id, session = %s, error = %e, "the daemon no longer has this thread's session");
+                lock(&self.core.sessions).remove(&s);
+                self.state.session = None;
+                self.state.session_ready = false;
+                false
             }
         }
     }
