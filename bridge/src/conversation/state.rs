@@ -114,6 +114,9 @@ pub struct Due {
     /// `on_stall = cancel`: send `session/cancel` (recorded after the stall, so the stall stays
     /// the first cause, T2).
     pub cancel: bool,
+    /// The daemon did not end the turn within the grace after a cancel: the bridge ends it, with
+    /// the calls still running (scoped id, title) closed as interrupted.
+    pub unconfirmed_cancel: Option<Vec<(String, String)>>,
 }
 
 impl State {
@@ -144,6 +147,7 @@ impl State {
             turn.and_then(|t| {
                 tools::next_line_due(&t.tools, cfg.progress_after, cfg.progress_every)
             }),
+            turn.and_then(|t| t.cancel_by),
             self.approvals.next_deadline(),
         ]
         .into_iter()
@@ -210,6 +214,17 @@ impl State {
                         resumed,
                         cancel: due.cancel,
                     });
+                }
+                if let Some(running) = due.unconfirmed_cancel {
+                    effects.push(Effect::InterruptTools(running));
+                    effects.push(Effect::Notice(
+                        crate::channel::Tone::Warning,
+                        format!(
+                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent may still be doing will not be shown.",
+                            daemon_client::liveness::human_duration(cfg.cancel_grace)
+                        ),
+                    ));
+                    effects.push(Effect::EndTurnAs(TurnStatus::Cancelled));
                 }
                 effects
             }
@@ -486,10 +501,12 @@ impl State {
         }
     }
 
-    /// `/cancel` (or `on_stall = cancel`): recorded as the turn's cause unless one came first (T2).
-    pub fn record_cancel(&mut self) {
+    /// `/cancel` (or `on_stall = cancel`) at `now`: recorded as the turn's cause unless one came first
+    /// (T2); the daemon has `grace` to end the turn before the bridge does.
+    pub fn record_cancel(&mut self, now: Instant, grace: Duration) {
         if let Some(turn) = self.turn.as_mut() {
             turn.liveness.record_cancel();
+            turn.cancel_by.get_or_insert(now + grace);
         }
     }
 
@@ -520,7 +537,17 @@ impl State {
             && self.session.is_some()
         {
             turn.liveness.record_cancel();
+            turn.cancel_by.get_or_insert(now + cfg.cancel_grace);
             due.cancel = true;
+        }
+        if turn.cancel_by.is_some_and(|by| by <= now) {
+            turn.cancel_by = None;
+            due.unconfirmed_cancel = Some(
+                turn.tools
+                    .iter()
+                    .map(|(call, t)| (scoped_id(self.session.as_ref(), call), t.title.clone()))
+                    .collect(),
+            );
         }
         due
     }

@@ -35,6 +35,10 @@ pub struct TurnState {
     pub outcomes: Vec<ToolOutcome>,
     /// An approval in it was rejected or expired.
     pub rejected: bool,
+    /// `/cancel` (or `on_stall = cancel`) was sent: if the daemon has not ended the turn by then, the
+    /// bridge ends it — a prompt whose answer died with a connection would otherwise hold the thread
+    /// for good.
+    pub cancel_by: Option<Instant>,
 }
 
 impl TurnState {
@@ -57,6 +61,7 @@ impl TurnState {
             user_message: None,
             outcomes: Vec::new(),
             rejected: false,
+            cancel_by: None,
         }
     }
 

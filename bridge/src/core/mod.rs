@@ -85,6 +85,8 @@ pub struct CoreConfig {
     /// The HTTP API answers (`http.listen` and `http.api_token` set): the full-output pointer names
     /// its address too.
     pub api_pointer: bool,
+    /// How long the daemon has to end a turn after `/cancel` before the bridge ends it itself.
+    pub cancel_grace: Duration,
     /// An idle conversation's runner is let go after this (see `service.conversation_idle`).
     pub actor_idle: Duration,
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
@@ -110,6 +112,7 @@ impl Default for CoreConfig {
             output_cap: render::CHAT_OUTPUT_CAP,
             buttons: true,
             api_pointer: true,
+            cancel_grace: Duration::from_secs(10),
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
         }

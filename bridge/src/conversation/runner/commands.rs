@@ -79,7 +79,8 @@ impl Runner {
         let session = self.state.session.clone();
         match (session, self.state.turn.is_some()) {
             (Some(s), true) => {
-                self.state.record_cancel();
+                self.state
+                    .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
                 if let Err(e) = self.core.client.cancel(&s).await {
                     return self
                         .notice(

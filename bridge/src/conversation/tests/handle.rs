@@ -380,3 +380,33 @@ fn r6_without_buttons_text_while_an_approval_waits_gets_a_hint_and_is_not_sent()
         "{effects:#?}"
     );
 }
+
+#[test]
+fn t2_a_cancel_the_daemon_never_confirms_ends_the_turn_after_the_grace_and_frees_the_thread() {
+    use crate::conversation::event::TurnStatus;
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "sleep 60".into(), clock.now(), true);
+    s.record_cancel(clock.now(), c.cancel_grace);
+    let before = s.handle(Event::Timer, clock.advance(secs(9)), &c);
+    assert!(before.is_empty(), "the daemon still has time: {before:#?}");
+    let effects = s.handle(Event::Timer, clock.advance(secs(1)), &c);
+    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert!(
+        matches!(&effects[0], Effect::InterruptTools(t) if t.len() == 1 && t[0].1 == "sleep 60"),
+        "{effects:#?}"
+    );
+    assert!(
+        matches!(&effects[1], Effect::Notice(_, t) if t.contains("did not confirm the cancel"))
+    );
+    assert_eq!(effects[2], Effect::EndTurnAs(TurnStatus::Cancelled));
+    // A confirmation in time ends the turn the normal way: nothing is due then.
+    let mut s = running(&clock, &c);
+    s.record_cancel(clock.now(), c.cancel_grace);
+    s.turn = None;
+    assert!(
+        s.handle(Event::Timer, clock.advance(secs(30)), &c)
+            .is_empty()
+    );
+}

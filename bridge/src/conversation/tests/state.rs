@@ -250,7 +250,7 @@ fn t2_cancel_first_then_a_stall_keeps_cancelled() {
     let c = cfg();
     let mut clock = Clock::new();
     let mut s = running(&clock, &c);
-    s.record_cancel();
+    s.record_cancel(clock.now(), secs(600));
     assert!(s.on_timer(clock.advance(secs(120)), &c).stall.is_some());
     assert_eq!(
         s.mark_if_ended(Some(&StopReason::Cancelled)),
