@@ -7,6 +7,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+
 fn bridge(db: &str, cwd: &std::path::Path) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
         .current_dir(cwd)
@@ -41,17 +43,7 @@ async fn d3_embedded_sigkill_mid_command_then_restart_interrupts_at_once_and_the
         first_out.push_str(&line);
         assert!(Instant::now() < deadline, "no tool message: {first_out}");
     }
-    let store = chat_bridge::store::Store::connect(&db)
-        .await
-        .expect("store");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !chat_bridge::outbox_worker::drained(&store)
-        .await
-        .expect("stats")
-    {
-        assert!(tokio::time::Instant::now() < deadline, "delivery recorded");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::wait_delivered(&db).await;
     first.kill().expect("SIGKILL");
     let _ = first.wait();
     drop(stdin);
@@ -93,6 +85,9 @@ async fn d3_embedded_sigkill_mid_command_then_restart_interrupts_at_once_and_the
         "the old turn ends before the next runs: {out}"
     );
 
+    let store = chat_bridge::store::Store::connect(&db)
+        .await
+        .expect("store");
     let mut c = store.conn().await.expect("conn");
     let convs = chat_bridge::store::history::list(&mut c, &Default::default())
         .await

@@ -57,16 +57,7 @@ async fn kill_mid_command_and_restart(db: &str) {
     }
     // Kill once the tool message's delivery is recorded: a kill between the platform accepting a post
     // and that record is the at-least-once window the crash suite (Q1) covers, not this test.
-    let store = chat_bridge::store::Store::connect(db).await.expect("store");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !chat_bridge::outbox_worker::drained(&store)
-        .await
-        .expect("stats")
-    {
-        assert!(tokio::time::Instant::now() < deadline, "delivery recorded");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    store.close().await;
+    support::wait_delivered(db).await;
     first.kill().expect("SIGKILL");
     let _ = first.wait();
     drop(stdin);

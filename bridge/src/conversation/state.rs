@@ -505,8 +505,7 @@ impl State {
     /// (T2); the daemon has `grace` to end the turn before the bridge does.
     pub fn record_cancel(&mut self, now: Instant, grace: Duration) {
         if let Some(turn) = self.turn.as_mut() {
-            turn.liveness.record_cancel();
-            turn.cancel_by.get_or_insert(now + grace);
+            turn.record_cancel(now, grace);
         }
     }
 
@@ -536,8 +535,7 @@ impl State {
             && cfg.on_stall == OnStall::Cancel
             && self.session.is_some()
         {
-            turn.liveness.record_cancel();
-            turn.cancel_by.get_or_insert(now + cfg.cancel_grace);
+            turn.record_cancel(now, cfg.cancel_grace);
             due.cancel = true;
         }
         if turn.cancel_by.is_some_and(|by| by <= now) {

@@ -65,6 +65,13 @@ impl TurnState {
         }
     }
 
+    /// A cancel sent at `now`: its cause unless one came first (T2); the daemon has `grace` to end
+    /// the turn before the bridge does.
+    pub fn record_cancel(&mut self, now: Instant, grace: Duration) {
+        self.liveness.record_cancel();
+        self.cancel_by.get_or_insert(now + grace);
+    }
+
     /// How it ends: `forced` by the bridge, else its first cause, else the daemon's `stop`.
     #[must_use]
     pub fn ending(&self, stop: Option<&StopReason>, forced: Option<TurnStatus>) -> Ending {

@@ -1,4 +1,5 @@
-//! Shared by the binary-level tests: a fresh PostgreSQL database per test.
+//! Shared by the binary-level tests: a fresh PostgreSQL database per test, and waiting for delivery.
+#![allow(dead_code)] // each test binary uses part of it
 
 /// A new database on the server `DATABASE_URL` names (`scripts/test` provides one); dropped with
 /// [`FreshDb::drop_now`].
@@ -40,4 +41,24 @@ impl FreshDb {
         .await;
         self.admin.close().await;
     }
+}
+
+/// Waits (up to 10 s) until every chat action in the database at `url` is recorded delivered: a
+/// SIGKILL after that is outside the at-least-once window the crash suite (Q1) covers.
+///
+/// # Panics
+/// When the store cannot be read or delivery takes longer.
+pub async fn wait_delivered(url: &str) {
+    let store = chat_bridge::store::Store::connect(url)
+        .await
+        .expect("store");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !chat_bridge::outbox_worker::drained(&store)
+        .await
+        .expect("stats")
+    {
+        assert!(tokio::time::Instant::now() < deadline, "delivery recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    store.close().await;
 }

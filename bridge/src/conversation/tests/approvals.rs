@@ -1,18 +1,5 @@
-use daemon_client::RequestId;
-
-use super::{Clock, option, options, secs};
-use crate::conversation::approvals::{Approvals, Numbered, Pending, offered};
-
-fn pending(id: &str, clock: &Clock, timeout: u64) -> Pending {
-    Pending {
-        db_id: id.to_owned(),
-        request_id: RequestId::from(7),
-        title: "rm -rf build".to_owned(),
-        options: options(),
-        requester: "alice".to_owned(),
-        expires: clock.now() + secs(timeout),
-    }
-}
+use super::{Clock, option, options, pending, secs};
+use crate::conversation::approvals::{Approvals, Numbered, offered};
 
 #[test]
 fn a3_four_eyes_never_offers_allow_always() {
@@ -32,7 +19,7 @@ fn r6_without_four_eyes_every_option_is_offered_in_the_daemons_order() {
 fn a3_a_numbered_answer_picks_the_nth_offered_option() {
     let clock = Clock::new();
     let mut a = Approvals::default();
-    a.ask(pending("p1", &clock, 600));
+    a.ask(pending("p1", clock.now() + secs(600)));
     assert_eq!(
         a.numbered(3),
         Some(Numbered::Option {
@@ -46,12 +33,12 @@ fn a3_a_numbered_answer_picks_the_nth_offered_option() {
 fn a3_offered_options_only_a_number_past_them_picks_nothing() {
     let clock = Clock::new();
     let mut a = Approvals::default();
-    a.ask(pending("p1", &clock, 600));
+    a.ask(pending("p1", clock.now() + secs(600)));
     assert_eq!(a.numbered(0), Some(Numbered::NoSuchOption));
     assert_eq!(a.numbered(4), Some(Numbered::NoSuchOption));
     assert_eq!(a.numbered(usize::MAX), Some(Numbered::NoSuchOption));
     // Two waiting: a number names no single request.
-    a.ask(pending("p2", &clock, 600));
+    a.ask(pending("p2", clock.now() + secs(600)));
     assert_eq!(a.numbered(1), None);
 }
 
@@ -59,8 +46,8 @@ fn a3_offered_options_only_a_number_past_them_picks_nothing() {
 fn approval_expiry_takes_only_the_requests_that_are_due() {
     let mut clock = Clock::new();
     let mut a = Approvals::default();
-    a.ask(pending("short", &clock, 60));
-    a.ask(pending("long", &clock, 600));
+    a.ask(pending("short", clock.now() + secs(60)));
+    a.ask(pending("long", clock.now() + secs(600)));
     assert!(a.take_expired(clock.advance(secs(59))).is_empty());
     let gone = a.take_expired(clock.advance(secs(1)));
     assert_eq!(gone.len(), 1);
@@ -74,8 +61,8 @@ fn approval_expiry_deadline_is_the_earliest_waiting_one() {
     let clock = Clock::new();
     let mut a = Approvals::default();
     assert_eq!(a.next_deadline(), None);
-    a.ask(pending("long", &clock, 600));
-    a.ask(pending("short", &clock, 60));
+    a.ask(pending("long", clock.now() + secs(600)));
+    a.ask(pending("short", clock.now() + secs(60)));
     assert_eq!(a.next_deadline(), Some(clock.now() + secs(60)));
 }
 
@@ -83,7 +70,7 @@ fn approval_expiry_deadline_is_the_earliest_waiting_one() {
 fn r6_the_first_decision_wins() {
     let clock = Clock::new();
     let mut a = Approvals::default();
-    a.ask(pending("p1", &clock, 600));
+    a.ask(pending("p1", clock.now() + secs(600)));
     assert!(a.take("p1").is_some());
     assert!(
         a.take("p1").is_none(),
@@ -95,7 +82,7 @@ fn r6_the_first_decision_wins() {
 #[test]
 fn r6_a_decision_is_told_with_the_options_label_and_rejects_are_known() {
     let clock = Clock::new();
-    let p = pending("p1", &clock, 600);
+    let p = pending("p1", clock.now() + secs(600));
     assert_eq!(p.label("proceed_once"), "proceed_once label");
     assert_eq!(p.label("forged"), "forged");
     assert!(p.rejects("cancel"));

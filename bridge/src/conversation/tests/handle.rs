@@ -3,7 +3,6 @@
 use daemon_client::{ShellProgress, StallKind, StopReason};
 
 use super::{Clock, call, cfg, ended, heartbeat, info, running, secs, session, started};
-use crate::conversation::approvals::Pending;
 use crate::conversation::effects::Effect;
 use crate::conversation::event::Event;
 use crate::conversation::state::{Line, State};
@@ -68,14 +67,8 @@ fn a_timer_expires_approvals_then_shows_lines_then_announces_the_stall() {
     let mut clock = Clock::new();
     let mut s = running(&clock, &c);
     s.tool_running(call(1), "make".into(), clock.now(), true);
-    s.approvals.ask(Pending {
-        db_id: "p1".into(),
-        request_id: daemon_client::RequestId::from(1),
-        title: "rm".into(),
-        options: super::options(),
-        requester: "alice".into(),
-        expires: clock.now() + secs(100),
-    });
+    s.approvals
+        .ask(super::pending("p1", clock.now() + secs(100)));
     let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
     assert_eq!(effects.len(), 3, "{effects:#?}");
     assert!(matches!(&effects[0], Effect::ExpireApproval(p) if p.db_id == "p1"));
@@ -210,14 +203,8 @@ fn a3_a_number_answers_the_one_waiting_approval_and_only_with_an_offered_option(
     let c = cfg();
     let clock = Clock::new();
     let mut s = owned(&clock);
-    s.approvals.ask(Pending {
-        db_id: "p1".into(),
-        request_id: daemon_client::RequestId::from(1),
-        title: "rm".into(),
-        options: super::options(),
-        requester: "alice".into(),
-        expires: clock.now() + secs(600),
-    });
+    s.approvals
+        .ask(super::pending("p1", clock.now() + secs(600)));
     assert_eq!(
         s.handle(said("bob", "1"), clock.now(), &c),
         [Effect::Answer {
@@ -345,14 +332,8 @@ fn a_prompt_the_agent_could_not_run_ends_the_turn_failed() {
 fn r6_without_buttons_text_while_an_approval_waits_gets_a_hint_and_is_not_sent() {
     let clock = Clock::new();
     let ask = |s: &mut State| {
-        s.approvals.ask(Pending {
-            db_id: "p1".into(),
-            request_id: daemon_client::RequestId::from(1),
-            title: "rm".into(),
-            options: super::options(),
-            requester: "alice".into(),
-            expires: clock.now() + secs(600),
-        });
+        s.approvals
+            .ask(super::pending("p1", clock.now() + secs(600)));
     };
     let console = CoreConfig {
         buttons: false,

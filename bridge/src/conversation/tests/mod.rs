@@ -19,6 +19,7 @@ use daemon_client::{
 };
 use tokio::time::Instant;
 
+use super::approvals::Pending;
 use super::state::State;
 use super::turn::TurnState;
 use crate::core::CoreConfig;
@@ -170,6 +171,18 @@ pub(super) fn option(id: &str, kind: &str) -> PermissionOption {
 }
 
 /// The three options qwen offers.
+/// Request `id`, asked by alice, waiting until `expires`.
+pub(super) fn pending(id: &str, expires: Instant) -> Pending {
+    Pending {
+        db_id: id.to_owned(),
+        request_id: RequestId::from(7),
+        title: "rm -rf build".to_owned(),
+        options: options(),
+        requester: "alice".to_owned(),
+        expires,
+    }
+}
+
 pub(super) fn options() -> Vec<PermissionOption> {
     vec![
         option("proceed_once", "allow_once"),

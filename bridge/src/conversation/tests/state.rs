@@ -330,14 +330,7 @@ fn a3_four_eyes_strips_always_and_the_requester_is_whoever_asked_for_the_turn() 
 fn r6_a_rejected_answer_marks_the_turn_stopped_an_allowed_one_does_not() {
     let c = cfg();
     let clock = Clock::new();
-    let p = Pending {
-        db_id: "p1".into(),
-        request_id: daemon_client::RequestId::from(1),
-        title: "rm".into(),
-        options: super::options(),
-        requester: "alice".into(),
-        expires: clock.now(),
-    };
+    let p = super::pending("p1", clock.now());
     let mut s = running(&clock, &c);
     s.approval_closed(&p, Some("proceed_once"), clock.now());
     assert_eq!(
@@ -480,14 +473,7 @@ fn r6_a_call_waiting_for_approval_shows_no_running_line_and_runs_from_the_decisi
     let t = clock.advance(secs(40));
     let due = s.on_timer(t, &c);
     assert!(due.lines.is_empty(), "waiting is not running: {due:?}");
-    let p = Pending {
-        db_id: "p1".into(),
-        request_id: daemon_client::RequestId::from(1),
-        title: "rm -rf build".into(),
-        options: super::options(),
-        requester: "owner".into(),
-        expires: t + secs(600),
-    };
+    let p = super::pending("p1", t + secs(600));
     s.approval_closed(&p, Some("proceed_once"), t);
     let t = clock.advance(secs(16));
     let due = s.on_timer(t, &c);
