@@ -282,6 +282,16 @@ async fn migrate(cfg: &Config) -> anyhow::Result<()> {
 }
 
 async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
+    // Reading history must not leave an empty database behind where there was none.
+    if let Some(path) = chat_bridge::store::sqlite_file(&cfg.database.url)
+        && !path.exists()
+    {
+        anyhow::bail!(
+            "no history here: the database file {} does not exist (database.url); run from the \
+             directory the bridge runs in, or pass --config or set CHAT_BRIDGE_DATABASE__URL",
+            path.display()
+        );
+    }
     let store = chat_bridge::store::Store::open(&cfg.database.url).await?;
     let out = match cmd {
         HistoryCommand::List {

@@ -214,6 +214,12 @@ pub const FAMILIES: &[Family] = &[
     },
 ];
 
+/// Counts a message or click refused by the access rules (A1, A2) on `platform`.
+pub fn access_refused(platform: &str) {
+    metrics::counter!("chatbridge_access_refusals_total", "platform" => platform.to_owned())
+        .increment(1);
+}
+
 /// The `error` label of a failed chat API call.
 #[must_use]
 pub fn delivery_error(e: &crate::channel::DeliveryError) -> &'static str {

@@ -25,7 +25,9 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         .stdin
         .take()
         .expect("stdin")
-        .write_all(b"echo hello from the console\ntimeout=1s echo partial; sleep 30\n/history\n")
+        .write_all(
+            b"/help\necho hello from the console\ntimeout=1s echo partial; sleep 30\n/history\n",
+        )
         .expect("write");
     let out = child.wait_with_output().expect("wait");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -68,6 +70,10 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         .expect("a conversation")
         .to_owned();
     assert_eq!(page["items"][0]["platform"], "console");
+    assert_eq!(
+        page["items"][0]["title"], "echo hello from the console",
+        "a thread opened with /help is titled by its first prompt"
+    );
     let count = |args: &[&str]| -> usize {
         let out = bridge(dir.path(), args).output().expect("list");
         assert!(

@@ -49,3 +49,25 @@ fn a_fatal_start_up_error_ends_the_process_at_once_with_a_non_zero_status() {
     );
     drop(taken);
 }
+
+/// `history` run where no bridge ever ran (the default SQLite file is missing): a clear error
+/// naming the file, and no empty `chat-bridge.db` left behind.
+#[test]
+fn history_where_no_database_exists_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = binary::command(dir.path(), &[])
+        .args(["history", "list"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chat-bridge history");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a non-zero status: {stderr}");
+    assert!(
+        stderr.contains("chat-bridge.db") && stderr.contains("does not exist"),
+        "names the missing file: {stderr}"
+    );
+    assert!(
+        !dir.path().join("chat-bridge.db").exists(),
+        "reading history created an empty database"
+    );
+}

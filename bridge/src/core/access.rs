@@ -135,7 +135,12 @@ pub fn mentioned_users(text: &str) -> Vec<String> {
                 .unwrap_or(""),
             None => word.trim_start_matches('@'),
         };
-        let valid = id.len() <= 64
+        // Discord sends `@everyone` / `@here` as plain text; a console user may type `@channel`.
+        let everyone = ["everyone", "here", "channel"]
+            .iter()
+            .any(|w| id.eq_ignore_ascii_case(w));
+        let valid = !everyone
+            && id.len() <= 64
             && id.starts_with(|c: char| c.is_ascii_alphanumeric())
             && id
                 .chars()
@@ -274,5 +279,7 @@ mod tests {
             ["U123", "U456", "789", "101", "bob", "carol"]
         );
         assert!(mentioned_users("<@> <@!> $(rm -rf /) a;b").is_empty());
+        // Group mentions are not people: `/invite @everyone` must not open the thread to anyone.
+        assert!(mentioned_users("@everyone @here @Channel <@everyone>").is_empty());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::keys::MessageKey;
 use super::{AfterFailure, ConvMsg, Core, render};
 use crate::channel::Inbound;
-use crate::conversation::effects;
+use crate::conversation::{commands, effects};
 use crate::store::{self, conversations, inbound, now_ms};
 
 /// Why an event was set aside, for the thread, the log and the dead-letter listing: a category and
@@ -106,11 +106,12 @@ impl Core {
         msg: Inbound,
     ) -> Result<(), store::StoreError> {
         let msg = storable_inbound(msg);
-        // Redacted before it is cut, so a title never holds half a secret (S2).
+        // A thread opened with a command (`/help`) is titled by its first prompt instead.
         let title: String = match &msg.kind {
-            crate::channel::InboundKind::Message(t) => {
-                self.redactor.redact(t).chars().take(80).collect()
-            }
+            crate::channel::InboundKind::Message(t) => match commands::parse(t, 0) {
+                commands::Parsed::Prompt(_) => title_of(&self.redactor, t),
+                _ => String::new(),
+            },
             crate::channel::InboundKind::Action(_) => String::new(),
         };
         let key = conversations::Key {
@@ -344,4 +345,10 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// A conversation's title: the start of `prompt`, redacted before it is cut, so a title never
+/// holds half a secret (S2).
+pub(crate) fn title_of(redactor: &crate::core::redact::Redactor, prompt: &str) -> String {
+    redactor.redact(prompt.trim()).chars().take(80).collect()
 }

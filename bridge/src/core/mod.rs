@@ -17,7 +17,7 @@
 //! Each conversation is a [`crate::conversation`]: a state machine and its runner.
 
 pub mod access;
-mod inbox;
+pub(crate) mod inbox;
 pub mod keys;
 mod progress;
 pub mod redact;

@@ -156,6 +156,19 @@ pub async fn set_session(
     Ok(())
 }
 
+/// Titles a conversation that has no title yet (one opened with a command, not a prompt).
+///
+/// # Errors
+/// Database errors.
+pub async fn title_if_untitled(c: &mut AnyConnection, id: &str, title: &str) -> Result<()> {
+    sqlx::query("UPDATE conversations SET title = $2 WHERE id = $1 AND title = ''")
+        .arg(id)
+        .arg(title)
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
 /// Marks activity (or closes it with `status = closed`).
 ///
 /// # Errors

@@ -238,6 +238,20 @@ async fn quiet_notices(conn: &mut sqlx::AnyConnection) -> std::result::Result<()
         .map(drop)
 }
 
+/// The file an SQLite `url` names (`sqlite://./x.db`, `sqlite:x.db?mode=rwc`), or `None` for
+/// another backend or an in-memory database.
+#[must_use]
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or("");
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        return None;
+    }
+    Some(std::path::PathBuf::from(path))
+}
+
 impl Store {
     /// Connects to `url` and runs the embedded migrations (D4).
     ///

@@ -34,10 +34,13 @@ impl Write for LogTarget {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Self::Stderr(e) => e.write(buf),
-            Self::File(f) => f
-                .lock()
-                .map_err(|_| std::io::Error::other("log file lock poisoned"))?
-                .write(buf),
+            // The formatter chose colours for the terminal before the log moved to the file.
+            Self::File(f) => {
+                f.lock()
+                    .map_err(|_| std::io::Error::other("log file lock poisoned"))?
+                    .write_all(&strip_ansi(buf))?;
+                Ok(buf.len())
+            }
         }
     }
 
@@ -50,6 +53,26 @@ impl Write for LogTarget {
                 .flush(),
         }
     }
+}
+
+/// `buf` without its ANSI CSI sequences (`ESC [ … final`), so a log file reads as plain text.
+fn strip_ansi(buf: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buf.len());
+    let mut bytes = buf.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        if b == 0x1b && bytes.peek() == Some(&b'[') {
+            bytes.next();
+            // Parameters and intermediates, then one final byte in 0x40..=0x7e.
+            for c in bytes.by_ref() {
+                if (0x40..=0x7e).contains(&c) {
+                    break;
+                }
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    out
 }
 
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
@@ -113,4 +136,20 @@ pub fn banner(
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_ansi;
+
+    #[test]
+    fn log_file_lines_carry_no_colour_codes() {
+        let line = b"\x1b[2m2026-12-01T16:00:00Z\x1b[0m \x1b[32m INFO\x1b[0m chat_bridge: ready\n";
+        assert_eq!(
+            strip_ansi(line),
+            b"2026-12-01T16:00:00Z  INFO chat_bridge: ready\n".to_vec()
+        );
+        // Text without escapes, and a lone ESC that starts no sequence, pass through.
+        assert_eq!(strip_ansi(b"plain \x1b text"), b"plain \x1b text".to_vec());
+    }
 }

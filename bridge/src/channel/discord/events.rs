@@ -60,6 +60,9 @@ pub enum Decision {
     Inbound(Inbound),
     /// Nothing to do (why, for debug logs; never message text).
     Ignore(&'static str),
+    /// Refused by the access rules (A1): ignored like [`Decision::Ignore`], but counted in
+    /// `chatbridge_access_refusals_total` so on-call sees strangers knocking.
+    Refused(&'static str),
 }
 
 /// Removes mentions of us (`<@id>`, `<@!id>`) from a prompt.
@@ -101,7 +104,7 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
         .map(|m| m.roles.iter().map(ToString::to_string).collect())
         .unwrap_or_default();
     if !access.person_allowed(&user, &roles) {
-        return Decision::Ignore("not allowed by the access rules");
+        return Decision::Refused("not allowed by the access rules");
     }
     let channel = msg.channel_id.to_string();
     let text = strip_mention(&msg.content, me);
@@ -120,7 +123,7 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
     };
     let Some(guild) = msg.guild_id else {
         if !access.allow_dms {
-            return Decision::Ignore("direct messages are off (discord.allow_dms)");
+            return Decision::Refused("direct messages are off (discord.allow_dms)");
         }
         // A DM channel is one conversation.
         return Decision::Inbound(inbound(DM_WORKSPACE.into(), channel.clone(), true));
@@ -133,7 +136,7 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
         return Decision::Inbound(inbound(guild.to_string(), channel, false));
     }
     if !access.channel_allowed(&channel) {
-        return Decision::Ignore("channel not in discord.allowed_channels");
+        return Decision::Refused("channel not in discord.allowed_channels");
     }
     if text.is_empty() {
         return Decision::Ignore("a mention without a prompt");
@@ -334,7 +337,7 @@ mod tests {
         }
         assert!(matches!(
             decide_message(&dm(), UserId::new(ME), &Access::default()),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
     }
 
@@ -363,7 +366,7 @@ mod tests {
         };
         assert!(matches!(
             decide_message(&dm(), me, &others),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
         // A DM carries no guild roles: a role allowlist cannot admit it.
         let by_role = Access {
@@ -373,7 +376,7 @@ mod tests {
         };
         assert!(matches!(
             decide_message(&dm(), me, &by_role),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
     }
 
@@ -386,7 +389,7 @@ mod tests {
         };
         assert!(matches!(
             decide_message(&message(json!({})), me, &channels),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
         let users = Access {
             users: vec!["999".into()],
@@ -394,7 +397,7 @@ mod tests {
         };
         assert!(matches!(
             decide_message(&message(json!({})), me, &users),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
         let by_role = Access {
             users: vec!["999".into()],
@@ -414,7 +417,7 @@ mod tests {
         };
         assert!(matches!(
             decide_message(&message(json!({})), me, &wrong_role),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
     }
 

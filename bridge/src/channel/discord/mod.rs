@@ -470,6 +470,10 @@ impl Handler {
             }
             Decision::Inbound(inbound) => self.forward(inbound).await,
             Decision::Ignore(why) => tracing::debug!(why, "Discord message ignored"),
+            Decision::Refused(why) => {
+                crate::metrics::access_refused("discord");
+                tracing::debug!(why, "Discord message refused");
+            }
         }
     }
 
@@ -495,7 +499,9 @@ impl Handler {
                 self.forward(inbound).await;
             }
             Decision::Open { .. } => {}
-            Decision::Ignore(why) => tracing::debug!(why, "Discord click ignored"),
+            Decision::Ignore(why) | Decision::Refused(why) => {
+                tracing::debug!(why, "Discord click ignored");
+            }
         }
     }
 }

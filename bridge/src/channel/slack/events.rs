@@ -43,6 +43,9 @@ pub enum Decision {
     Inbound(Inbound),
     /// Nothing to do (why, for debug logs; never message text).
     Ignore(&'static str),
+    /// Refused by the access rules (A1): ignored like [`Decision::Ignore`], but counted in
+    /// `chatbridge_access_refusals_total` so on-call sees strangers knocking.
+    Refused(&'static str),
 }
 
 /// The `envelope_id` to acknowledge, if the envelope has one.
@@ -117,7 +120,7 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
         _ => return Decision::Ignore("not a mention, a DM, or a thread reply"),
     };
     if !access.allows(channel, user, dm) {
-        return Decision::Ignore("not allowed by the access rules");
+        return Decision::Refused("not allowed by the access rules");
     }
     Decision::Inbound(Inbound {
         event_id: event_id.to_owned(),
@@ -153,7 +156,7 @@ fn interactive(payload: &Value, envelope: &Value, access: &Access) -> Decision {
     }
     // Access to *decide* is the core's (requester or approver); only the channel rule applies here.
     if !access.channels.is_empty() && !access.channels.iter().any(|c| c == channel) {
-        return Decision::Ignore("not allowed by the access rules");
+        return Decision::Refused("not allowed by the access rules");
     }
     let event_id = ack_id(envelope).unwrap_or(value);
     Decision::Inbound(Inbound {
@@ -260,7 +263,10 @@ mod tests {
         );
         assert!(matches!(decide(&dm, "UBOT", &open()), Decision::Inbound(_)));
         assert!(
-            matches!(decide(&dm, "UBOT", &Access::default()), Decision::Ignore(_)),
+            matches!(
+                decide(&dm, "UBOT", &Access::default()),
+                Decision::Refused(_)
+            ),
             "DMs off"
         );
     }
@@ -307,7 +313,7 @@ mod tests {
             assert!(
                 matches!(
                     decide(&dm("U2", thread), "UBOT", &access),
-                    Decision::Ignore(_)
+                    Decision::Refused(_)
                 ),
                 "a DM from someone not on the list runs nothing ({thread:?})"
             );
@@ -332,11 +338,11 @@ mod tests {
         ));
         assert!(matches!(
             decide(&mention("U2", "C1"), "UBOT", &access),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
         assert!(matches!(
             decide(&mention("U1", "C2"), "UBOT", &access),
-            Decision::Ignore(_)
+            Decision::Refused(_)
         ));
     }
 

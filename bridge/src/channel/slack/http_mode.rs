@@ -61,8 +61,14 @@ fn refuse(e: signature::SignatureError) -> Response {
 /// Hands an envelope on; whether it was recorded within [`RECORD_WAIT`] (true when there was nothing
 /// to record).
 async fn hand_on(shared: &Shared, envelope: &Value) -> bool {
-    let Decision::Inbound(m) = events::decide(envelope, &shared.me, &shared.access) else {
-        return true;
+    let m = match events::decide(envelope, &shared.me, &shared.access) {
+        Decision::Inbound(m) => m,
+        Decision::Refused(why) => {
+            crate::metrics::access_refused("slack");
+            tracing::debug!(why, "Slack request refused by the access rules");
+            return true;
+        }
+        _ => return true,
     };
     let (arrival, recorded) = Arrival::acknowledged(m);
     if shared.sink.send(arrival).await.is_err() {

@@ -124,6 +124,11 @@ async fn connection(
                 continue;
             }
             decision => {
+                // Counted before the acknowledgement, so whoever sees the ack sees the count.
+                if let Decision::Refused(why) = decision {
+                    crate::metrics::access_refused("slack");
+                    tracing::debug!(why, "Slack envelope refused");
+                }
                 if let Some(id) = id {
                     ws.send(ack(&id)).await.map_err(|e| format!("ack: {e}"))?;
                 }
@@ -134,7 +139,7 @@ async fn connection(
                     }
                     Decision::Disconnect(reason) => return Ok(format!("disconnect: {reason}")),
                     Decision::Ignore(why) => tracing::debug!(why, "Slack envelope ignored"),
-                    Decision::Inbound(_) => {}
+                    Decision::Refused(_) | Decision::Inbound(_) => {}
                 }
             }
         }

@@ -373,7 +373,7 @@ impl Runner {
         if let Err(refusal) = verdict {
             // Only the clicker hears about it (ephemeral where the platform has it).
             tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "an approval answer was refused");
-            metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
+            crate::metrics::access_refused(&self.conv.platform);
             let text = self
                 .core
                 .redactor

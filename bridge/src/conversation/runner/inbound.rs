@@ -135,6 +135,8 @@ impl Runner {
         let mut tx = self.begin().await?;
         let kept = self.kept(text).into_owned();
         let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        let title = crate::core::inbox::title_of(&self.core.redactor, text);
+        conversations::title_if_untitled(tx.conn(), &self.conv.id, &title).await?;
         self.record(&mut tx, Some(&row.id), "prompt", user, &kept, None)
             .await?;
         self.commit(tx).await?;

@@ -102,7 +102,7 @@ impl Runner {
         refusal: &Refusal,
     ) -> Result<()> {
         tracing::info!(conversation = %self.conv.id, refusal = ?refusal, "refused a person who may not act in this thread");
-        metrics::counter!("chatbridge_access_refusals_total", "platform" => self.conv.platform.clone()).increment(1);
+        crate::metrics::access_refused(&self.conv.platform);
         let text = refusal.text(&self.person(&self.conv.started_by));
         let mut tx = self.begin().await?;
         let action = effects::ephemeral(&self.target, user, self.core.redactor.redact(&text));
