@@ -13,12 +13,91 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{Arrival, BoxFuture, Channel};
-use crate::config::Config;
+use crate::config::{Config, SecretString};
+
+/// A platform's own `[section]` of the configuration, kept in its folder (`channel/x/config.rs`).
+/// The loader takes everything it needs from here: the section's keys and defaults (S3 variable
+/// names come from its `Serialize`), its secrets (refused in the file, checked for blankness,
+/// listed for redaction), and its own checks.
+pub trait PlatformConfig:
+    Default
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// Its secrets by key (`bot_token`), set or not: every field read with
+    /// [`crate::config::secret::optional`].
+    fn secrets(&self) -> Vec<(&'static str, Option<&SecretString>)>;
+
+    /// Adds to `problems` what is wrong with the section whether or not the platform is served
+    /// (malformed addresses, blank ids, too-short secrets); each problem names its key or variable,
+    /// never a secret's value.
+    fn check_section(&self, _cfg: &Config, _problems: &mut Vec<String>) {}
+}
+
+/// Reads one platform's section under its name.
+type ParseSection =
+    fn(&str, toml::Value) -> Result<Box<dyn crate::config::Section>, toml::de::Error>;
+
+/// How the loader reads one platform's section: made by [`SectionSpec::of`].
+#[derive(Clone, Copy)]
+pub struct SectionSpec {
+    /// The section's name: `[slack]`, `CHAT_BRIDGE_SLACK__*`.
+    pub name: &'static str,
+    pub(crate) default: fn() -> Box<dyn crate::config::Section>,
+    pub(crate) parse: ParseSection,
+}
+
+impl std::fmt::Debug for SectionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SectionSpec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_of<T: PlatformConfig>() -> Box<dyn crate::config::Section> {
+    Box::new(T::default())
+}
+
+fn parse_of<T: PlatformConfig>(
+    name: &str,
+    v: toml::Value,
+) -> Result<Box<dyn crate::config::Section>, toml::de::Error> {
+    // Under its name, so that an error says `in slack.mode` as the core's say `in daemon.url`.
+    let table = toml::Table::from_iter([(name.to_owned(), v)]);
+    let mut parsed: std::collections::BTreeMap<String, T> = toml::Value::Table(table).try_into()?;
+    let section = parsed
+        .remove(name)
+        .ok_or_else(|| serde::de::Error::custom(format!("[{name}] is missing")))?;
+    Ok(Box::new(section))
+}
+
+impl SectionSpec {
+    /// The section `[name]`, read as `T`.
+    #[must_use]
+    pub const fn of<T: PlatformConfig>(name: &'static str) -> Self {
+        Self {
+            name,
+            default: default_of::<T>,
+            parse: parse_of::<T>,
+        }
+    }
+}
 
 /// A chat platform.
 pub trait Platform: Send + Sync + std::fmt::Debug {
     /// Its `service.platform` name (also its channel's [`Channel::platform`]).
     fn name(&self) -> &'static str;
+
+    /// Its own section of the configuration, if it has one (the console has none).
+    fn section(&self) -> Option<SectionSpec> {
+        None
+    }
 
     /// Whether its credentials are set: `service.platform = "auto"` serves the one platform that
     /// says so (the console, which needs none, when no other does).
@@ -101,6 +180,11 @@ pub static REGISTRY: &[&dyn Platform] = &[
     &crate::channel::discord::start::DiscordPlatform,
 ];
 
+/// Every platform's configuration section, in registry order.
+pub fn sections() -> impl Iterator<Item = SectionSpec> {
+    REGISTRY.iter().filter_map(|p| p.section())
+}
+
 /// `service.platform`'s special value: the one platform whose credentials are set.
 pub const AUTO: &str = "auto";
 
@@ -178,9 +262,9 @@ mod tests {
     fn auto_serves_the_console_without_credentials_and_refuses_two_platforms() {
         let mut cfg = Config::default();
         assert_eq!(select(&cfg).map(|p| p.name()), Ok("console"));
-        cfg.discord.token = Some("d".into());
+        cfg.discord_mut().token = Some("d".into());
         assert_eq!(select(&cfg).map(|p| p.name()), Ok("discord"));
-        cfg.slack.bot_token = Some("s".into());
+        cfg.slack_mut().bot_token = Some("s".into());
         let err = select(&cfg).map(|p| p.name()).expect_err("two platforms");
         assert!(err.contains("slack and discord"), "{err}");
         cfg.service.platform = "slack".parse().expect("a name");
