@@ -94,7 +94,9 @@ impl Application {
         stop_waiting: &CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
-        crate::metrics::register(channel.platform());
+        for (platform, _) in channel.each_connected() {
+            crate::metrics::register(platform);
+        }
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
         status.set_requests_only_when_active(channel.capabilities().takes_requests);

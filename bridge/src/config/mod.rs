@@ -261,10 +261,14 @@ impl std::str::FromStr for PlatformName {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Service {
-    /// The chat platform: `auto` (Discord or Slack when its token is set, else the console),
+    /// One chat platform: `auto` (every platform whose credentials are set, else the console),
     /// `console`, `slack` or `discord` — explicit in deployments, so a missing token is an error
-    /// rather than a console that reads a closed stdin.
+    /// rather than a console that reads a closed stdin. See also `platforms`.
     pub platform: PlatformName,
+    /// The chat platforms served at once (`["slack", "discord"]`): explicit in deployments, where a
+    /// listed platform without its credentials is a start-up error. Empty (the default): as
+    /// `service.platform` says.
+    pub platforms: Vec<String>,
     /// How often a standby replica tries to take the leader lease.
     #[serde(deserialize_with = "duration")]
     pub leader_retry: Duration,
@@ -286,6 +290,7 @@ impl Default for Service {
     fn default() -> Self {
         Self {
             platform: PlatformName::default(),
+            platforms: Vec::new(),
             leader_retry: Duration::from_secs(2),
             leader_check: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(20),

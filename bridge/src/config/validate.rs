@@ -72,12 +72,12 @@ impl Config {
             .collect()
     }
 
-    /// Everything start-up and `check-config` refuse, in one place; returns the platform to serve.
+    /// Everything start-up and `check-config` refuse, in one place; returns the platforms to serve (at least one).
     ///
     /// # Errors
     /// [`ConfigError::Refused`] listing every problem found, each naming its key or variable and
     /// what to set — never a secret's value, and URLs with their credentials masked.
-    pub fn validate(&self) -> Result<&'static dyn Platform, ConfigError> {
+    pub fn validate(&self) -> Result<Vec<&'static dyn Platform>, ConfigError> {
         let mut problems = Vec::new();
         // S1: set but empty is worse than unset (an empty HMAC key verifies anyone's signature).
         for (var, secret) in self.secrets() {
@@ -140,19 +140,22 @@ impl Config {
         if self.service.outbox_workers == 0 {
             problems.push("service.outbox_workers must be at least 1".into());
         }
-        let platform = match crate::platform::select(self) {
-            Ok(p) => {
-                p.check(self, &mut problems);
-                Some(p)
+        let platforms = match crate::platform::select(self) {
+            Ok(ps) => {
+                for p in &ps {
+                    p.check(self, &mut problems);
+                }
+                ps
             }
             Err(e) => {
                 problems.push(e);
-                None
+                Vec::new()
             }
         };
-        match platform {
-            Some(p) if problems.is_empty() => Ok(p),
-            _ => Err(ConfigError::Refused(problems)),
+        if problems.is_empty() {
+            Ok(platforms)
+        } else {
+            Err(ConfigError::Refused(problems))
         }
     }
 }
