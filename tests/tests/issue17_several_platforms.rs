@@ -123,9 +123,11 @@ async fn issue17_slack_and_discord_in_one_process_each_answered_on_its_own_platf
     let metrics = chat_bridge::metrics::handle().expect("recorder").render();
     for platform in ["slack", "discord"] {
         assert!(
-            metrics.lines().any(|l| l.starts_with("chatbridge_chat_api_seconds_count")
-                && l.contains(&format!("platform=\"{platform}\""))
-                && !l.trim_end().ends_with(" 0")),
+            metrics
+                .lines()
+                .any(|l| l.starts_with("chatbridge_chat_api_seconds_count")
+                    && l.contains(&format!("platform=\"{platform}\""))
+                    && !l.trim_end().ends_with(" 0")),
             "{platform}'s chat API calls are counted under its label:\n{metrics}"
         );
     }
