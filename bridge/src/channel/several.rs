@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use super::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
 
-/// The channels of the platforms served, in registry order (the first answers for the rest where
-/// no platform is known: an outbox row whose conversation is gone).
+/// The channels of the platforms served, in registry order. Delivering through it without a
+/// platform (an outbox row whose conversation is gone) is refused for good rather than guessed:
+/// a message must never reach another platform's channel.
 pub struct Several {
     channels: Vec<Arc<dyn Channel>>,
 }
@@ -39,6 +40,12 @@ impl Several {
         // Built with at least two.
         self.channels[0].as_ref()
     }
+}
+
+fn unrouted() -> DeliveryError {
+    DeliveryError::Permanent(
+        "the message's conversation is gone, so its platform is unknown: not delivered".into(),
+    )
 }
 
 impl Channel for Several {
@@ -81,19 +88,19 @@ impl Channel for Several {
 
     fn post<'a>(
         &'a self,
-        target: &'a Target,
-        message: &'a Message,
+        _target: &'a Target,
+        _message: &'a Message,
     ) -> BoxFuture<'a, Result<String, DeliveryError>> {
-        self.first().post(target, message)
+        Box::pin(async { Err(unrouted()) })
     }
 
     fn edit<'a>(
         &'a self,
-        target: &'a Target,
-        id: &'a str,
-        message: &'a Message,
+        _target: &'a Target,
+        _id: &'a str,
+        _message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
-        self.first().edit(target, id, message)
+        Box::pin(async { Err(unrouted()) })
     }
 }
 
@@ -182,6 +189,12 @@ mod tests {
             )
             .await
             .expect("posted");
+        assert!(slack.posted.lock().expect("lock").is_empty());
+        // Without a platform nothing is guessed: refused for good, nothing sent anywhere.
+        let unrouted = both
+            .post(&target, &Message::text(super::super::Tone::Neutral, "lost"))
+            .await;
+        assert!(matches!(unrouted, Err(DeliveryError::Permanent(_))));
         assert!(slack.posted.lock().expect("lock").is_empty());
         assert_eq!(*console.posted.lock().expect("lock"), ["to the console"]);
         // What every platform can do: no buttons when one lacks them, the smallest limits.
