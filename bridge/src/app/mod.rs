@@ -228,7 +228,13 @@ impl Application {
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
         };
-        let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
+        let redactor = Redactor::new(&cfg.redact.patterns)
+            .context("redact.patterns")?
+            .with_secrets(
+                cfg.secrets()
+                    .into_iter()
+                    .filter_map(|(_, secret)| secret.map(ExposeSecret::expose_secret)),
+            );
         let stop = CancellationToken::new();
         let wake = Arc::new(Notify::new());
         let core = Core::new(
