@@ -259,11 +259,20 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 }
 
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
-    let platform = cfg.validate()?;
+    let platforms = cfg.validate()?;
+    let (label, names, access) = match platforms.as_slice() {
+        [one] => ("platform", one.name().to_owned(), one.access(cfg)),
+        many => (
+            "platforms",
+            many.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            many.iter()
+                .map(|p| format!("{}: {}", p.name(), p.access(cfg)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    };
     println!(
-        "configuration ok: platform {}; access {}; database {}; daemon {}; http {}",
-        platform.name(),
-        platform.access(cfg),
+        "configuration ok: {label} {names}; access {access}; database {}; daemon {}; http {}",
         mask_url(&cfg.database.url),
         cfg.daemon
             .url
@@ -377,7 +386,9 @@ async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<(
         None => {
             // On a terminal the console's conversation owns the screen: logs go to a file (the
             // banner says which) before anything is logged.
-            if chat_bridge::platform::select(cfg).is_ok_and(|p| p.name() == "console") {
+            if chat_bridge::platform::select(cfg)
+                .is_ok_and(|ps| ps.iter().any(|p| p.name() == "console"))
+            {
                 let _ = console::logs_to_file();
             }
             chat_bridge::startup::run(cfg, shutdown_signal()).await

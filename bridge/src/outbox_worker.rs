@@ -151,6 +151,12 @@ pub async fn deliver_step(
     let Some(a) = claimed else {
         return Ok(Step::Idle);
     };
+    // One process may serve several platforms: the conversation's own delivers it.
+    let channel = a
+        .platform
+        .as_deref()
+        .and_then(|p| channel.route(p))
+        .unwrap_or(channel);
     let action: ChatAction = match serde_json::from_str(&a.action) {
         Ok(action) => action,
         Err(e) => {

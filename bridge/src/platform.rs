@@ -13,12 +13,91 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{Arrival, BoxFuture, Channel};
-use crate::config::Config;
+use crate::config::{Config, SecretString};
+
+/// A platform's own `[section]` of the configuration, kept in its folder (`channel/x/config.rs`).
+/// The loader takes everything it needs from here: the section's keys and defaults (S3 variable
+/// names come from its `Serialize`), its secrets (refused in the file, checked for blankness,
+/// listed for redaction), and its own checks.
+pub trait PlatformConfig:
+    Default
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// Its secrets by key (`bot_token`), set or not: every field read with
+    /// [`crate::config::secret::optional`].
+    fn secrets(&self) -> Vec<(&'static str, Option<&SecretString>)>;
+
+    /// Adds to `problems` what is wrong with the section whether or not the platform is served
+    /// (malformed addresses, blank ids, too-short secrets); each problem names its key or variable,
+    /// never a secret's value.
+    fn check_section(&self, _cfg: &Config, _problems: &mut Vec<String>) {}
+}
+
+/// Reads one platform's section under its name.
+type ParseSection =
+    fn(&str, toml::Value) -> Result<Box<dyn crate::config::Section>, toml::de::Error>;
+
+/// How the loader reads one platform's section: made by [`SectionSpec::of`].
+#[derive(Clone, Copy)]
+pub struct SectionSpec {
+    /// The section's name: `[slack]`, `CHAT_BRIDGE_SLACK__*`.
+    pub name: &'static str,
+    pub(crate) default: fn() -> Box<dyn crate::config::Section>,
+    pub(crate) parse: ParseSection,
+}
+
+impl std::fmt::Debug for SectionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SectionSpec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_of<T: PlatformConfig>() -> Box<dyn crate::config::Section> {
+    Box::new(T::default())
+}
+
+fn parse_of<T: PlatformConfig>(
+    name: &str,
+    v: toml::Value,
+) -> Result<Box<dyn crate::config::Section>, toml::de::Error> {
+    // Under its name, so that an error says `in slack.mode` as the core's say `in daemon.url`.
+    let table = toml::Table::from_iter([(name.to_owned(), v)]);
+    let mut parsed: std::collections::BTreeMap<String, T> = toml::Value::Table(table).try_into()?;
+    let section = parsed
+        .remove(name)
+        .ok_or_else(|| serde::de::Error::custom(format!("[{name}] is missing")))?;
+    Ok(Box::new(section))
+}
+
+impl SectionSpec {
+    /// The section `[name]`, read as `T`.
+    #[must_use]
+    pub const fn of<T: PlatformConfig>(name: &'static str) -> Self {
+        Self {
+            name,
+            default: default_of::<T>,
+            parse: parse_of::<T>,
+        }
+    }
+}
 
 /// A chat platform.
 pub trait Platform: Send + Sync + std::fmt::Debug {
     /// Its `service.platform` name (also its channel's [`Channel::platform`]).
     fn name(&self) -> &'static str;
+
+    /// Its own section of the configuration, if it has one (the console has none).
+    fn section(&self) -> Option<SectionSpec> {
+        None
+    }
 
     /// Whether its credentials are set: `service.platform = "auto"` serves the one platform that
     /// says so (the console, which needs none, when no other does).
@@ -55,6 +134,7 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
 }
 
 /// What a platform runs once this replica is active.
+#[derive(Clone)]
 pub struct Running {
     /// Cancelled when the process stops: the listener returns soon after.
     pub stop: CancellationToken,
@@ -77,6 +157,34 @@ impl std::fmt::Debug for Running {
 /// [`Platform::input_ends`] the bridge then finishes the work in hand and exits, as the console does
 /// at end of input), or until it fails for good (`Err`: the process ends with that error).
 pub type Listener = Box<dyn FnOnce(Running) -> BoxFuture<'static, anyhow::Result<()>> + Send>;
+
+/// The listeners of several platforms as one, each named: it ends `Ok` when every one has ended
+/// well (after the stop, or a local input such as the console's that ended — the others go on),
+/// and with the first failure, or the first listener that returned on its own when its input
+/// cannot end, at once.
+#[must_use]
+pub fn listen_all(listeners: Vec<(&'static str, bool, Listener)>) -> Listener {
+    Box::new(move |run: Running| {
+        Box::pin(async move {
+            use futures_util::StreamExt;
+            let mut running = futures_util::stream::FuturesUnordered::new();
+            for (name, input_ends, listen) in listeners {
+                let run = run.clone();
+                running.push(async move { (name, input_ends, listen(run).await) });
+            }
+            while let Some((name, input_ends, result)) = running.next().await {
+                match result {
+                    Err(e) => return Err(e.context(format!("{name} stopped"))),
+                    Ok(()) if input_ends || run.stop.is_cancelled() => {}
+                    Ok(()) => anyhow::bail!(
+                        "{name} stopped taking events on its own; exiting so that it is restarted"
+                    ),
+                }
+            }
+            Ok(())
+        })
+    })
+}
 
 /// A platform whose credentials were accepted.
 pub struct Connected {
@@ -101,6 +209,11 @@ pub static REGISTRY: &[&dyn Platform] = &[
     &crate::channel::discord::start::DiscordPlatform,
 ];
 
+/// Every platform's configuration section, in registry order.
+pub fn sections() -> impl Iterator<Item = SectionSpec> {
+    REGISTRY.iter().filter_map(|p| p.section())
+}
+
 /// `service.platform`'s special value: the one platform whose credentials are set.
 pub const AUTO: &str = "auto";
 
@@ -118,46 +231,89 @@ pub fn names() -> Vec<&'static str> {
         .collect()
 }
 
-/// The platform this configuration serves: `service.platform`, or with `auto` the one whose
-/// credentials are set (the console when none is).
+/// The platforms this configuration serves, in registry order:
+/// - `service.platforms = [...]`: exactly those (each must have its credentials);
+/// - else `service.platform = "<name>"`: that one (today's single-platform key);
+/// - else (`auto`): every platform whose credentials are set (the console with `console.enabled`),
+///   or the local console alone when none is.
+///
+/// A local platform (one whose [input ends](Platform::input_ends): the console) needs no
+/// credentials when named.
 ///
 /// # Errors
-/// An unknown name, several configured platforms with `auto`, or an explicit platform whose
-/// credentials are not set — in words naming what to set.
-pub fn select(cfg: &Config) -> Result<&'static dyn Platform, String> {
-    let name = cfg.service.platform.as_str();
-    if name == AUTO {
+/// An unknown name, both keys set, or a named platform whose credentials are not set — in words
+/// naming what to set.
+pub fn select(cfg: &Config) -> Result<Vec<&'static dyn Platform>, String> {
+    let single = cfg.service.platform.as_str();
+    let named: Vec<&str> = match (cfg.service.platforms.as_slice(), single) {
+        ([], AUTO) => Vec::new(),
+        ([], one) => vec![one],
+        (many, AUTO) => many.iter().map(String::as_str).collect(),
+        (_, _) => {
+            return Err(
+                "service.platform and service.platforms are both set: keep service.platforms (the list) only".into(),
+            );
+        }
+    };
+    let key = if cfg.service.platforms.is_empty() {
+        "service.platform"
+    } else {
+        "service.platforms"
+    };
+    if named.is_empty() {
         let configured: Vec<&'static dyn Platform> = REGISTRY
             .iter()
             .copied()
-            .filter(|p| p.name() != "console" && p.configured(cfg))
+            .filter(|p| p.configured(cfg))
             .collect();
-        return match configured.as_slice() {
-            [] => by_name("console").ok_or_else(|| "no platform is configured".to_owned()),
-            [one] => Ok(*one),
-            many => Err(format!(
-                "the credentials of {} are all set; one process serves one platform (set service.platform, or run one deployment per platform)",
-                many.iter()
-                    .map(|p| p.name())
-                    .collect::<Vec<_>>()
-                    .join(" and ")
+        if configured.is_empty() {
+            let local: Vec<&'static dyn Platform> = REGISTRY
+                .iter()
+                .copied()
+                .filter(|p| p.input_ends())
+                .collect();
+            if local.is_empty() {
+                return Err("no platform is configured".into());
+            }
+            return Ok(local);
+        }
+        return Ok(configured);
+    }
+    let mut problems = Vec::new();
+    for name in &named {
+        match by_name(name) {
+            None => problems.push(format!(
+                "{key} {name:?} is not a platform this build serves: one of {}",
+                if key == "service.platform" {
+                    names().join(", ")
+                } else {
+                    REGISTRY
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
             )),
-        };
+            Some(p) if !p.input_ends() && !p.configured(cfg) => problems.push(format!(
+                "{key} {} {name} but {} is not set",
+                if key == "service.platform" {
+                    "is"
+                } else {
+                    "lists"
+                },
+                p.credentials()
+            )),
+            Some(_) => {}
+        }
     }
-    let Some(platform) = by_name(name) else {
-        return Err(format!(
-            "service.platform {name:?} is not a platform this build serves: one of {}",
-            names().join(", ")
-        ));
-    };
-    if platform.configured(cfg) {
-        Ok(platform)
-    } else {
-        Err(format!(
-            "service.platform is {name} but {} is not set",
-            platform.credentials()
-        ))
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
     }
+    Ok(REGISTRY
+        .iter()
+        .copied()
+        .filter(|p| named.contains(&p.name()))
+        .collect())
 }
 
 #[cfg(test)]
@@ -174,24 +330,49 @@ mod tests {
         assert_eq!(names(), ["auto", "console", "slack", "discord"]);
     }
 
+    fn names_of(cfg: &Config) -> Result<Vec<&'static str>, String> {
+        select(cfg).map(|ps| ps.iter().map(|p| p.name()).collect())
+    }
+
     #[test]
-    fn auto_serves_the_console_without_credentials_and_refuses_two_platforms() {
+    fn auto_serves_every_configured_platform_and_the_console_when_none_or_enabled() {
         let mut cfg = Config::default();
-        assert_eq!(select(&cfg).map(|p| p.name()), Ok("console"));
-        cfg.discord.token = Some("d".into());
-        assert_eq!(select(&cfg).map(|p| p.name()), Ok("discord"));
-        cfg.slack.bot_token = Some("s".into());
-        let err = select(&cfg).map(|p| p.name()).expect_err("two platforms");
-        assert!(err.contains("slack and discord"), "{err}");
+        assert_eq!(names_of(&cfg), Ok(vec!["console"]));
+        cfg.discord_mut().token = Some("d".into());
+        assert_eq!(names_of(&cfg), Ok(vec!["discord"]));
+        cfg.slack_mut().bot_token = Some("s".into());
+        assert_eq!(names_of(&cfg), Ok(vec!["slack", "discord"]));
+        cfg.console_mut().enabled = true;
+        assert_eq!(names_of(&cfg), Ok(vec!["console", "slack", "discord"]));
         cfg.service.platform = "slack".parse().expect("a name");
-        assert_eq!(select(&cfg).map(|p| p.name()), Ok("slack"));
+        assert_eq!(names_of(&cfg), Ok(vec!["slack"]));
+    }
+
+    #[test]
+    fn service_platforms_lists_exactly_the_served_ones_each_with_its_credentials() {
+        let mut cfg = Config::default();
+        cfg.slack_mut().bot_token = Some("s".into());
+        cfg.service.platforms = vec!["slack".into(), "console".into()];
+        assert_eq!(names_of(&cfg), Ok(vec!["console", "slack"]));
+        cfg.service.platforms = vec!["discord".into(), "irc".into()];
+        let err = names_of(&cfg).expect_err("discord has no token, irc is none");
+        assert!(
+            err.contains(
+                "service.platforms lists discord but CHAT_BRIDGE_DISCORD__TOKEN is not set"
+            ) && err.contains("\"irc\""),
+            "{err}"
+        );
+        cfg.service.platforms = vec!["slack".into()];
+        cfg.service.platform = "slack".parse().expect("a name");
+        let err = names_of(&cfg).expect_err("both keys");
+        assert!(err.contains("both set"), "{err}");
     }
 
     #[test]
     fn an_unknown_platform_is_refused_with_the_registered_names() {
         let mut cfg = Config::default();
         cfg.service.platform = "irc".parse().expect("a name");
-        let err = select(&cfg).map(|p| p.name()).expect_err("irc");
+        let err = names_of(&cfg).expect_err("irc");
         assert!(
             err.contains("\"irc\"") && err.contains("auto, console, slack, discord"),
             "{err}"

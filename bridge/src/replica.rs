@@ -147,6 +147,13 @@ impl Status {
         let channel_ok = connected.is_none_or(|(_, up)| up);
         let channel =
             connected.map(|(platform, up)| json!({"platform": platform, "connected": up}));
+        // Each platform served, by name, so that a process on several says which one is down.
+        let platforms: Vec<Value> = self.channel.get().map_or_else(Vec::new, |c| {
+            c.each_connected()
+                .into_iter()
+                .map(|(platform, up)| json!({"platform": platform, "connected": up}))
+                .collect()
+        });
         let ready = match role {
             Role::Standby => store_ok,
             Role::Active => store_ok && daemon == Some(true) && channel_ok,
@@ -154,7 +161,7 @@ impl Status {
         };
         (
             ready,
-            json!({"ready": ready, "role": role.name(), "store": store_ok, "daemon": daemon, "channel": channel}),
+            json!({"ready": ready, "role": role.name(), "store": store_ok, "daemon": daemon, "channel": channel, "platforms": platforms}),
         )
     }
 }

@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::Application as Bridge;
+use crate::channel::several::Several;
 use crate::config::{Config, mask_url};
-use crate::platform::{Listener, Platform, Running};
+use crate::platform::{Listener, Platform, Running, listen_all};
 
 /// Chat events waiting for the core: a platform waits (back-pressure) when this many are queued.
 const INBOUND_QUEUE: usize = 256;
@@ -20,7 +21,7 @@ const INBOUND_QUEUE: usize = 256;
 /// A bridge on one platform, built and active.
 pub struct Application {
     bridge: Bridge,
-    platform: &'static str,
+    platform: String,
     input_ends: bool,
     listen: Listener,
     inbound: mpsc::Receiver<crate::channel::Arrival>,
@@ -45,8 +46,8 @@ impl Application {
     /// An invalid configuration, a platform refusing its credentials, or anything the bridge
     /// could not start — in words for the operator.
     pub async fn build(cfg: &Config, stop: CancellationToken) -> anyhow::Result<Option<Self>> {
-        let platform = cfg.validate()?;
-        Self::build_on(cfg, platform, stop).await
+        let platforms = cfg.validate()?;
+        Self::build_on_all(cfg, &platforms, stop).await
     }
 
     /// [`Application::build`] on `platform`, whatever `service.platform` says.
@@ -58,16 +59,45 @@ impl Application {
         platform: &'static dyn Platform,
         stop: CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
+        Self::build_on_all(cfg, &[platform], stop).await
+    }
+
+    /// [`Application::build`] on `platforms` at once: each is connected (its credentials checked)
+    /// before the bridge is built around their channels; their events share one queue.
+    ///
+    /// # Errors
+    /// As [`Application::build`].
+    pub async fn build_on_all(
+        cfg: &Config,
+        platforms: &[&'static dyn Platform],
+        stop: CancellationToken,
+    ) -> anyhow::Result<Option<Self>> {
         let (tx, inbound) = mpsc::channel(INBOUND_QUEUE);
-        let connected = platform.connect(cfg, tx).await?;
-        let Some(bridge) = Bridge::build_until(cfg, connected.channel, &stop).await? else {
+        let mut channels = Vec::new();
+        let mut listeners = Vec::new();
+        for platform in platforms {
+            let connected = platform.connect(cfg, tx.clone()).await?;
+            channels.push(connected.channel);
+            listeners.push((platform.name(), platform.input_ends(), connected.listen));
+        }
+        drop(tx);
+        let channel = Several::join(channels)?;
+        let Some(bridge) = Bridge::build_until(cfg, channel, &stop).await? else {
             return Ok(None);
+        };
+        let (platform, input_ends, listen) = if listeners.len() == 1 {
+            let (name, input_ends, listen) = listeners.remove(0);
+            (name.to_owned(), input_ends, listen)
+        } else {
+            let names: Vec<&str> = listeners.iter().map(|(n, _, _)| *n).collect();
+            let input_ends = listeners.iter().all(|(_, ends, _)| *ends);
+            (names.join(", "), input_ends, listen_all(listeners))
         };
         Ok(Some(Self {
             bridge,
-            platform: platform.name(),
-            input_ends: platform.input_ends(),
-            listen: connected.listen,
+            platform,
+            input_ends,
+            listen,
             inbound,
             stop,
             database_url: mask_url(&cfg.database.url),

@@ -186,6 +186,42 @@ fn an_explicit_platform_without_its_token_is_a_clear_error_and_check_config_neve
     assert!(!out.status.success(), "a misspelt key is refused");
 }
 
+#[test]
+fn issue17_check_config_names_every_platform_served_and_a_listed_one_without_its_token() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = bridge(dir.path(), &["check-config"])
+        .env("CHAT_BRIDGE_SERVICE__PLATFORMS", "[\"slack\", \"discord\"]")
+        .env("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-very-secret")
+        .env("CHAT_BRIDGE_SLACK__APP_TOKEN", "xapp-very-secret")
+        .env("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"U1\"]")
+        .env("CHAT_BRIDGE_DISCORD__TOKEN", "discord-very-secret")
+        .env("CHAT_BRIDGE_DISCORD__ALLOWED_USERS", "[\"501\"]")
+        .output()
+        .expect("check-config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("platforms slack, discord"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("very-secret"), "{stdout}");
+    let out = bridge(dir.path(), &["check-config"])
+        .env("CHAT_BRIDGE_SERVICE__PLATFORMS", "[\"slack\", \"discord\"]")
+        .env("CHAT_BRIDGE_SLACK__BOT_TOKEN", "xoxb-very-secret")
+        .env("CHAT_BRIDGE_SLACK__APP_TOKEN", "xapp-very-secret")
+        .env("CHAT_BRIDGE_SLACK__ALLOWED_USERS", "[\"U1\"]")
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains(
+                "service.platforms lists discord but CHAT_BRIDGE_DISCORD__TOKEN is not set"
+            ),
+        "{stderr}"
+    );
+}
+
 /// A plain HTTP/1.1 GET over a std socket: status and body.
 fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::Read;

@@ -380,9 +380,9 @@ pub async fn run_bridge(
     crate::init_tracing();
     let mut cfg =
         crate::bridge::config(&format!("sqlite://{}", dir.join("slack.db").display()), dir);
-    cfg.slack.bot_token = Some("xoxb-test".into());
-    cfg.slack.app_token = Some("xapp-1-test".into());
-    cfg.slack.api_base_url = fake.base_url.clone();
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = fake.base_url.clone();
     // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
     cfg.access.open = true;
     tweak(&mut cfg);

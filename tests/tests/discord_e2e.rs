@@ -29,8 +29,8 @@ async fn bridge_with(
         &format!("sqlite://{}", dir.join("discord.db").display()),
         dir,
     );
-    cfg.discord.token = Some(TOKEN.into());
-    cfg.discord.api_base_url = fake.base_url.clone();
+    cfg.discord_mut().token = Some(TOKEN.into());
+    cfg.discord_mut().api_base_url = fake.base_url.clone();
     // A1: these tests let everyone in on purpose (the access tests set allowlists in `tweak`).
     cfg.access.open = true;
     tweak(&mut cfg);
@@ -469,9 +469,9 @@ async fn discord_a_refused_token_is_a_clear_error() {
         &format!("sqlite://{}", dir.path().join("d.db").display()),
         dir.path(),
     );
-    cfg.discord.token = Some("wrong-token".into());
-    cfg.discord.api_base_url = fake.base_url.clone();
-    cfg.discord.allowed_users = vec!["111".into()];
+    cfg.discord_mut().token = Some("wrong-token".into());
+    cfg.discord_mut().api_base_url = fake.base_url.clone();
+    cfg.discord_mut().allowed_users = vec!["111".into()];
     let err = chat_bridge::startup::run(&cfg, CancellationToken::new())
         .await
         .expect_err("refused");

@@ -32,9 +32,9 @@ impl Bridge {
         );
         let http = format!("127.0.0.1:{}", free_port());
         cfg.http.listen = Some(http.clone());
-        cfg.discord.token = Some(twin.token.as_str().into());
-        cfg.discord.api_base_url = twin.base_url.clone();
-        cfg.discord.allowed_users = twin.people[..1].to_vec();
+        cfg.discord_mut().token = Some(twin.token.as_str().into());
+        cfg.discord_mut().api_base_url = twin.base_url.clone();
+        cfg.discord_mut().allowed_users = twin.people[..1].to_vec();
         tweak(&mut cfg);
         let stop = CancellationToken::new();
         let task = tokio::spawn({

@@ -69,8 +69,8 @@ async fn r2_r3_discord_shows_the_same_outcomes_with_its_own_emoji() {
         &format!("sqlite://{}", dir.path().join("discord.db").display()),
         dir.path(),
     );
-    cfg.discord.token = Some(TOKEN.into());
-    cfg.discord.api_base_url = fake.base_url.clone();
+    cfg.discord_mut().token = Some(TOKEN.into());
+    cfg.discord_mut().api_base_url = fake.base_url.clone();
     cfg.access.open = true;
     cfg.shell_agent.default_timeout = Duration::from_millis(800);
     let stop = tokio_util::sync::CancellationToken::new();

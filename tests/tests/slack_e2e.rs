@@ -358,10 +358,10 @@ async fn slack_http_events_mode_verifies_signatures_answers_the_challenge_and_ru
     init_tracing();
     let port = chat_bridge_tests::free_port();
     let (stop, task) = bridge_with(&fake, dir.path(), |cfg| {
-        cfg.slack.app_token = None;
-        cfg.slack.mode = chat_bridge::config::SlackMode::Http;
-        cfg.slack.listen = format!("127.0.0.1:{port}");
-        cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
+        cfg.slack_mut().app_token = None;
+        cfg.slack_mut().mode = chat_bridge::config::SlackMode::Http;
+        cfg.slack_mut().listen = format!("127.0.0.1:{port}");
+        cfg.slack_mut().signing_secret = Some(SLACK_SIGNING_SECRET.into());
     })
     .await;
     daemon_client::install_crypto_provider();

@@ -58,12 +58,12 @@ async fn rig(tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Option<Rig
         &format!("sqlite://{}", dir.path().join("slack.db").display()),
         dir.path(),
     );
-    cfg.slack.bot_token = Some(slack_emulate::TOKEN.into());
-    cfg.slack.api_base_url = slack.api_base.clone();
-    cfg.slack.mode = chat_bridge::config::SlackMode::Http;
-    cfg.slack.listen = format!("127.0.0.1:{port}");
-    cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
-    cfg.slack.allowed_users = vec![alice.clone(), bob.clone()];
+    cfg.slack_mut().bot_token = Some(slack_emulate::TOKEN.into());
+    cfg.slack_mut().api_base_url = slack.api_base.clone();
+    cfg.slack_mut().mode = chat_bridge::config::SlackMode::Http;
+    cfg.slack_mut().listen = format!("127.0.0.1:{port}");
+    cfg.slack_mut().signing_secret = Some(SLACK_SIGNING_SECRET.into());
+    cfg.slack_mut().allowed_users = vec![alice.clone(), bob.clone()];
     tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({

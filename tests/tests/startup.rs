@@ -14,10 +14,10 @@ async fn a_slack_listener_that_cannot_bind_ends_the_run_at_once_with_its_error()
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let listen = format!("127.0.0.1:{}", taken.local_addr().expect("addr").port());
     let (stop, task) = run_bridge(&fake, dir.path(), |cfg| {
-        cfg.slack.app_token = None;
-        cfg.slack.mode = chat_bridge::config::SlackMode::Http;
-        cfg.slack.listen.clone_from(&listen);
-        cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
+        cfg.slack_mut().app_token = None;
+        cfg.slack_mut().mode = chat_bridge::config::SlackMode::Http;
+        cfg.slack_mut().listen.clone_from(&listen);
+        cfg.slack_mut().signing_secret = Some(SLACK_SIGNING_SECRET.into());
         // Nothing is waited for beyond what is running: not this drain bound.
         cfg.service.drain_timeout = Duration::from_secs(60);
     })

@@ -356,8 +356,8 @@ mod discord {
             &format!("sqlite://{}", dir.path().join("discord.db").display()),
             dir.path(),
         );
-        cfg.discord.token = Some(TOKEN.into());
-        cfg.discord.api_base_url = fake.base_url.clone();
+        cfg.discord_mut().token = Some(TOKEN.into());
+        cfg.discord_mut().api_base_url = fake.base_url.clone();
         cfg.access.open = true;
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn({

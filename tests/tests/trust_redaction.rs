@@ -108,3 +108,40 @@ on_both! {
         }
     }
 }
+
+/// S2: the bridge's own secrets (here the Discord token and the HTTP API token, formats no pattern
+/// knows) are redacted literally from everything chat-bound: a command that prints one (as
+/// `echo $CHAT_BRIDGE_DISCORD__TOKEN` would, the built-in agent's commands inheriting the bridge's
+/// environment) shows `[redacted]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2_the_bridges_own_tokens_never_reach_a_chat_whatever_their_format() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(
+        &format!("sqlite://{}", dir.path().join("own.db").display()),
+        dir.path(),
+    );
+    let discord = "MTA5ODc2NTQzMjE.own-discord-token.x";
+    let api = "own-api-token-0123456789";
+    cfg.discord_mut().token = Some(discord.into());
+    cfg.http.api_token = Some(api.into());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound(&format!("echo {discord}; echo {api}")))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    let shown: String = rec
+        .latest()
+        .into_iter()
+        .map(|(_, m)| format!("{}{:?}{:?}{:?}", m.title, m.body, m.code, m.footer))
+        .collect();
+    assert!(shown.contains("[redacted]"), "{shown}");
+    for secret in ["own-discord-token", "own-api-token"] {
+        assert!(
+            !shown.contains(secret),
+            "{secret} reached the chat: {shown}"
+        );
+    }
+    app.shutdown().await;
+}

@@ -94,7 +94,9 @@ impl Application {
         stop_waiting: &CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
-        crate::metrics::register(channel.platform());
+        for (platform, _) in channel.each_connected() {
+            crate::metrics::register(platform);
+        }
         let store = Store::open(&cfg.database.url).await?;
         let status = Arc::new(Status::default());
         status.set_requests_only_when_active(channel.capabilities().takes_requests);
@@ -226,7 +228,13 @@ impl Application {
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
         };
-        let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
+        let redactor = Redactor::new(&cfg.redact.patterns)
+            .context("redact.patterns")?
+            .with_secrets(
+                cfg.secrets()
+                    .into_iter()
+                    .filter_map(|(_, secret)| secret.map(ExposeSecret::expose_secret)),
+            );
         let stop = CancellationToken::new();
         let wake = Arc::new(Notify::new());
         let core = Core::new(

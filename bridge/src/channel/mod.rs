@@ -7,6 +7,7 @@
 
 pub mod console;
 pub mod discord;
+pub mod several;
 pub mod slack;
 pub mod text;
 
@@ -230,6 +231,16 @@ pub trait Channel: Send + Sync {
     /// their own are always up.
     fn connected(&self) -> bool {
         true
+    }
+    /// The channel of `platform` when this one stands for several ([`several::Several`]); `None`:
+    /// this channel itself.
+    fn route(&self, platform: &str) -> Option<&dyn Channel> {
+        let _ = platform;
+        None
+    }
+    /// Each platform behind this channel with whether it is connected, for `/readyz`.
+    fn each_connected(&self) -> Vec<(&'static str, bool)> {
+        vec![(self.platform(), self.connected())]
     }
     /// Adds or removes a reaction; platforms without reactions ignore it.
     fn react<'a>(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use secrecy::SecretString;
 
-use super::secret::{SECRET_KEYS, is_secret};
+use super::secret::{is_secret, secret_keys};
 use super::{Config, ConfigError, ENV_PREFIX, mask_url};
 
 /// Command-line overrides.
@@ -172,9 +172,11 @@ impl Config {
                 })?;
                 let t: toml::Table =
                     toml::from_str(&text).map_err(|e| syntax_error(path, &text, &e))?;
-                for name in SECRET_KEYS {
-                    let (section, key) = name.split_once('.').unwrap_or((name, ""));
-                    if t.get(section).and_then(|d| d.get(key)).is_some() {
+                for name in secret_keys() {
+                    let in_file = name.split_once('.').is_some_and(|(section, key)| {
+                        t.get(section).and_then(|d| d.get(key)).is_some()
+                    });
+                    if in_file {
                         return Err(ConfigError::SecretInFile(name));
                     }
                 }

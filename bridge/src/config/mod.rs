@@ -23,6 +23,7 @@
 
 mod load;
 pub mod secret;
+mod sections;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -40,7 +41,8 @@ use crate::core::OnStall;
 pub use load::{Flags, OTHER_VARIABLES, check_variable_names};
 pub use secret::required;
 use secret::secret_env_var;
-pub use validate::MIN_SIGNING_SECRET_LEN;
+pub use sections::{Section, Sections};
+pub(crate) use validate::{check_ids, is_listen_address, same_port};
 
 /// The prefix of every configuration variable.
 const ENV_PREFIX: &str = "CHAT_BRIDGE_";
@@ -259,10 +261,14 @@ impl std::str::FromStr for PlatformName {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Service {
-    /// The chat platform: `auto` (Discord or Slack when its token is set, else the console),
+    /// One chat platform: `auto` (every platform whose credentials are set, else the console),
     /// `console`, `slack` or `discord` — explicit in deployments, so a missing token is an error
-    /// rather than a console that reads a closed stdin.
+    /// rather than a console that reads a closed stdin. See also `platforms`.
     pub platform: PlatformName,
+    /// The chat platforms served at once (`["slack", "discord"]`): explicit in deployments, where a
+    /// listed platform without its credentials is a start-up error. Empty (the default): as
+    /// `service.platform` says.
+    pub platforms: Vec<String>,
     /// How often a standby replica tries to take the leader lease.
     #[serde(deserialize_with = "duration")]
     pub leader_retry: Duration,
@@ -284,6 +290,7 @@ impl Default for Service {
     fn default() -> Self {
         Self {
             platform: PlatformName::default(),
+            platforms: Vec::new(),
             leader_retry: Duration::from_secs(2),
             leader_check: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(20),
@@ -306,7 +313,7 @@ pub struct Redact {
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(try_from = "toml::Table")]
 pub struct Config {
     /// `[database]`.
     pub database: Database,
@@ -322,14 +329,92 @@ pub struct Config {
     pub access: Access,
     /// `[redact]`.
     pub redact: Redact,
-    /// `[slack]`.
-    pub slack: Slack,
-    /// `[discord]`.
-    pub discord: Discord,
     /// `[http]`.
     pub http: Http,
     /// `[service]`.
     pub service: Service,
+    /// Each registered platform's own section (`[slack]`, `[discord]`, …): see
+    /// [`crate::platform::PlatformConfig`].
+    #[serde(flatten)]
+    pub platforms: Sections,
+}
+
+/// The sections every build has, parsed before the platforms' are added.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Core {
+    database: Database,
+    daemon: Daemon,
+    liveness: Liveness,
+    shell_agent: ShellAgent,
+    approvals: Approvals,
+    access: Access,
+    redact: Redact,
+    http: Http,
+    service: Service,
+}
+
+impl TryFrom<toml::Table> for Config {
+    type Error = String;
+
+    /// The platforms' sections are read by their platforms (from the registry); a section that is
+    /// neither theirs nor the core's is refused naming every section there is.
+    fn try_from(mut table: toml::Table) -> Result<Self, String> {
+        let platforms = Sections::take(&mut table)?;
+        let core_names = Config::core_sections();
+        if let Some(unknown) = table.keys().find(|k| !core_names.contains(k)) {
+            return Err(format!(
+                "[{unknown}] is not a configuration section: the sections are {}",
+                core_names
+                    .iter()
+                    .map(String::as_str)
+                    .chain(crate::platform::sections().map(|s| s.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let core: Core = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())?;
+        Ok(Self {
+            database: core.database,
+            daemon: core.daemon,
+            liveness: core.liveness,
+            shell_agent: core.shell_agent,
+            approvals: core.approvals,
+            access: core.access,
+            redact: core.redact,
+            http: core.http,
+            service: core.service,
+            platforms,
+        })
+    }
+}
+
+impl Config {
+    /// The names of the core sections (those of no platform), from the type itself.
+    fn core_sections() -> Vec<String> {
+        let mut cfg = serde_json::to_value(Config::default()).unwrap_or_default();
+        if let Some(map) = cfg.as_object_mut() {
+            for spec in crate::platform::sections() {
+                map.remove(spec.name);
+            }
+        }
+        cfg.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The section of platform config type `T` (`cfg.section::<Slack>()`).
+    #[must_use]
+    pub fn section<T: crate::platform::PlatformConfig>(&self) -> &T {
+        self.platforms.get::<T>()
+    }
+
+    /// The section of platform config type `T`, to change it.
+    pub fn section_mut<T: crate::platform::PlatformConfig>(&mut self) -> &mut T {
+        self.platforms.get_mut::<T>()
+    }
 }
 
 /// Why the configuration could not be loaded.
@@ -351,7 +436,7 @@ pub enum ConfigError {
         "{0} is a secret: set it with the environment variable {var}, not in the config file",
         var = secret_env_var(.0)
     )]
-    SecretInFile(&'static str),
+    SecretInFile(String),
     /// S3: a `CHAT_BRIDGE_*` variable that maps to no key (a typo that would otherwise be ignored).
     #[error(
         "{name} is set but maps to no configuration key; did you mean {nearest}? (configuration variables are CHAT_BRIDGE_<SECTION>__<KEY>, with two underscores between section and key; see docs/configuration.md)"

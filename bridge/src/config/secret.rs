@@ -7,20 +7,29 @@ use secrecy::{ExposeSecret, SecretString};
 
 use super::ENV_PREFIX;
 
-/// The keys whose values are secrets: refused in the file, always read as strings from the
+/// The core's secret keys (those of no platform).
+const CORE_SECRET_KEYS: [&str; 2] = ["daemon.token", "http.api_token"];
+
+/// The keys whose values are secrets, `section.key`: the core's and each registered platform's
+/// (from its section's own list). They are refused in the file, always read as strings from the
 /// environment, checked for blankness (S1). `secret_keys_are_exactly_the_secret_typed_fields` keeps
 /// this list equal to the fields read with [`optional`].
-pub(super) const SECRET_KEYS: [&str; 6] = [
-    "daemon.token",
-    "slack.bot_token",
-    "slack.app_token",
-    "slack.signing_secret",
-    "discord.token",
-    "http.api_token",
-];
+pub(super) fn secret_keys() -> Vec<String> {
+    let platforms = super::Sections::default();
+    CORE_SECRET_KEYS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .chain(platforms.iter().flat_map(|(name, section)| {
+            section
+                .secrets()
+                .into_iter()
+                .map(move |(key, _)| format!("{name}.{key}"))
+        }))
+        .collect()
+}
 
 pub(super) fn is_secret(section: &str, key: &str) -> bool {
-    SECRET_KEYS
+    secret_keys()
         .iter()
         .any(|k| k.split_once('.') == Some((section, key)))
 }

@@ -2,14 +2,11 @@
 
 use std::net::SocketAddr;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
-use super::secret::is_blank;
-use super::{Config, ConfigError, SlackMode, mask_url};
+use super::secret::{is_blank, secret_env_var};
+use super::{Config, ConfigError, mask_url};
 use crate::platform::Platform;
-
-/// The shortest Slack signing secret accepted (Slack issues 32 hex characters).
-pub const MIN_SIGNING_SECRET_LEN: usize = 16;
 
 /// Whether start-up will be able to read `url` as connection options.
 fn database_url_parses(url: &str) -> bool {
@@ -22,7 +19,7 @@ fn database_url_parses(url: &str) -> bool {
 }
 
 /// Whether two listen addresses would take the same port on an overlapping address.
-fn same_port(a: &str, b: &str) -> bool {
+pub(crate) fn same_port(a: &str, b: &str) -> bool {
     match (a.parse::<SocketAddr>(), b.parse::<SocketAddr>()) {
         (Ok(a), Ok(b)) => {
             a.port() == b.port()
@@ -32,7 +29,7 @@ fn same_port(a: &str, b: &str) -> bool {
     }
 }
 
-pub(super) fn is_listen_address(s: &str) -> bool {
+pub(crate) fn is_listen_address(s: &str) -> bool {
     if s.parse::<SocketAddr>().is_ok() {
         return true;
     }
@@ -48,34 +45,39 @@ pub(super) fn is_listen_address(s: &str) -> bool {
     }
 }
 
+/// A1: a blank id in the list `key` admits no one meant (and may admit an event without a user).
+pub(crate) fn check_ids(key: &str, list: &[String], problems: &mut Vec<String>) {
+    if let Some(i) = list.iter().position(|v| v.trim().is_empty()) {
+        problems.push(format!(
+            "{key}[{i}] is blank (A1): an empty id admits no one you meant and may admit an event without a user; list real ids"
+        ));
+    }
+}
+
 impl Config {
-    /// Every secret with the variable that sets it.
-    pub(super) fn secrets(&self) -> [(&'static str, Option<&SecretString>); 6] {
-        [
-            ("CHAT_BRIDGE_DAEMON__TOKEN", self.daemon.token.as_ref()),
-            (
-                "CHAT_BRIDGE_SLACK__BOT_TOKEN",
-                self.slack.bot_token.as_ref(),
-            ),
-            (
-                "CHAT_BRIDGE_SLACK__APP_TOKEN",
-                self.slack.app_token.as_ref(),
-            ),
-            (
-                "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
-                self.slack.signing_secret.as_ref(),
-            ),
-            ("CHAT_BRIDGE_DISCORD__TOKEN", self.discord.token.as_ref()),
-            ("CHAT_BRIDGE_HTTP__API_TOKEN", self.http.api_token.as_ref()),
+    /// Every secret with the variable that sets it: the core's and each platform's.
+    pub(crate) fn secrets(&self) -> Vec<(String, Option<&SecretString>)> {
+        let core = [
+            ("daemon.token", self.daemon.token.as_ref()),
+            ("http.api_token", self.http.api_token.as_ref()),
         ]
+        .map(|(key, v)| (secret_env_var(key), v));
+        core.into_iter()
+            .chain(self.platforms.iter().flat_map(|(name, section)| {
+                section
+                    .secrets()
+                    .into_iter()
+                    .map(move |(key, v)| (secret_env_var(&format!("{name}.{key}")), v))
+            }))
+            .collect()
     }
 
-    /// Everything start-up and `check-config` refuse, in one place; returns the platform to serve.
+    /// Everything start-up and `check-config` refuse, in one place; returns the platforms to serve (at least one).
     ///
     /// # Errors
     /// [`ConfigError::Refused`] listing every problem found, each naming its key or variable and
     /// what to set — never a secret's value, and URLs with their credentials masked.
-    pub fn validate(&self) -> Result<&'static dyn Platform, ConfigError> {
+    pub fn validate(&self) -> Result<Vec<&'static dyn Platform>, ConfigError> {
         let mut problems = Vec::new();
         // S1: set but empty is worse than unset (an empty HMAC key verifies anyone's signature).
         for (var, secret) in self.secrets() {
@@ -84,14 +86,6 @@ impl Config {
                     "{var} is set but empty (S1): a blank secret would let anyone in; set the real value or unset {var}"
                 ));
             }
-        }
-        if let Some(secret) = &self.slack.signing_secret
-            && !is_blank(secret)
-            && secret.expose_secret().len() < MIN_SIGNING_SECRET_LEN
-        {
-            problems.push(format!(
-                "CHAT_BRIDGE_SLACK__SIGNING_SECRET is shorter than {MIN_SIGNING_SECRET_LEN} bytes (S1): use the app's signing secret from Slack's Basic Information page"
-            ));
         }
         let db = self.database.url.to_ascii_lowercase();
         if !(db.starts_with("postgres://")
@@ -127,34 +121,13 @@ impl Config {
                 "http.listen must be an address with a port (0.0.0.0:8080), not {listen:?}"
             ));
         }
-        if self.slack.mode == SlackMode::Http
-            && let Some(listen) = &self.http.listen
-            && same_port(listen, &self.slack.listen)
-        {
-            problems.push(format!(
-                "http.listen ({listen}) and slack.listen ({}) use the same port: give the Slack events listener its own",
-                self.slack.listen
-            ));
-        }
-        for (key, list) in [
-            ("slack.allowed_users", &self.slack.allowed_users),
-            ("slack.allowed_channels", &self.slack.allowed_channels),
-            ("discord.allowed_users", &self.discord.allowed_users),
-            ("discord.allowed_roles", &self.discord.allowed_roles),
-            ("discord.allowed_channels", &self.discord.allowed_channels),
-            ("approvals.approvers", &self.approvals.approvers),
-        ] {
-            if let Some(i) = list.iter().position(|v| v.trim().is_empty()) {
-                problems.push(format!(
-                    "{key}[{i}] is blank (A1): an empty id admits no one you meant and may admit an event without a user; list real ids"
-                ));
-            }
-        }
-        if !is_listen_address(&self.slack.listen) {
-            problems.push(format!(
-                "slack.listen must be an address with a port (0.0.0.0:3000), not {:?}",
-                self.slack.listen
-            ));
+        check_ids(
+            "approvals.approvers",
+            &self.approvals.approvers,
+            &mut problems,
+        );
+        for (_, section) in self.platforms.iter() {
+            section.check(self, &mut problems);
         }
         for (i, pattern) in self.redact.patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(pattern) {
@@ -167,19 +140,22 @@ impl Config {
         if self.service.outbox_workers == 0 {
             problems.push("service.outbox_workers must be at least 1".into());
         }
-        let platform = match crate::platform::select(self) {
-            Ok(p) => {
-                p.check(self, &mut problems);
-                Some(p)
+        let platforms = match crate::platform::select(self) {
+            Ok(ps) => {
+                for p in &ps {
+                    p.check(self, &mut problems);
+                }
+                ps
             }
             Err(e) => {
                 problems.push(e);
-                None
+                Vec::new()
             }
         };
-        match platform {
-            Some(p) if problems.is_empty() => Ok(p),
-            _ => Err(ConfigError::Refused(problems)),
+        if problems.is_empty() {
+            Ok(platforms)
+        } else {
+            Err(ConfigError::Refused(problems))
         }
     }
 }

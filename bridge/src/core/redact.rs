@@ -24,6 +24,9 @@ const BUILT_IN: &[&str] = &[
 /// `key=value` and `key: value` pairs whose key names a secret: the key stays, the value goes.
 const PAIRS: &str = r#"(?i)\b([A-Za-z0-9_.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9_.-]*)(["']?\s*[=:]\s*)(?:"[^"\n]*"|'[^'\n]*'|[^\s"',;&|]+)"#;
 
+/// The shortest configured secret [`Redactor::with_secrets`] redacts literally.
+pub const MIN_LITERAL: usize = 8;
+
 /// Replaces secrets with `[redacted]`.
 #[derive(Debug, Clone)]
 pub struct Redactor {
@@ -49,6 +52,30 @@ impl Redactor {
             patterns,
             pairs: Some(Regex::new(PAIRS)?),
         })
+    }
+
+    /// Also replaces each of `secrets` wherever it appears literally: the bridge's own tokens (the
+    /// platforms' and the daemon's, from [`crate::config::Config`]) never reach a chat even in a
+    /// format no pattern knows (`echo $TOKEN` in the built-in shell agent, whose commands inherit
+    /// the bridge's environment). Values shorter than [`MIN_LITERAL`] are left to the patterns: a
+    /// short word would be redacted wherever it appears.
+    #[must_use]
+    pub fn with_secrets<'a>(mut self, secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut literals: Vec<&str> = secrets
+            .into_iter()
+            .map(str::trim)
+            .filter(|s| s.chars().count() >= MIN_LITERAL)
+            .collect();
+        // Longest first, so a secret holding another is replaced whole.
+        literals.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        literals.dedup();
+        let mut patterns: Vec<Regex> = literals
+            .iter()
+            .filter_map(|s| Regex::new(&regex::escape(s)).ok())
+            .collect();
+        patterns.append(&mut self.patterns);
+        self.patterns = patterns;
+        self
     }
 
     /// `text` with every match replaced.
@@ -81,6 +108,24 @@ impl Default for Redactor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn s2_the_bridges_own_secrets_are_redacted_wherever_they_appear() {
+        let discord = "MTA5.discord-bot-token.without-a-known-format";
+        let r = Redactor::default().with_secrets([discord, "  api-token-4242  ", "short"]);
+        assert_eq!(
+            r.redact(&format!("$ echo $TOKEN\n{discord}\nnext")),
+            "$ echo $TOKEN\n[redacted]\nnext"
+        );
+        assert_eq!(r.redact("x=api-token-4242;"), "x=[redacted];");
+        // Too short to redact literally without hiding ordinary words.
+        assert_eq!(r.redact("a short answer"), "a short answer");
+        // The patterns still apply.
+        assert!(
+            r.redact("ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+                .contains("[redacted]")
+        );
+    }
 
     #[test]
     fn r7_common_secret_formats_are_redacted() {

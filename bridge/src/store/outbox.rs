@@ -112,6 +112,9 @@ pub struct Claimed {
     pub action: String,
     /// Failed attempts so far.
     pub attempts: i64,
+    /// The conversation's platform (which channel delivers it when one process serves several);
+    /// `None` for a row whose conversation is gone.
+    pub platform: Option<String>,
 }
 
 /// Claims the next deliverable action: the oldest due head of any conversation's queue not already
@@ -135,7 +138,8 @@ pub async fn claim_next(
                                WHERE e.conversation_id = o.conversation_id AND e.status = 'pending' AND e.id < o.id)
              ORDER BY o.id LIMIT 1)
            AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
-         RETURNING id, conversation_id, kind, coalesce_key, action, attempts",
+         RETURNING id, conversation_id, kind, coalesce_key, action, attempts,
+                   (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform",
     )
     .arg(worker)
     .arg(now.saturating_add(ms(lease)))

@@ -16,6 +16,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod config;
 mod start;
 mod terminal;
 

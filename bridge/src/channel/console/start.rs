@@ -16,12 +16,19 @@ impl crate::platform::Platform for ConsolePlatform {
         "console"
     }
 
-    fn configured(&self, _cfg: &crate::config::Config) -> bool {
-        true
+    fn section(&self) -> Option<crate::platform::SectionSpec> {
+        Some(crate::platform::SectionSpec::of::<
+            super::config::ConsoleConfig,
+        >("console"))
+    }
+
+    /// Next to other platforms only with `console.enabled`; alone whenever none is configured.
+    fn configured(&self, cfg: &crate::config::Config) -> bool {
+        cfg.console().enabled
     }
 
     fn credentials(&self) -> &'static str {
-        "nothing"
+        "console.enabled"
     }
 
     fn check(&self, _cfg: &crate::config::Config, _problems: &mut Vec<String>) {}

@@ -3,6 +3,9 @@
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Config, check_ids};
+use crate::platform::PlatformConfig;
+
 /// `[discord]`: set `CHAT_BRIDGE_DISCORD__TOKEN` to run on Discord.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,5 +38,30 @@ impl Default for Discord {
             allowed_roles: Vec::new(),
             allow_dms: true,
         }
+    }
+}
+
+impl PlatformConfig for Discord {
+    fn secrets(&self) -> Vec<(&'static str, Option<&SecretString>)> {
+        vec![("token", self.token.as_ref())]
+    }
+
+    fn check_section(&self, _cfg: &Config, problems: &mut Vec<String>) {
+        check_ids("discord.allowed_users", &self.allowed_users, problems);
+        check_ids("discord.allowed_roles", &self.allowed_roles, problems);
+        check_ids("discord.allowed_channels", &self.allowed_channels, problems);
+    }
+}
+
+impl Config {
+    /// `[discord]`.
+    #[must_use]
+    pub fn discord(&self) -> &Discord {
+        self.section::<Discord>()
+    }
+
+    /// `[discord]`, to change it.
+    pub fn discord_mut(&mut self) -> &mut Discord {
+        self.section_mut::<Discord>()
     }
 }

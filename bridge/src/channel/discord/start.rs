@@ -13,7 +13,7 @@ use super::{Gateway, http};
 use crate::channel::{Arrival, BoxFuture};
 use crate::config::{Config, required};
 use crate::core::redact::Redactor;
-use crate::platform::{Connected, Platform, Running};
+use crate::platform::{Connected, Platform, Running, SectionSpec};
 
 /// Discord (serenity's gateway in, its REST client out).
 #[derive(Debug, Clone, Copy)]
@@ -24,8 +24,12 @@ impl Platform for DiscordPlatform {
         "discord"
     }
 
+    fn section(&self) -> Option<SectionSpec> {
+        Some(SectionSpec::of::<super::config::Discord>("discord"))
+    }
+
     fn configured(&self, cfg: &Config) -> bool {
-        cfg.discord.token.is_some()
+        cfg.discord().token.is_some()
     }
 
     fn credentials(&self) -> &'static str {
@@ -33,8 +37,8 @@ impl Platform for DiscordPlatform {
     }
 
     fn check(&self, cfg: &Config, problems: &mut Vec<String>) {
-        if cfg.discord.allowed_users.is_empty()
-            && cfg.discord.allowed_roles.is_empty()
+        if cfg.discord().allowed_users.is_empty()
+            && cfg.discord().allowed_roles.is_empty()
             && !cfg.access.open
         {
             problems.push(
@@ -44,7 +48,7 @@ impl Platform for DiscordPlatform {
     }
 
     fn access(&self, cfg: &Config) -> String {
-        let d = &cfg.discord;
+        let d = &cfg.discord();
         if cfg.access.open && d.allowed_users.is_empty() && d.allowed_roles.is_empty() {
             "open to everyone (access.open)".to_owned()
         } else {
@@ -66,17 +70,17 @@ impl Platform for DiscordPlatform {
 }
 
 async fn connect(cfg: &Config, sink: mpsc::Sender<Arrival>) -> anyhow::Result<Connected> {
-    let token = required(cfg.discord.token.as_ref(), "CHAT_BRIDGE_DISCORD__TOKEN")?;
-    let rest = http(token.expose_secret(), &cfg.discord.api_base_url);
+    let token = required(cfg.discord().token.as_ref(), "CHAT_BRIDGE_DISCORD__TOKEN")?;
+    let rest = http(token.expose_secret(), &cfg.discord().api_base_url);
     let me = rest.get_current_user().await.map_err(|e| {
         anyhow::anyhow!("Discord refused the bot token or could not be reached ({e}); check CHAT_BRIDGE_DISCORD__TOKEN and discord.api_base_url")
     })?;
     tracing::info!(user = %me.id, "Discord accepted the bot token");
     let access = Access {
-        channels: cfg.discord.allowed_channels.clone(),
-        users: cfg.discord.allowed_users.clone(),
-        roles: cfg.discord.allowed_roles.clone(),
-        allow_dms: cfg.discord.allow_dms,
+        channels: cfg.discord().allowed_channels.clone(),
+        users: cfg.discord().allowed_users.clone(),
+        roles: cfg.discord().allowed_roles.clone(),
+        allow_dms: cfg.discord().allow_dms,
     };
     let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
     let gateway = Gateway::build(rest, access, redactor, sink)

@@ -1,7 +1,14 @@
 //! `[slack]`: Slack's section of the configuration (its checks are in `start.rs`).
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
+
+use crate::config::secret::is_blank;
+use crate::config::{Config, check_ids, is_listen_address, same_port};
+use crate::platform::PlatformConfig;
+
+/// The shortest Slack signing secret accepted (Slack issues 32 hex characters).
+pub const MIN_SIGNING_SECRET_LEN: usize = 16;
 
 /// How Slack's events reach the bridge.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -55,5 +62,56 @@ impl Default for Slack {
             listen: "0.0.0.0:3000".into(),
             signing_secret: None,
         }
+    }
+}
+
+impl PlatformConfig for Slack {
+    fn secrets(&self) -> Vec<(&'static str, Option<&SecretString>)> {
+        vec![
+            ("bot_token", self.bot_token.as_ref()),
+            ("app_token", self.app_token.as_ref()),
+            ("signing_secret", self.signing_secret.as_ref()),
+        ]
+    }
+
+    fn check_section(&self, cfg: &Config, problems: &mut Vec<String>) {
+        if let Some(secret) = &self.signing_secret
+            && !is_blank(secret)
+            && secret.expose_secret().len() < MIN_SIGNING_SECRET_LEN
+        {
+            problems.push(format!(
+                "CHAT_BRIDGE_SLACK__SIGNING_SECRET is shorter than {MIN_SIGNING_SECRET_LEN} bytes (S1): use the app's signing secret from Slack's Basic Information page"
+            ));
+        }
+        if self.mode == SlackMode::Http
+            && let Some(listen) = &cfg.http.listen
+            && same_port(listen, &self.listen)
+        {
+            problems.push(format!(
+                "http.listen ({listen}) and slack.listen ({}) use the same port: give the Slack events listener its own",
+                self.listen
+            ));
+        }
+        check_ids("slack.allowed_users", &self.allowed_users, problems);
+        check_ids("slack.allowed_channels", &self.allowed_channels, problems);
+        if !is_listen_address(&self.listen) {
+            problems.push(format!(
+                "slack.listen must be an address with a port (0.0.0.0:3000), not {:?}",
+                self.listen
+            ));
+        }
+    }
+}
+
+impl Config {
+    /// `[slack]`.
+    #[must_use]
+    pub fn slack(&self) -> &Slack {
+        self.section::<Slack>()
+    }
+
+    /// `[slack]`, to change it.
+    pub fn slack_mut(&mut self) -> &mut Slack {
+        self.section_mut::<Slack>()
     }
 }

@@ -10,11 +10,12 @@ use secrecy::ExposeSecret;
 use tokio::sync::mpsc;
 
 use super::api::{SlackToken, WebApi};
+use super::config::SlackMode;
 use super::events::Access;
 use super::{Slack, http_mode, socket};
 use crate::channel::{Arrival, BoxFuture};
-use crate::config::{Config, SlackMode, required};
-use crate::platform::{Connected, Listener, Platform, Running};
+use crate::config::{Config, required};
+use crate::platform::{Connected, Listener, Platform, Running, SectionSpec};
 
 /// Slack (Socket Mode or the Events API in, the Web API out).
 #[derive(Debug, Clone, Copy)]
@@ -25,8 +26,12 @@ impl Platform for SlackPlatform {
         "slack"
     }
 
+    fn section(&self) -> Option<SectionSpec> {
+        Some(SectionSpec::of::<super::config::Slack>("slack"))
+    }
+
     fn configured(&self, cfg: &Config) -> bool {
-        cfg.slack.bot_token.is_some()
+        cfg.slack().bot_token.is_some()
     }
 
     fn credentials(&self) -> &'static str {
@@ -34,16 +39,16 @@ impl Platform for SlackPlatform {
     }
 
     fn check(&self, cfg: &Config, problems: &mut Vec<String>) {
-        match cfg.slack.mode {
-            SlackMode::Socket if cfg.slack.app_token.is_none() => problems.push(
+        match cfg.slack().mode {
+            SlackMode::Socket if cfg.slack().app_token.is_none() => problems.push(
                 "CHAT_BRIDGE_SLACK__APP_TOKEN is not set (Socket Mode needs the app-level token; or set slack.mode = \"http\" and CHAT_BRIDGE_SLACK__SIGNING_SECRET)".into(),
             ),
-            SlackMode::Http if cfg.slack.signing_secret.is_none() => problems.push(
+            SlackMode::Http if cfg.slack().signing_secret.is_none() => problems.push(
                 "CHAT_BRIDGE_SLACK__SIGNING_SECRET is not set (slack.mode = \"http\" verifies every request with it)".into(),
             ),
             _ => {}
         }
-        if cfg.slack.allowed_users.is_empty() && !cfg.access.open {
+        if cfg.slack().allowed_users.is_empty() && !cfg.access.open {
             problems.push(
                 "no Slack user allowlist (A1): set slack.allowed_users (CHAT_BRIDGE_SLACK__ALLOWED_USERS='[\"U0123ABCD\"]') to the people who may run commands, or set access.open = true (CHAT_BRIDGE_ACCESS__OPEN=true) to let everyone who can reach the bot, DMs included, run them".into(),
             );
@@ -51,10 +56,10 @@ impl Platform for SlackPlatform {
     }
 
     fn access(&self, cfg: &Config) -> String {
-        if cfg.access.open && cfg.slack.allowed_users.is_empty() {
+        if cfg.access.open && cfg.slack().allowed_users.is_empty() {
             "open to everyone (access.open)".to_owned()
         } else {
-            format!("{} allowed users", cfg.slack.allowed_users.len())
+            format!("{} allowed users", cfg.slack().allowed_users.len())
         }
     }
 
@@ -68,9 +73,12 @@ impl Platform for SlackPlatform {
 }
 
 async fn connect(cfg: &Config, sink: mpsc::Sender<Arrival>) -> anyhow::Result<Connected> {
-    let bot = required(cfg.slack.bot_token.as_ref(), "CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
+    let bot = required(
+        cfg.slack().bot_token.as_ref(),
+        "CHAT_BRIDGE_SLACK__BOT_TOKEN",
+    )?;
     let api = WebApi::new(
-        &cfg.slack.api_base_url,
+        &cfg.slack().api_base_url,
         SlackToken::new(bot.expose_secret()),
     )?;
     let me = api
@@ -78,22 +86,25 @@ async fn connect(cfg: &Config, sink: mpsc::Sender<Arrival>) -> anyhow::Result<Co
         .await
         .context("Slack auth.test failed; check CHAT_BRIDGE_SLACK__BOT_TOKEN")?;
     tracing::info!(user = %me.user_id, team = %me.team_id, "connected to Slack as the bot user");
-    let slack = match cfg.slack.mode {
+    let slack = match cfg.slack().mode {
         SlackMode::Http => Slack::new(api.clone()).taking_requests(),
         SlackMode::Socket => Slack::new(api.clone()),
     };
     let connected = slack.connection_flag();
     let access = Access {
-        channels: cfg.slack.allowed_channels.clone(),
-        users: cfg.slack.allowed_users.clone(),
-        allow_dms: cfg.slack.allow_dms,
+        channels: cfg.slack().allowed_channels.clone(),
+        users: cfg.slack().allowed_users.clone(),
+        allow_dms: cfg.slack().allow_dms,
     };
     let bot_user = me.user_id;
-    let listen: Listener = match cfg.slack.mode {
+    let listen: Listener = match cfg.slack().mode {
         SlackMode::Socket => {
             let app_token = SlackToken::new(
-                required(cfg.slack.app_token.as_ref(), "CHAT_BRIDGE_SLACK__APP_TOKEN")?
-                    .expose_secret(),
+                required(
+                    cfg.slack().app_token.as_ref(),
+                    "CHAT_BRIDGE_SLACK__APP_TOKEN",
+                )?
+                .expose_secret(),
             );
             Box::new(move |run: Running| {
                 Box::pin(async move {
@@ -104,11 +115,11 @@ async fn connect(cfg: &Config, sink: mpsc::Sender<Arrival>) -> anyhow::Result<Co
         }
         SlackMode::Http => {
             let secret = required(
-                cfg.slack.signing_secret.as_ref(),
+                cfg.slack().signing_secret.as_ref(),
                 "CHAT_BRIDGE_SLACK__SIGNING_SECRET",
             )?
             .clone();
-            let text = cfg.slack.listen.clone();
+            let text = cfg.slack().listen.clone();
             let addr: SocketAddr = text
                 .parse()
                 .with_context(|| format!("slack.listen {text:?}"))?;

@@ -13,7 +13,7 @@ fn s1_empty_signing_secret_is_a_startup_error_naming_its_key() {
         ],
     )
     .expect("a real signing secret");
-    assert_eq!(ok.slack.mode, SlackMode::Http);
+    assert_eq!(ok.slack().mode, SlackMode::Http);
     for blank in ["", " ", "\t\n"] {
         let err = load_with(
             &SLACK,
@@ -111,7 +111,7 @@ fn a1_slack_without_allowlist_refuses_to_start_unless_access_open() {
     let open = load_with(tokens, &[("CHAT_BRIDGE_ACCESS__OPEN", "true")]).expect("open on purpose");
     assert!(open.access.open);
     let listed = load(&SLACK).expect("an allowlist");
-    assert_eq!(listed.slack.allowed_users, ["U1"]);
+    assert_eq!(listed.slack().allowed_users, ["U1"]);
     // The console is local and always allowed.
     load(&[]).expect("console");
 }
@@ -261,7 +261,7 @@ fn s1_secrets_lose_surrounding_whitespace_and_a_blank_shell_agent_token_is_refus
     )
     .expect("a trailing newline is not part of the secret");
     assert_eq!(
-        c.slack.signing_secret.as_ref().map(expose),
+        c.slack().signing_secret.as_ref().map(expose),
         Some(SIGNING_SECRET)
     );
     let short = format!("{}x", " ".repeat(15));
