@@ -202,12 +202,9 @@ impl std::fmt::Debug for Connected {
     }
 }
 
-/// Every platform this build serves. Adding a platform adds its line here.
-pub static REGISTRY: &[&dyn Platform] = &[
-    &crate::channel::console::ConsolePlatform,
-    &crate::channel::slack::start::SlackPlatform,
-    &crate::channel::discord::start::DiscordPlatform,
-];
+/// Every platform this build serves: the `platforms!` list in `channel/mod.rs`, where adding a
+/// platform adds its one line.
+pub static REGISTRY: &[&dyn Platform] = crate::channel::PLATFORMS;
 
 /// Every platform's configuration section, in registry order.
 pub fn sections() -> impl Iterator<Item = SectionSpec> {

@@ -5,11 +5,25 @@
 //! format within its [`Capabilities`], and reports rate limits as [`DeliveryError::RateLimited`] so the
 //! outbox can honour them.
 
-pub mod console;
-pub mod discord;
 pub mod several;
-pub mod slack;
 pub mod text;
+
+/// Declares each platform's folder and registers it, in one line per platform: the only line
+/// outside its folder that adding a platform touches ([`crate::platform::REGISTRY`] is this list).
+macro_rules! platforms {
+    ($($folder:ident => $platform:path),* $(,)?) => {
+        $(pub mod $folder;)*
+
+        /// Every platform this build serves, in this order (see [`crate::platform::REGISTRY`]).
+        pub static PLATFORMS: &[&dyn crate::platform::Platform] = &[$(&$platform),*];
+    };
+}
+
+platforms! {
+    console => console::ConsolePlatform,
+    slack => slack::start::SlackPlatform,
+    discord => discord::start::DiscordPlatform,
+}
 
 use std::future::Future;
 use std::pin::Pin;
