@@ -287,3 +287,21 @@ fn s2_trace_logs_never_carry_the_daemon_token() {
         "the shell agent's trace log carries its token"
     );
 }
+
+/// S2: commands run by the built-in shell agent never see the bridge's own environment — its
+/// settings and secrets (`CHAT_BRIDGE_*`) — so a chat user's `env` cannot print a token.
+#[test]
+fn s2_commands_never_inherit_the_bridges_own_settings_and_secrets() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = binary::piped(
+        // `binary::command` sets CHAT_BRIDGE_SHELL_AGENT__HEARTBEAT_INTERVAL; CHAT_BRIDGE_LOG too here.
+        &mut bridge(dir.path(), &[], &[("CHAT_BRIDGE_LOG", "info")]),
+        b"echo \"seen:$(env | grep -c '^CHAT_BRIDGE_') path:${PATH:+set}\"\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(
+        stdout.contains("seen:0 path:set"),
+        "no CHAT_BRIDGE_ variable reaches the command, the rest of the environment does: {stdout}"
+    );
+}

@@ -125,6 +125,13 @@ fn spawn(spec: &RunSpec, output: Arc<Output>) -> Result<Spawned, String> {
     cmd.cwd(&spec.cwd);
     cmd.env("TERM", "dumb");
     cmd.env("NO_COLOR", "1");
+    // The bridge's own settings and secrets (`CHAT_BRIDGE_*`: chat tokens, the database URL, API
+    // tokens) are not the command's business: a chat user's `env` must not print them (S2).
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CHAT_BRIDGE_") {
+            cmd.env_remove(key);
+        }
+    }
     let mut child = pty
         .slave
         .spawn_command(cmd)
