@@ -222,6 +222,7 @@ impl Application {
             cwd,
             output_cap: channel.capabilities().output_cap,
             buttons: channel.capabilities().has_buttons,
+            announce_connection: !channel.capabilities().has_threads,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()

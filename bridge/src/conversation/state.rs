@@ -46,7 +46,23 @@ pub struct State {
     pub prompt_seq: u64,
     /// Inbox entries the next commit marks handled (D2).
     pub marks: Marks,
+    /// The daemon connection is down: prompts are held in the queue until it is back (L7).
+    pub daemon_down: bool,
+    /// The thread was told, during this outage, that its messages are held (one notice, L7).
+    pub held_noticed: bool,
+    /// When to try the held prompts again even if no reconnect is reported (the agent refused a
+    /// `session/new` or `session/load` for want of a connection while it counted as up).
+    pub retry_at: Option<Instant>,
 }
+
+/// What a thread is told the first time a message is held during an outage (L7).
+pub const HELD_TEXT: &str = "The agent is unreachable; your message is queued and will run when it is back. `/cancel` drops what is queued.";
+
+/// The console's line when the daemon connection is lost (L7).
+pub const LOST_TEXT: &str = "The connection to the agent was lost; reconnecting. Messages sent meanwhile wait and run when it is back.";
+
+/// The console's line when the daemon connection is back (L7).
+pub const BACK_TEXT: &str = "The connection to the agent is back.";
 
 /// A progress line due for a running tool (L5).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +113,8 @@ pub enum Admission {
     Start(Queued),
     /// It waits behind the running turn.
     Queued,
+    /// The agent is unreachable: it waits in the queue until the agent is back (L7).
+    Held,
     /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
     /// marked handled by that notice's transaction.
     Full(usize),
@@ -149,6 +167,7 @@ impl State {
             }),
             turn.and_then(|t| t.cancel_by),
             self.approvals.next_deadline(),
+            self.retry_at,
         ]
         .into_iter()
         .flatten()
@@ -226,18 +245,75 @@ impl State {
                     ));
                     effects.push(Effect::EndTurnAs(TurnStatus::Cancelled));
                 }
+                if self.retry_at.is_some_and(|at| at <= now) {
+                    self.retry_at = None;
+                    if self.turn.is_none() && !self.queue.is_empty() {
+                        effects.push(Effect::RunQueued);
+                    }
+                }
                 effects
             }
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
-                vec![match self.admit(q, cfg.queue_cap) {
-                    Admission::Start(q) => Effect::StartTurn(q),
-                    Admission::Queued => Effect::Queued(event),
-                    Admission::Full(waiting) => Effect::QueueFull(waiting),
-                }]
+                match self.admit(q, cfg.queue_cap) {
+                    Admission::Start(q) => vec![Effect::StartTurn(q)],
+                    Admission::Queued => vec![Effect::Queued(event)],
+                    Admission::Held => {
+                        self.retry_at.get_or_insert(now + cfg.hold_retry);
+                        std::iter::once(Effect::Held(event))
+                            .chain(self.held_notice())
+                            .collect()
+                    }
+                    Admission::Full(waiting) => vec![Effect::QueueFull(waiting)],
+                }
             }
+            Event::Unreachable(q) => {
+                // First in line again: it was the next to run (L7).
+                self.queue.push_front(q);
+                self.daemon_down = true;
+                self.retry_at = Some(now + cfg.hold_retry);
+                self.held_notice().into_iter().collect()
+            }
+            Event::Connection(up) => self.on_connection(up, cfg),
         }
+    }
+
+    /// The thread's one notice per outage that its messages are held (L7).
+    fn held_notice(&mut self) -> Option<Effect> {
+        if std::mem::replace(&mut self.held_noticed, true) {
+            return None;
+        }
+        Some(Effect::Notice(
+            crate::channel::Tone::Warning,
+            HELD_TEXT.to_owned(),
+        ))
+    }
+
+    /// The daemon connection went down or came back (L7): held prompts run in order once it is
+    /// back; the console says both as chat lines.
+    fn on_connection(&mut self, up: bool, cfg: &CoreConfig) -> Vec<Effect> {
+        let was_down = std::mem::replace(&mut self.daemon_down, !up);
+        let mut effects = Vec::new();
+        if up {
+            self.held_noticed = false;
+            self.retry_at = None;
+            if cfg.announce_connection && was_down {
+                effects.push(Effect::Notice(
+                    crate::channel::Tone::Success,
+                    BACK_TEXT.to_owned(),
+                ));
+            }
+            if self.turn.is_none() && !self.queue.is_empty() {
+                effects.push(Effect::RunQueued);
+            }
+        } else if cfg.announce_connection && !was_down {
+            effects.push(Effect::Notice(
+                crate::channel::Tone::Warning,
+                LOST_TEXT.to_owned(),
+            ));
+        }
+        effects
     }
 
     /// The prompt call `seq` returned.
@@ -337,11 +413,14 @@ impl State {
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.
     pub fn admit(&mut self, q: Queued, cap: usize) -> Admission {
-        if self.turn.is_none() {
+        // Behind held prompts a prompt waits too: they run in order (L7).
+        let held = self.daemon_down || (self.turn.is_none() && !self.queue.is_empty());
+        if self.turn.is_none() && !held {
             return Admission::Start(q);
         }
         let event = q.event.clone();
         match self.queue.admit(q, cap) {
+            Ok(()) if self.turn.is_none() => Admission::Held,
             Ok(()) => Admission::Queued,
             Err(waiting) => {
                 self.marks.add(event);

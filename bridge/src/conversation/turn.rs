@@ -128,6 +128,11 @@ impl Queue {
         Ok(())
     }
 
+    /// Puts `q` first in line again (a turn that could not start for it).
+    pub fn push_front(&mut self, q: Queued) {
+        self.items.push_front(q);
+    }
+
     /// The next prompt.
     pub fn pop(&mut self) -> Option<Queued> {
         self.items.pop_front()
