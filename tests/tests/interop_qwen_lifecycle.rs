@@ -195,3 +195,130 @@ async fn l6_after_a_bridge_restart_the_resumed_thread_still_runs_in_yolo_mode() 
     app.shutdown().await;
     drop(peer);
 }
+
+/// Waits until the client reports the daemon connection `up` (or not).
+async fn until_connected(app: &Application, up: bool, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while app.core.daemon_connected.load(Ordering::SeqCst) != up {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "daemon connection {} within {within:?}",
+            if up { "back" } else { "seen lost" }
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The only conversation's transcript: (kind, body) in order.
+async fn transcript(app: &Application) -> Vec<(String, String)> {
+    use chat_bridge::store::{history, transcript};
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    transcript::list(&mut c, &conv.id)
+        .await
+        .expect("transcript")
+        .into_iter()
+        .map(|e| (e.kind, e.body))
+        .collect()
+}
+
+/// L7 item 4: the daemon is down for about ten seconds while two messages arrive. Neither is lost
+/// or fails: the thread hears once that they are queued, the console says the connection was lost
+/// and is back, and both run in order after the daemon returns — each once, in the chat and in
+/// the transcript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_messages_sent_while_the_daemon_is_down_run_in_order_once_it_is_back() {
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    // Threadless like the console, which shows the connection's loss and recovery as chat lines.
+    let rec = Arc::new(Recorder::threadless());
+    let app = Application::build(&config(&peer, &dir), rec.clone())
+        .await
+        .expect("build");
+    app.core
+        .accept(console::inbound("RUN 20000 echo zero"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+
+    let down_at = tokio::time::Instant::now();
+    peer.stop();
+    until_connected(&app, false, Duration::from_secs(10)).await;
+    for word in ["one", "two"] {
+        app.core
+            .accept(console::inbound(&format!("RUN 20000 echo {word}")))
+            .await
+            .expect("accept");
+    }
+    rec.wait_for("the queued notice", |r| {
+        r.latest()
+            .iter()
+            .any(|(_, m)| format!("{} {:?}", m.title, m.body).contains("queued"))
+    })
+    .await;
+    assert_eq!(app.core.busy(), 2, "both held, neither ran nor failed");
+    // About ten seconds of outage in all.
+    tokio::time::sleep_until(down_at + Duration::from_secs(10)).await;
+    peer.restart();
+    until_connected(&app, true, Duration::from_secs(40)).await;
+    settle(&app).await;
+
+    let all = rec.latest();
+    let text = |m: &chat_bridge::channel::Message| format!("{} {:?} {:?}", m.title, m.body, m.code);
+    let count = |needle: &str| all.iter().filter(|(_, m)| text(m).contains(needle)).count();
+    assert_eq!(
+        count("your message is queued and will run when it is back"),
+        1,
+        "one notice for the outage: {all:#?}"
+    );
+    assert_eq!(count("connection to the agent was lost"), 1, "{all:#?}");
+    assert_eq!(count("connection to the agent is back"), 1, "{all:#?}");
+    assert!(
+        all.iter().all(|(_, m)| !text(m).contains("could not run")
+            && !text(m).contains("was not sent")
+            && !text(m).contains("not owned")),
+        "nothing failed: {all:#?}"
+    );
+    let results: Vec<String> = all
+        .iter()
+        .filter(|(_, m)| m.tone == Tone::Success)
+        .filter_map(|(_, m)| m.code.clone())
+        .collect();
+    assert_eq!(
+        results,
+        vec!["zero".to_owned(), "one".to_owned(), "two".to_owned()],
+        "each command ran once, in order: {all:#?}"
+    );
+    let stored = transcript(&app).await;
+    let prompts: Vec<&str> = stored
+        .iter()
+        .filter(|(k, _)| k == "prompt")
+        .map(|(_, b)| b.as_str())
+        .collect();
+    assert_eq!(
+        prompts,
+        vec![
+            "RUN 20000 echo zero",
+            "RUN 20000 echo one",
+            "RUN 20000 echo two"
+        ],
+        "{stored:#?}"
+    );
+    assert_eq!(
+        stored.iter().filter(|(k, _)| k == "tool_finished").count(),
+        3,
+        "each result stored once: {stored:#?}"
+    );
+    assert_eq!(
+        stored.iter().filter(|(k, _)| k == "answer").count(),
+        3,
+        "one answer per turn, no replayed history: {stored:#?}"
+    );
+    app.shutdown().await;
+    drop(peer);
+}
