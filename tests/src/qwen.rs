@@ -114,6 +114,24 @@ impl QwenPeer {
         );
     }
 
+    /// Kills the daemon and its model with SIGKILL, as a crash would: nothing is cancelled or
+    /// reported on the way down (its state stays for [`QwenPeer::restart`]).
+    pub fn kill(&self) {
+        let pids = std::fs::read_to_string(self.state.0.join("pids")).unwrap_or_default();
+        for pid in pids.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            let group = Command::new("kill")
+                .args(["-9", "--", &format!("-{pid}")])
+                .stderr(std::process::Stdio::null())
+                .status();
+            if !group.is_ok_and(|s| s.success()) {
+                let _ = Command::new("kill")
+                    .args(["-9", pid])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+        }
+    }
+
     /// Stops the daemon (its state stays for [`QwenPeer::restart`]).
     pub fn stop(&self) {
         stop(&self.state.0);

@@ -214,6 +214,7 @@ impl Application {
             progress_after: cfg.liveness.progress_after,
             progress_every: cfg.liveness.progress_every,
             progress_flush: cfg.liveness.progress_flush,
+            reconnect_grace: cfg.liveness.reconnect_grace,
             permission_timeout: cfg.approvals.timeout,
             approvers: cfg.approvals.approvers.clone(),
             threads: cfg.access.threads,

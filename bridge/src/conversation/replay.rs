@@ -50,3 +50,23 @@ pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
         other => other,
     }
 }
+
+/// Whether a live (not replayed) frame is a running turn's work: text, a thought, a plan, a tool
+/// frame (heartbeats included), a permission request or the turn's end. What a daemon sends about a
+/// session that runs nothing — its command list after a load, usage — is not (L7).
+pub fn is_turn_work(event: &DaemonEvent) -> bool {
+    matches!(
+        event,
+        DaemonEvent::AgentText { .. }
+            | DaemonEvent::Thought { .. }
+            | DaemonEvent::Plan { .. }
+            | DaemonEvent::ToolStarted { .. }
+            | DaemonEvent::ToolUpdated { .. }
+            | DaemonEvent::ToolProgress { .. }
+            | DaemonEvent::ToolOutput { .. }
+            | DaemonEvent::ToolFinished { .. }
+            | DaemonEvent::LateUpdate { .. }
+            | DaemonEvent::PermissionRequested(_)
+            | DaemonEvent::TurnEnded { .. }
+    )
+}

@@ -135,6 +135,10 @@ pub struct Due {
     /// The daemon did not end the turn within the grace after a cancel: the bridge ends it, with
     /// the calls still running (scoped id, title) closed as interrupted.
     pub unconfirmed_cancel: Option<Vec<(String, String)>>,
+    /// No live frame of the turn's session arrived within `reconnect_grace` of a reconnect: the
+    /// daemon no longer runs it; the bridge ends it, with the calls still running (scoped id,
+    /// title) closed as interrupted.
+    pub orphaned: Option<Vec<(String, String)>>,
 }
 
 impl State {
@@ -166,6 +170,7 @@ impl State {
                 tools::next_line_due(&t.tools, cfg.progress_after, cfg.progress_every)
             }),
             turn.and_then(|t| t.cancel_by),
+            turn.and_then(|t| t.orphan_by),
             self.approvals.next_deadline(),
             self.retry_at,
         ]
@@ -245,6 +250,14 @@ impl State {
                     ));
                     effects.push(Effect::EndTurnAs(TurnStatus::Cancelled));
                 }
+                if let Some(running) = due.orphaned {
+                    effects.push(Effect::InterruptTools(running));
+                    effects.push(Effect::Notice(
+                        crate::channel::Tone::Warning,
+                        orphaned_text(cfg.reconnect_grace),
+                    ));
+                    effects.push(Effect::EndTurnAs(TurnStatus::Interrupted));
+                }
                 if self.retry_at.is_some_and(|at| at <= now) {
                     self.retry_at = None;
                     if self.turn.is_none() && !self.queue.is_empty() {
@@ -275,7 +288,7 @@ impl State {
                 self.retry_at = Some(now + cfg.hold_retry);
                 self.held_notice().into_iter().collect()
             }
-            Event::Connection(up) => self.on_connection(up, cfg),
+            Event::Connection(up) => self.on_connection(up, now, cfg),
         }
     }
 
@@ -292,10 +305,14 @@ impl State {
 
     /// The daemon connection went down or came back (L7): held prompts run in order once it is
     /// back; the console says both as chat lines.
-    fn on_connection(&mut self, up: bool, cfg: &CoreConfig) -> Vec<Effect> {
+    fn on_connection(&mut self, up: bool, now: Instant, cfg: &CoreConfig) -> Vec<Effect> {
         let was_down = std::mem::replace(&mut self.daemon_down, !up);
         let mut effects = Vec::new();
         if up {
+            // The open turn's prompt went out on the old connection: bounded from now on (L7).
+            if let Some(turn) = self.turn.as_mut() {
+                turn.orphan_by = Some(now + cfg.reconnect_grace);
+            }
             self.held_noticed = false;
             self.retry_at = None;
             if cfg.announce_connection && was_down {
@@ -431,6 +448,13 @@ impl State {
 
     /// A daemon event of this conversation's session, received at `now`.
     pub fn on_daemon(&mut self, e: DaemonEvent, now: Instant, cfg: &CoreConfig) -> DaemonStep {
+        if replay::is_turn_work(&e)
+            && let Some(turn) = self.turn.as_mut()
+        {
+            // A live frame of a turn's work: the daemon still runs it after a reconnect. (Session
+            // chatter such as a load's command list is no sign of a running turn.)
+            turn.orphan_by = None;
+        }
         let e = match e {
             // History replayed by session/load is never live output (L6).
             DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
@@ -617,6 +641,19 @@ impl State {
             turn.record_cancel(now, cfg.cancel_grace);
             due.cancel = true;
         }
+        if turn.orphan_by.is_some_and(|by| by <= now) {
+            turn.orphan_by = None;
+            let running: Vec<(String, String)> = turn
+                .tools
+                .drain()
+                .map(|(call, t)| (scoped_id(self.session.as_ref(), &call), t.title))
+                .collect();
+            turn.outcomes
+                .extend(running.iter().map(|_| ToolOutcome::Interrupted));
+            due.lines.clear();
+            due.orphaned = Some(running);
+            return due;
+        }
         if turn.cancel_by.is_some_and(|by| by <= now) {
             turn.cancel_by = None;
             due.unconfirmed_cancel = Some(
@@ -650,6 +687,16 @@ fn line(
         elapsed,
         age,
     })
+}
+
+/// What the thread hears when a turn open across a reconnect is ended because the daemon sent
+/// nothing for it within `grace` (L7, D6: it is not sent again).
+#[must_use]
+pub fn orphaned_text(grace: Duration) -> String {
+    format!(
+        "The connection to the agent was lost while this turn ran, and in the {} since it came back the agent sent nothing for it (it most likely restarted). The turn is marked interrupted and was not re-run; send the message again if it still matters.",
+        daemon_client::liveness::human_duration(grace)
+    )
 }
 
 /// A tool call's id scoped by its daemon session (see [`State::scoped`]).

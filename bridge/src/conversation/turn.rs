@@ -39,6 +39,10 @@ pub struct TurnState {
     /// bridge ends it — a prompt whose answer died with a connection would otherwise hold the thread
     /// for good.
     pub cancel_by: Option<Instant>,
+    /// The connection came back while this turn was open: unless a live frame of its session
+    /// arrives by then, the daemon is not running it any more (it restarted) and the bridge ends
+    /// it as interrupted — an orphaned prompt would otherwise hold the thread until a limit fires.
+    pub orphan_by: Option<Instant>,
 }
 
 impl TurnState {
@@ -62,6 +66,7 @@ impl TurnState {
             outcomes: Vec::new(),
             rejected: false,
             cancel_by: None,
+            orphan_by: None,
         }
     }
 

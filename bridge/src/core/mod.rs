@@ -98,6 +98,9 @@ pub struct CoreConfig {
     /// Say the daemon connection's loss and recovery in the conversation (the console, which has no
     /// threads and no other way to show it than chat lines).
     pub announce_connection: bool,
+    /// After a reconnect, an open turn whose session sends no live frame within this is ended as
+    /// interrupted (the daemon restarted and no longer runs it).
+    pub reconnect_grace: Duration,
 }
 
 impl Default for CoreConfig {
@@ -123,6 +126,7 @@ impl Default for CoreConfig {
             inbound_attempts: 3,
             hold_retry: Duration::from_secs(5),
             announce_connection: false,
+            reconnect_grace: Duration::from_secs(30),
         }
     }
 }

@@ -185,3 +185,83 @@ fn l7_the_console_says_connection_loss_and_recovery_as_chat_lines_once_each() {
         "Slack and Discord threads hear about it only when a message is held"
     );
 }
+
+#[test]
+fn l7_a_turn_open_across_a_reconnect_that_hears_nothing_live_is_ended_as_interrupted_once() {
+    use super::{info, started};
+    use crate::conversation::event::TurnStatus;
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let _ = s.handle(Event::Daemon(started(1, "sleep 5")), clock.now(), &c);
+    s.tool_running(super::call(1), "sleep 5".into(), clock.now(), true);
+    let _ = s.handle(Event::Connection(false), clock.now(), &c);
+    assert_eq!(s.handle(Event::Connection(true), clock.now(), &c), []);
+    assert_eq!(
+        s.turn.as_ref().and_then(|t| t.orphan_by),
+        Some(clock.now() + c.reconnect_grace),
+        "bounded from the reconnect on"
+    );
+    // The load's replay is history, not a sign of life.
+    let replay = daemon_client::DaemonEvent::Replayed {
+        session: session(),
+        event: Box::new(daemon_client::DaemonEvent::ToolStarted {
+            session: session(),
+            call: super::call(1),
+            info: info("sleep 5"),
+        }),
+    };
+    let _ = s.handle(Event::Daemon(replay), clock.advance(secs(1)), &c);
+    // Nor is session chatter after a load (qwen's command list).
+    let chatter = daemon_client::DaemonEvent::Other {
+        session: Some(session()),
+        method: "session/update".into(),
+        kind: Some("available_commands_update".into()),
+    };
+    let _ = s.handle(Event::Daemon(chatter), clock.now(), &c);
+    let effects: Vec<Effect> = s
+        .handle(Event::Timer, clock.advance(c.reconnect_grace), &c)
+        .into_iter()
+        .filter(|e| !matches!(e, Effect::ShowLine(_)))
+        .collect();
+    assert_eq!(
+        effects,
+        [
+            Effect::InterruptTools(vec![("s1/call-1".into(), "sleep 5".into())]),
+            Effect::Notice(
+                Tone::Warning,
+                crate::conversation::state::orphaned_text(c.reconnect_grace)
+            ),
+            Effect::EndTurnAs(TurnStatus::Interrupted),
+        ]
+    );
+    assert_eq!(
+        s.handle(Event::Timer, clock.advance(c.reconnect_grace), &c),
+        [],
+        "reported once"
+    );
+}
+
+#[test]
+fn l7_a_live_frame_after_a_reconnect_keeps_the_turn() {
+    use super::started;
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    let _ = s.handle(Event::Connection(false), clock.now(), &c);
+    let _ = s.handle(Event::Connection(true), clock.now(), &c);
+    let _ = s.handle(
+        Event::Daemon(started(2, "echo on")),
+        clock.advance(secs(2)),
+        &c,
+    );
+    assert!(s.turn.as_ref().expect("turn").orphan_by.is_none());
+    let effects = s.handle(Event::Timer, clock.advance(c.reconnect_grace), &c);
+    assert!(
+        effects
+            .iter()
+            .all(|e| !matches!(e, Effect::EndTurnAs(_) | Effect::InterruptTools(_))),
+        "{effects:#?}"
+    );
+    assert!(s.turn.is_some());
+}
