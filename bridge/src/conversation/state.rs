@@ -457,7 +457,18 @@ impl State {
         }
         let e = match e {
             // History replayed by session/load is never live output (L6).
-            DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
+            DaemonEvent::Replayed { event, .. } => match self.turn.as_mut() {
+                // Which prompt's frames follow (D6): a resumed turn takes only its own.
+                Some(turn) if turn.resumed && matches!(&*event, DaemonEvent::UserText { .. }) => {
+                    if let DaemonEvent::UserText { text, .. } = &*event {
+                        let own = replay::is_own_prompt(turn, text);
+                        if own {
+                            turn.answer.clear();
+                        }
+                        turn.replay_at_own = Some(own);
+                    }
+                    return DaemonStep::Nothing;
+                }
                 Some(turn) if replay::is_news(turn, &event) => replay::lost_while_running(*event),
                 _ => return DaemonStep::Nothing,
             },

@@ -43,6 +43,10 @@ pub struct TurnState {
     /// arrives by then, the daemon is not running it any more (it restarted) and the bridge ends
     /// it as interrupted — an orphaned prompt would otherwise hold the thread until a limit fires.
     pub orphan_by: Option<Instant>,
+    /// For a turn taken back after a restart: whose prompt the load's replay is at — `None` until it
+    /// names one (a daemon that replays no prompts), `Some(true)` from this turn's own prompt on
+    /// (D6: it reached the daemon; what follows is this turn's), `Some(false)` in an older turn's.
+    pub replay_at_own: Option<bool>,
 }
 
 impl TurnState {
@@ -67,6 +71,7 @@ impl TurnState {
             rejected: false,
             cancel_by: None,
             orphan_by: None,
+            replay_at_own: None,
         }
     }
 
