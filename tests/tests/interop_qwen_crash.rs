@@ -50,7 +50,7 @@ fn start(peer: &QwenPeer, db: &str, dir: &Path) -> Child {
         .env("CHAT_BRIDGE_DAEMON__URL", &peer.url)
         .env("CHAT_BRIDGE_DAEMON__TOKEN", &peer.token)
         .env("CHAT_BRIDGE_DAEMON__MODE", "yolo")
-        .env("CHAT_BRIDGE_LIVENESS__IDLE", "4s")
+        .env("CHAT_BRIDGE_LIVENESS__IDLE", "3s")
         .env("CHAT_BRIDGE_SERVICE__DRAIN_TIMEOUT", "2s")
         .env("CHAT_BRIDGE_LOG", "info")
         .stdin(Stdio::piped())
@@ -93,7 +93,7 @@ async fn d6_sigkill_the_bridge_at_ten_random_points_every_command_runs_once_and_
         let mut stdin = bridge.stdin.take().expect("stdin");
         writeln!(stdin, "RUN 20000 echo c{i} >> {}", counted.display()).expect("write");
         stdin.flush().expect("flush");
-        let after = Duration::from_millis(rng.random_range(300..3500));
+        let after = Duration::from_millis(rng.random_range(500..5000));
         tokio::time::sleep(after).await;
         bridge.kill().expect("SIGKILL");
         let _ = bridge.wait();
@@ -120,10 +120,30 @@ async fn d6_sigkill_the_bridge_at_ten_random_points_every_command_runs_once_and_
     let log = std::fs::read_to_string(dir.path().join("bridge.log")).unwrap_or_default();
     assert!(status.success(), "exit {status} (seed {seed}):\n{log}");
 
+    for line in log.lines().filter(|l| {
+        [
+            "turn started",
+            "turn ended",
+            "resum",
+            "new session",
+            "stalled",
+        ]
+        .iter()
+        .any(|w| l.contains(w))
+    }) {
+        println!("{}", line.chars().take(260).collect::<String>());
+    }
     let ran = std::fs::read_to_string(&counted).unwrap_or_default();
     let mut runs: HashMap<String, i64> = HashMap::new();
     for line in ran.lines() {
-        *runs.entry(line.trim().to_owned()).or_default() += 1;
+        // What ran is the line's first word; anything after it means two prompts were run as one.
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or_default().to_owned();
+        assert!(
+            words.next().is_none(),
+            "two prompts ran as one command (seed {seed}): {line:?}"
+        );
+        *runs.entry(name).or_default() += 1;
     }
     let store = Store::connect(&db).await.expect("store");
     let turns = rows(

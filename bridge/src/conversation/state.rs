@@ -53,7 +53,17 @@ pub struct State {
     /// When to try the held prompts again even if no reconnect is reported (the agent refused a
     /// `session/new` or `session/load` for want of a connection while it counted as up).
     pub retry_at: Option<Instant>,
+    /// The session holds a prompt that was cut off unanswered (an interrupted turn): the next
+    /// prompt opens a new session instead, because the daemon would fold the old prompt into it and
+    /// run it again (qwen does; D6).
+    pub abandon_session: bool,
 }
+
+/// What a thread hears about a prompt the bridge's restart cut off (D6).
+pub const CUT_OFF_TEXT: &str = "The bridge restarted just after this message reached the agent, and the agent dropped it unfinished: it is marked interrupted and was not re-run; send it again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+
+/// Why the thread continues in a new session after a turn that was cut off (D6).
+pub const FRESH_SESSION_TEXT: &str = "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
 
 /// What a thread is told the first time a message is held during an outage (L7).
 pub const HELD_TEXT: &str = "The agent is unreachable; your message is queued and will run when it is back. `/cancel` drops what is queued.";
@@ -104,6 +114,9 @@ pub enum DaemonStep {
     ToolFinished(ToolCallId, ToolResult),
     /// The turn ended.
     EndTurn(StopReason),
+    /// A turn taken back after a restart was cut off by it: the daemon ended it with nothing done
+    /// (D6); it is interrupted, not re-sent.
+    CutOff,
 }
 
 /// What becomes of a prompt.
@@ -222,6 +235,10 @@ impl State {
                 }
                 DaemonStep::ToolFinished(call, result) => vec![Effect::FinishTool(call, result)],
                 DaemonStep::EndTurn(stop) => vec![Effect::EndTurn(stop)],
+                DaemonStep::CutOff => vec![
+                    Effect::Notice(crate::channel::Tone::Warning, CUT_OFF_TEXT.to_owned()),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ],
             },
             Event::Timer => {
                 let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
@@ -522,6 +539,17 @@ impl State {
             }
             DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
             DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
+                if turn.replay_at_own == Some(true)
+                    && turn.answer.trim().is_empty()
+                    && turn.outcomes.is_empty()
+                    && turn.tools.is_empty()
+                {
+                    // D6: the prompt reached the daemon and its turn ended with nothing done — cut
+                    // off when the bridge's connection died. Not re-sent; the session, which holds
+                    // it unanswered, is left for a new one.
+                    self.abandon_session = true;
+                    return DaemonStep::CutOff;
+                }
                 DaemonStep::EndTurn(StopReason::EndTurn)
             }
             _ => DaemonStep::Nothing,
@@ -644,6 +672,10 @@ impl State {
         due.lines
             .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
         due.stall = turn.liveness.poll(now);
+        if due.stall.is_some() && turn.resumed {
+            // Closed as interrupted (D3): its prompt may sit unanswered in the session (D6).
+            self.abandon_session = true;
+        }
         if due.stall.is_some()
             && !turn.resumed
             && cfg.on_stall == OnStall::Cancel
@@ -663,6 +695,7 @@ impl State {
                 .extend(running.iter().map(|_| ToolOutcome::Interrupted));
             due.lines.clear();
             due.orphaned = Some(running);
+            self.abandon_session = true;
             return due;
         }
         if turn.cancel_by.is_some_and(|by| by <= now) {
@@ -705,7 +738,7 @@ fn line(
 #[must_use]
 pub fn orphaned_text(grace: Duration) -> String {
     format!(
-        "The connection to the agent was lost while this turn ran, and in the {} since it came back the agent sent nothing for it (it most likely restarted). The turn is marked interrupted and was not re-run; send the message again if it still matters.",
+        "The connection to the agent was lost while this turn ran, and in the {} since it came back the agent sent nothing for it (it most likely restarted). The turn is marked interrupted and was not re-run; send the message again if it still matters. {FRESH_SESSION_TEXT}",
         daemon_client::liveness::human_duration(grace)
     )
 }

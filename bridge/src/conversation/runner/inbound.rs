@@ -173,6 +173,14 @@ impl Runner {
     pub(super) async fn ensure_session(
         &mut self,
     ) -> std::result::Result<SessionId, daemon_client::Error> {
+        if std::mem::take(&mut self.state.abandon_session)
+            && let Some(s) = self.state.session.take()
+        {
+            // It holds a cut-off prompt the daemon would run again with this one (D6).
+            tracing::info!(conversation = %self.conv.id, session = %s, "a new session after an interrupted turn");
+            lock(&self.core.sessions).remove(&s);
+            self.state.session_ready = false;
+        }
         if let Some(s) = self.state.session.clone() {
             // A session belongs to the connection that created or loaded it (L6): after a reconnect
             // it is loaded again before its next prompt.

@@ -235,6 +235,10 @@ fn l7_a_turn_open_across_a_reconnect_that_hears_nothing_live_is_ended_as_interru
             Effect::EndTurnAs(TurnStatus::Interrupted),
         ]
     );
+    assert!(
+        s.abandon_session,
+        "D6: the next prompt opens a new session, or the daemon would run the cut-off one again"
+    );
     assert_eq!(
         s.handle(Event::Timer, clock.advance(c.reconnect_grace), &c),
         [],

@@ -184,3 +184,20 @@ fn d6_a_daemon_that_replays_no_prompts_is_followed_as_before() {
         DaemonStep::ToolStarted(..)
     ));
 }
+
+/// D6: a prompt that reached the daemon, which then ended its turn with nothing done (the bridge's
+/// crash cut it off), is reported interrupted — not re-sent, and the thread moves to a new session
+/// because qwen would fold the unanswered prompt into the next one.
+#[test]
+fn d6_a_resumed_prompt_the_daemon_ended_with_nothing_done_is_interrupted_not_re_run() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(turn_complete(), clock.now(), &c),
+        DaemonStep::CutOff
+    );
+    assert!(s.abandon_session);
+}
