@@ -194,7 +194,7 @@ async fn d6_sigkill_the_bridge_at_ten_random_points_every_command_runs_once_and_
     )
     .await;
     assert!(pending.is_empty(), "undelivered (seed {seed}): {pending:?}");
-    let unhandled = chat_bridge::store::inbound::unhandled(&mut *store.conn().await.expect("conn"))
+    let unhandled = chat_bridge::store::inbound::unhandled(&mut store.conn().await.expect("conn"))
         .await
         .expect("inbox");
     assert!(unhandled.is_empty(), "inbox left unhandled (seed {seed})");
