@@ -130,6 +130,17 @@ impl QwenPeer {
                     .status();
             }
         }
+        // Gone before anything starts on its port again (a kill is delivered, not awaited).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for pid in pids.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 
     /// Stops the daemon (its state stays for [`QwenPeer::restart`]).

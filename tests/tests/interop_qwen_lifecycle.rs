@@ -383,7 +383,14 @@ async fn mid_command_restart(hard: bool) {
         "it ends, not as a success: {all:#?}"
     );
     if hard {
-        assert!(first[0].1.title.contains("interrupted"), "{all:#?}");
+        // Closed by the bridge as interrupted — or, when the load's replay gets there first, with
+        // qwen's "Tool result missing from saved history", introduced by what the bridge knows.
+        assert!(
+            first[0].1.title.contains("interrupted")
+                || text(&first[0].1)
+                    .contains("The connection to the agent was lost while this ran"),
+            "{all:#?}"
+        );
         assert_eq!(
             all.iter()
                 .filter(|(_, m)| text(m).contains("marked interrupted and was not re-run"))
