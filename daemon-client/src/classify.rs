@@ -289,6 +289,10 @@ impl Classifier {
         match kind {
             "agent_message_chunk" => chunk(session, &update, false),
             "agent_thought_chunk" => chunk(session, &update, true),
+            "user_message_chunk" => match chunk(session, &update, false) {
+                DaemonEvent::AgentText { session, text } => DaemonEvent::UserText { session, text },
+                other => other,
+            },
             "tool_call" | "tool_call_update" => {
                 self.tool_update(session, kind == "tool_call", &update)
             }

@@ -20,6 +20,14 @@ pub enum DaemonEvent {
         /// The text, possibly a fragment of a longer answer.
         text: String,
     },
+    /// A chunk of a person's prompt as the daemon holds it (`user_message_chunk`): a load's replay
+    /// says with it which prompts reached the daemon (D6).
+    UserText {
+        /// Session the prompt belongs to.
+        session: SessionId,
+        /// The text.
+        text: String,
+    },
     /// A chunk of the agent's visible reasoning.
     Thought {
         /// Session the thought belongs to.
@@ -153,6 +161,7 @@ impl DaemonEvent {
         match self {
             Self::AgentText { session, .. }
             | Self::Thought { session, .. }
+            | Self::UserText { session, .. }
             | Self::Usage { session, .. }
             | Self::ToolStarted { session, .. }
             | Self::ToolUpdated { session, .. }
@@ -197,6 +206,7 @@ impl DaemonEvent {
         match self {
             Self::AgentText { .. } => "agent_text",
             Self::Thought { .. } => "thought",
+            Self::UserText { .. } => "user_text",
             Self::Usage { .. } => "usage",
             Self::ToolStarted { .. } => "tool_started",
             Self::ToolUpdated { .. } => "tool_updated",

@@ -114,6 +114,35 @@ impl QwenPeer {
         );
     }
 
+    /// Kills the daemon and its model with SIGKILL, as a crash would: nothing is cancelled or
+    /// reported on the way down (its state stays for [`QwenPeer::restart`]).
+    pub fn kill(&self) {
+        let pids = std::fs::read_to_string(self.state.0.join("pids")).unwrap_or_default();
+        for pid in pids.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            let group = Command::new("kill")
+                .args(["-9", "--", &format!("-{pid}")])
+                .stderr(std::process::Stdio::null())
+                .status();
+            if !group.is_ok_and(|s| s.success()) {
+                let _ = Command::new("kill")
+                    .args(["-9", pid])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+        }
+        // Gone before anything starts on its port again (a kill is delivered, not awaited).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for pid in pids.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+
     /// Stops the daemon (its state stays for [`QwenPeer::restart`]).
     pub fn stop(&self) {
         stop(&self.state.0);

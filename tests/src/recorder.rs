@@ -23,9 +23,20 @@ pub enum Call {
 pub struct Recorder {
     calls: Mutex<Vec<Call>>,
     next: AtomicU64,
+    threadless: bool,
 }
 
 impl Recorder {
+    /// A recorder that, like the console, has no threads (one conversation, told about the daemon
+    /// connection in chat lines).
+    #[must_use]
+    pub fn threadless() -> Self {
+        Self {
+            threadless: true,
+            ..Self::default()
+        }
+    }
+
     /// Every call so far.
     ///
     /// # Panics
@@ -117,7 +128,7 @@ impl Channel for Recorder {
             output_cap: 3500,
             can_edit: true,
             has_buttons: true,
-            has_threads: true,
+            has_threads: !self.threadless,
             has_reactions: false,
             takes_requests: false,
         }

@@ -125,7 +125,7 @@ async fn f1_replayed_heartbeat_capture_gives_progress_never_malformed_then_compl
     assert_eq!(
         names(&events),
         [
-            "other",                // user_message_chunk echo
+            "user_text",            // user_message_chunk echo (D6)
             "other",                // available_commands_update (570 kB)
             "tool_started",         // tool_call pending
             "usage",                // empty chunk with _meta.usage (F6)

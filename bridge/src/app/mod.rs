@@ -216,6 +216,7 @@ impl Application {
             progress_after: cfg.liveness.progress_after,
             progress_every: cfg.liveness.progress_every,
             progress_flush: cfg.liveness.progress_flush,
+            reconnect_grace: cfg.liveness.reconnect_grace,
             permission_timeout: cfg.approvals.timeout,
             approvers: cfg.approvals.approvers.clone(),
             threads: cfg.access.threads,
@@ -224,6 +225,7 @@ impl Application {
             cwd,
             output_cap: channel.capabilities().output_cap,
             buttons: channel.capabilities().has_buttons,
+            announce_connection: !channel.capabilities().has_threads,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()

@@ -126,6 +126,10 @@ pub struct Liveness {
     /// often (in batches, off the conversation's path); the result writes the rest.
     #[serde(deserialize_with = "duration")]
     pub progress_flush: Duration,
+    /// After the daemon connection comes back, an open turn whose session sends nothing live within
+    /// this is ended as interrupted (the daemon restarted and no longer runs it).
+    #[serde(deserialize_with = "duration")]
+    pub reconnect_grace: Duration,
 }
 
 impl Default for Liveness {
@@ -138,6 +142,7 @@ impl Default for Liveness {
             progress_after: Duration::from_secs(15),
             progress_every: Duration::from_secs(30),
             progress_flush: Duration::from_secs(10),
+            reconnect_grace: Duration::from_secs(30),
         }
     }
 }

@@ -93,6 +93,12 @@ pub enum Effect {
     Queued(Option<EventKey>),
     /// The queue is full (this many wait): say so.
     QueueFull(usize),
+    /// The agent is unreachable: the prompt waits in the queue until it is back (L7); its inbox
+    /// entry is noted as waiting (S4), as for [`Effect::Queued`].
+    Held(Option<EventKey>),
+    /// Nothing runs and prompts wait (the agent is back, or it is time to try again): start the
+    /// first of them.
+    RunQueued,
 }
 
 /// Posts a message under `key`.

@@ -36,6 +36,11 @@ pub enum Event {
     Timer,
     /// A prompt to run, its author's role already checked (A2).
     Prompt(Queued),
+    /// The daemon connection went down (`false`) or came back (`true`) (L7).
+    Connection(bool),
+    /// A turn could not start for this prompt because the agent was unreachable: it is held, first
+    /// in line, until the agent is back (L7). Its inbox entry stays unhandled.
+    Unreachable(Queued),
     /// The `session/prompt` call number `seq` returned.
     PromptDone {
         /// Which call (a late return of an older one is ignored).

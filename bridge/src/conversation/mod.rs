@@ -8,8 +8,8 @@
 //! and calls the daemon.
 //!
 //! # Layout (one module per rule family)
-//! - [`state`]: the conversation's state and its decisions on daemon events and timers (F1, F4,
-//!   L1–L3, L5).
+//! - [`state`]: the conversation's state and its decisions on daemon events, timers and the
+//!   daemon connection (F1, F4, L1–L3, L5, L7).
 //! - [`event`]: the [`Event`]s, and the words — [`TurnStatus`], [`ToolOutcome`], [`Mark`] — mapped
 //!   to the store's in one place.
 //! - [`commands`]: what a message means (`/new`, `/cancel`, `/status`, `/history`, `/help`,
@@ -19,7 +19,8 @@
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
-//! - [`replay`]: frames a `session/load` replays — history, never live output (L6).
+//! - [`replay`]: frames a `session/load` replays — history, never live output (L6); a resumed
+//!   turn's own prompt and what followed it (D6).
 //! - `runner`: the loop and every read, write and daemon call.
 
 pub mod approvals;

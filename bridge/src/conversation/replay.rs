@@ -8,10 +8,13 @@ use super::turn::TurnState;
 /// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
 /// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
 /// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
-/// already-seen ones harmless). Text is always history: an answer is never glued to an old one.
+/// already-seen ones harmless). Text is history — an answer is never glued to an old one — except
+/// a resumed turn's own answer, after the replay showed its own prompt (D6).
 pub fn is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
     match event {
-        DaemonEvent::AgentText { .. }
+        // The answer of this turn's own prompt, which ended while the bridge was down (D6).
+        DaemonEvent::AgentText { .. } => turn.resumed && turn.replay_at_own == Some(true),
+        DaemonEvent::UserText { .. }
         | DaemonEvent::Thought { .. }
         | DaemonEvent::Usage { .. }
         | DaemonEvent::Plan { .. }
@@ -19,9 +22,24 @@ pub fn is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
         DaemonEvent::ToolUpdated { call, .. }
         | DaemonEvent::ToolProgress { call, .. }
         | DaemonEvent::ToolOutput { call, .. }
-        | DaemonEvent::ToolFinished { call, .. } => turn.resumed || turn.tools.contains_key(call),
-        _ => turn.resumed,
+        | DaemonEvent::ToolFinished { call, .. } => {
+            resumed_and_own(turn) || turn.tools.contains_key(call)
+        }
+        _ => resumed_and_own(turn),
     }
+}
+
+/// A resumed turn, and the replay is not inside an older turn's frames (D6: an older turn's
+/// `turn_complete` must not end this one).
+fn resumed_and_own(turn: &TurnState) -> bool {
+    turn.resumed && turn.replay_at_own != Some(false)
+}
+
+/// Whether a prompt the replay shows is this turn's own (as stored: NUL shown as `␀`, D6).
+#[must_use]
+pub fn is_own_prompt(turn: &TurnState, text: &str) -> bool {
+    let shown = text.replace('\0', "\u{2400}");
+    shown.trim() == turn.row.prompt.trim()
 }
 
 /// A result that reaches the turn only through a load's replay ended while the connection was down:
@@ -49,4 +67,24 @@ pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
         }
         other => other,
     }
+}
+
+/// Whether a live (not replayed) frame is a running turn's work: text, a thought, a plan, a tool
+/// frame (heartbeats included), a permission request or the turn's end. What a daemon sends about a
+/// session that runs nothing — its command list after a load, usage — is not (L7).
+pub fn is_turn_work(event: &DaemonEvent) -> bool {
+    matches!(
+        event,
+        DaemonEvent::AgentText { .. }
+            | DaemonEvent::Thought { .. }
+            | DaemonEvent::Plan { .. }
+            | DaemonEvent::ToolStarted { .. }
+            | DaemonEvent::ToolUpdated { .. }
+            | DaemonEvent::ToolProgress { .. }
+            | DaemonEvent::ToolOutput { .. }
+            | DaemonEvent::ToolFinished { .. }
+            | DaemonEvent::LateUpdate { .. }
+            | DaemonEvent::PermissionRequested(_)
+            | DaemonEvent::TurnEnded { .. }
+    )
 }

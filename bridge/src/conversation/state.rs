@@ -46,7 +46,33 @@ pub struct State {
     pub prompt_seq: u64,
     /// Inbox entries the next commit marks handled (D2).
     pub marks: Marks,
+    /// The daemon connection is down: prompts are held in the queue until it is back (L7).
+    pub daemon_down: bool,
+    /// The thread was told, during this outage, that its messages are held (one notice, L7).
+    pub held_noticed: bool,
+    /// When to try the held prompts again even if no reconnect is reported (the agent refused a
+    /// `session/new` or `session/load` for want of a connection while it counted as up).
+    pub retry_at: Option<Instant>,
+    /// The session holds a prompt that was cut off unanswered (an interrupted turn): the next
+    /// prompt opens a new session instead, because the daemon would fold the old prompt into it and
+    /// run it again (qwen does; D6).
+    pub abandon_session: bool,
 }
+
+/// What a thread hears about a prompt the bridge's restart cut off (D6).
+pub const CUT_OFF_TEXT: &str = "The bridge restarted just after this message reached the agent, and the agent dropped it unfinished: it is marked interrupted and was not re-run; send it again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+
+/// Why the thread continues in a new session after a turn that was cut off (D6).
+pub const FRESH_SESSION_TEXT: &str = "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+
+/// What a thread is told the first time a message is held during an outage (L7).
+pub const HELD_TEXT: &str = "The agent is unreachable; your message is queued and will run when it is back. `/cancel` drops what is queued.";
+
+/// The console's line when the daemon connection is lost (L7).
+pub const LOST_TEXT: &str = "The connection to the agent was lost; reconnecting. Messages sent meanwhile wait and run when it is back.";
+
+/// The console's line when the daemon connection is back (L7).
+pub const BACK_TEXT: &str = "The connection to the agent is back.";
 
 /// A progress line due for a running tool (L5).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +114,9 @@ pub enum DaemonStep {
     ToolFinished(ToolCallId, ToolResult),
     /// The turn ended.
     EndTurn(StopReason),
+    /// A turn taken back after a restart was cut off by it: the daemon ended it with nothing done
+    /// (D6); it is interrupted, not re-sent.
+    CutOff,
 }
 
 /// What becomes of a prompt.
@@ -97,6 +126,8 @@ pub enum Admission {
     Start(Queued),
     /// It waits behind the running turn.
     Queued,
+    /// The agent is unreachable: it waits in the queue until the agent is back (L7).
+    Held,
     /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
     /// marked handled by that notice's transaction.
     Full(usize),
@@ -117,6 +148,10 @@ pub struct Due {
     /// The daemon did not end the turn within the grace after a cancel: the bridge ends it, with
     /// the calls still running (scoped id, title) closed as interrupted.
     pub unconfirmed_cancel: Option<Vec<(String, String)>>,
+    /// No live frame of the turn's session arrived within `reconnect_grace` of a reconnect: the
+    /// daemon no longer runs it; the bridge ends it, with the calls still running (scoped id,
+    /// title) closed as interrupted.
+    pub orphaned: Option<Vec<(String, String)>>,
 }
 
 impl State {
@@ -148,7 +183,9 @@ impl State {
                 tools::next_line_due(&t.tools, cfg.progress_after, cfg.progress_every)
             }),
             turn.and_then(|t| t.cancel_by),
+            turn.and_then(|t| t.orphan_by),
             self.approvals.next_deadline(),
+            self.retry_at,
         ]
         .into_iter()
         .flatten()
@@ -198,6 +235,10 @@ impl State {
                 }
                 DaemonStep::ToolFinished(call, result) => vec![Effect::FinishTool(call, result)],
                 DaemonStep::EndTurn(stop) => vec![Effect::EndTurn(stop)],
+                DaemonStep::CutOff => vec![
+                    Effect::Notice(crate::channel::Tone::Warning, CUT_OFF_TEXT.to_owned()),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ],
             },
             Event::Timer => {
                 let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
@@ -226,18 +267,87 @@ impl State {
                     ));
                     effects.push(Effect::EndTurnAs(TurnStatus::Cancelled));
                 }
+                if let Some(running) = due.orphaned {
+                    effects.push(Effect::InterruptTools(running));
+                    effects.push(Effect::Notice(
+                        crate::channel::Tone::Warning,
+                        orphaned_text(cfg.reconnect_grace),
+                    ));
+                    effects.push(Effect::EndTurnAs(TurnStatus::Interrupted));
+                }
+                if self.retry_at.is_some_and(|at| at <= now) {
+                    self.retry_at = None;
+                    if self.turn.is_none() && !self.queue.is_empty() {
+                        effects.push(Effect::RunQueued);
+                    }
+                }
                 effects
             }
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
-                vec![match self.admit(q, cfg.queue_cap) {
-                    Admission::Start(q) => Effect::StartTurn(q),
-                    Admission::Queued => Effect::Queued(event),
-                    Admission::Full(waiting) => Effect::QueueFull(waiting),
-                }]
+                match self.admit(q, cfg.queue_cap) {
+                    Admission::Start(q) => vec![Effect::StartTurn(q)],
+                    Admission::Queued => vec![Effect::Queued(event)],
+                    Admission::Held => {
+                        self.retry_at.get_or_insert(now + cfg.hold_retry);
+                        std::iter::once(Effect::Held(event))
+                            .chain(self.held_notice())
+                            .collect()
+                    }
+                    Admission::Full(waiting) => vec![Effect::QueueFull(waiting)],
+                }
             }
+            Event::Unreachable(q) => {
+                // First in line again: it was the next to run (L7).
+                self.queue.push_front(q);
+                self.daemon_down = true;
+                self.retry_at = Some(now + cfg.hold_retry);
+                self.held_notice().into_iter().collect()
+            }
+            Event::Connection(up) => self.on_connection(up, now, cfg),
         }
+    }
+
+    /// The thread's one notice per outage that its messages are held (L7).
+    fn held_notice(&mut self) -> Option<Effect> {
+        if std::mem::replace(&mut self.held_noticed, true) {
+            return None;
+        }
+        Some(Effect::Notice(
+            crate::channel::Tone::Warning,
+            HELD_TEXT.to_owned(),
+        ))
+    }
+
+    /// The daemon connection went down or came back (L7): held prompts run in order once it is
+    /// back; the console says both as chat lines.
+    fn on_connection(&mut self, up: bool, now: Instant, cfg: &CoreConfig) -> Vec<Effect> {
+        let was_down = std::mem::replace(&mut self.daemon_down, !up);
+        let mut effects = Vec::new();
+        if up {
+            // The open turn's prompt went out on the old connection: bounded from now on (L7).
+            if let Some(turn) = self.turn.as_mut() {
+                turn.orphan_by = Some(now + cfg.reconnect_grace);
+            }
+            self.held_noticed = false;
+            self.retry_at = None;
+            if cfg.announce_connection && was_down {
+                effects.push(Effect::Notice(
+                    crate::channel::Tone::Success,
+                    BACK_TEXT.to_owned(),
+                ));
+            }
+            if self.turn.is_none() && !self.queue.is_empty() {
+                effects.push(Effect::RunQueued);
+            }
+        } else if cfg.announce_connection && !was_down {
+            effects.push(Effect::Notice(
+                crate::channel::Tone::Warning,
+                LOST_TEXT.to_owned(),
+            ));
+        }
+        effects
     }
 
     /// The prompt call `seq` returned.
@@ -337,11 +447,14 @@ impl State {
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.
     pub fn admit(&mut self, q: Queued, cap: usize) -> Admission {
-        if self.turn.is_none() {
+        // Behind held prompts a prompt waits too: they run in order (L7).
+        let held = self.daemon_down || (self.turn.is_none() && !self.queue.is_empty());
+        if self.turn.is_none() && !held {
             return Admission::Start(q);
         }
         let event = q.event.clone();
         match self.queue.admit(q, cap) {
+            Ok(()) if self.turn.is_none() => Admission::Held,
             Ok(()) => Admission::Queued,
             Err(waiting) => {
                 self.marks.add(event);
@@ -352,9 +465,27 @@ impl State {
 
     /// A daemon event of this conversation's session, received at `now`.
     pub fn on_daemon(&mut self, e: DaemonEvent, now: Instant, cfg: &CoreConfig) -> DaemonStep {
+        if replay::is_turn_work(&e)
+            && let Some(turn) = self.turn.as_mut()
+        {
+            // A live frame of a turn's work: the daemon still runs it after a reconnect. (Session
+            // chatter such as a load's command list is no sign of a running turn.)
+            turn.orphan_by = None;
+        }
         let e = match e {
             // History replayed by session/load is never live output (L6).
-            DaemonEvent::Replayed { event, .. } => match self.turn.as_ref() {
+            DaemonEvent::Replayed { event, .. } => match self.turn.as_mut() {
+                // Which prompt's frames follow (D6): a resumed turn takes only its own.
+                Some(turn) if turn.resumed && matches!(&*event, DaemonEvent::UserText { .. }) => {
+                    if let DaemonEvent::UserText { text, .. } = &*event {
+                        let own = replay::is_own_prompt(turn, text);
+                        if own {
+                            turn.answer.clear();
+                        }
+                        turn.replay_at_own = Some(own);
+                    }
+                    return DaemonStep::Nothing;
+                }
                 Some(turn) if replay::is_news(turn, &event) => replay::lost_while_running(*event),
                 _ => return DaemonStep::Nothing,
             },
@@ -408,6 +539,17 @@ impl State {
             }
             DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
             DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
+                if turn.replay_at_own == Some(true)
+                    && turn.answer.trim().is_empty()
+                    && turn.outcomes.is_empty()
+                    && turn.tools.is_empty()
+                {
+                    // D6: the prompt reached the daemon and its turn ended with nothing done — cut
+                    // off when the bridge's connection died. Not re-sent; the session, which holds
+                    // it unanswered, is left for a new one.
+                    self.abandon_session = true;
+                    return DaemonStep::CutOff;
+                }
                 DaemonStep::EndTurn(StopReason::EndTurn)
             }
             _ => DaemonStep::Nothing,
@@ -530,6 +672,10 @@ impl State {
         due.lines
             .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
         due.stall = turn.liveness.poll(now);
+        if due.stall.is_some() && turn.resumed {
+            // Closed as interrupted (D3): its prompt may sit unanswered in the session (D6).
+            self.abandon_session = true;
+        }
         if due.stall.is_some()
             && !turn.resumed
             && cfg.on_stall == OnStall::Cancel
@@ -537,6 +683,20 @@ impl State {
         {
             turn.record_cancel(now, cfg.cancel_grace);
             due.cancel = true;
+        }
+        if turn.orphan_by.is_some_and(|by| by <= now) {
+            turn.orphan_by = None;
+            let running: Vec<(String, String)> = turn
+                .tools
+                .drain()
+                .map(|(call, t)| (scoped_id(self.session.as_ref(), &call), t.title))
+                .collect();
+            turn.outcomes
+                .extend(running.iter().map(|_| ToolOutcome::Interrupted));
+            due.lines.clear();
+            due.orphaned = Some(running);
+            self.abandon_session = true;
+            return due;
         }
         if turn.cancel_by.is_some_and(|by| by <= now) {
             turn.cancel_by = None;
@@ -571,6 +731,16 @@ fn line(
         elapsed,
         age,
     })
+}
+
+/// What the thread hears when a turn open across a reconnect is ended because the daemon sent
+/// nothing for it within `grace` (L7, D6: it is not sent again).
+#[must_use]
+pub fn orphaned_text(grace: Duration) -> String {
+    format!(
+        "The connection to the agent was lost while this turn ran, and in the {} since it came back the agent sent nothing for it (it most likely restarted). The turn is marked interrupted and was not re-run; send the message again if it still matters. {FRESH_SESSION_TEXT}",
+        daemon_client::liveness::human_duration(grace)
+    )
 }
 
 /// A tool call's id scoped by its daemon session (see [`State::scoped`]).

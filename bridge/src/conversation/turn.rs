@@ -39,6 +39,14 @@ pub struct TurnState {
     /// bridge ends it — a prompt whose answer died with a connection would otherwise hold the thread
     /// for good.
     pub cancel_by: Option<Instant>,
+    /// The connection came back while this turn was open: unless a live frame of its session
+    /// arrives by then, the daemon is not running it any more (it restarted) and the bridge ends
+    /// it as interrupted — an orphaned prompt would otherwise hold the thread until a limit fires.
+    pub orphan_by: Option<Instant>,
+    /// For a turn taken back after a restart: whose prompt the load's replay is at — `None` until it
+    /// names one (a daemon that replays no prompts), `Some(true)` from this turn's own prompt on
+    /// (D6: it reached the daemon; what follows is this turn's), `Some(false)` in an older turn's.
+    pub replay_at_own: Option<bool>,
 }
 
 impl TurnState {
@@ -62,6 +70,8 @@ impl TurnState {
             outcomes: Vec::new(),
             rejected: false,
             cancel_by: None,
+            orphan_by: None,
+            replay_at_own: None,
         }
     }
 
@@ -128,6 +138,11 @@ impl Queue {
         Ok(())
     }
 
+    /// Puts `q` first in line again (a turn that could not start for it).
+    pub fn push_front(&mut self, q: Queued) {
+        self.items.push_front(q);
+    }
+
     /// The next prompt.
     pub fn pop(&mut self) -> Option<Queued> {
         self.items.pop_front()
@@ -166,7 +181,8 @@ pub fn stall_text(stall: &Stall, resumed: bool) -> (String, bool) {
     if resumed {
         return (
             format!(
-                "No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted.",
+                "No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted and was not re-run. {}",
+                super::state::FRESH_SESSION_TEXT,
                 human_duration(stall.silent_for)
             ),
             true,

@@ -92,6 +92,15 @@ pub struct CoreConfig {
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
     /// as a dead letter (S4).
     pub inbound_attempts: i64,
+    /// Prompts held while the agent is unreachable are tried again this often even when no
+    /// reconnect is reported (L7).
+    pub hold_retry: Duration,
+    /// Say the daemon connection's loss and recovery in the conversation (the console, which has no
+    /// threads and no other way to show it than chat lines).
+    pub announce_connection: bool,
+    /// After a reconnect, an open turn whose session sends no live frame within this is ended as
+    /// interrupted (the daemon restarted and no longer runs it).
+    pub reconnect_grace: Duration,
 }
 
 impl Default for CoreConfig {
@@ -115,6 +124,9 @@ impl Default for CoreConfig {
             cancel_grace: Duration::from_secs(10),
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
+            hold_retry: Duration::from_secs(5),
+            announce_connection: false,
+            reconnect_grace: Duration::from_secs(30),
         }
     }
 }
@@ -130,6 +142,8 @@ pub(crate) enum ConvMsg {
     Daemon(DaemonEvent),
     PromptDone(u64, Result<daemon_client::StopReason, daemon_client::Error>),
     Resume(store::turns::Turn),
+    /// The daemon connection went down (`false`) or came back (`true`) (L7).
+    Connection(bool),
 }
 
 /// What becomes of an inbound event whose handling failed (not a transient fault).
@@ -355,6 +369,7 @@ impl Core {
                 DaemonEvent::Disconnected { reason } => {
                     self.daemon_connected.store(false, Ordering::SeqCst);
                     tracing::warn!(%reason, "daemon connection lost; reconnecting");
+                    self.tell_conversations(false).await;
                     continue;
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
@@ -365,6 +380,7 @@ impl Core {
                         lost = lost.len(),
                         "daemon reconnected"
                     );
+                    self.tell_conversations(true).await;
                     continue;
                 }
                 DaemonEvent::Closed { reason } => {
@@ -386,6 +402,15 @@ impl Core {
             if let Some(tx) = tx {
                 let _ = tx.send(ConvMsg::Daemon(event)).await;
             }
+        }
+    }
+
+    /// Tells every conversation in memory that the daemon connection went down or came back: held
+    /// prompts run once it is back (L7). A conversation not in memory holds nothing.
+    async fn tell_conversations(&self, up: bool) {
+        let actors: Vec<mpsc::Sender<ConvMsg>> = lock(&self.actors).values().cloned().collect();
+        for tx in actors {
+            let _ = tx.send(ConvMsg::Connection(up)).await;
         }
     }
 

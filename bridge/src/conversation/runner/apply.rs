@@ -30,6 +30,14 @@ impl Runner {
         Ok(())
     }
 
+    /// The daemon connection went down or came back (L7).
+    pub(super) async fn on_connection(&mut self, up: bool) -> Result<()> {
+        for effect in self.handle(Event::Connection(up)) {
+            self.apply(effect).await?;
+        }
+        Ok(())
+    }
+
     /// A deadline passed.
     pub(super) async fn on_timer(&mut self) -> Result<()> {
         for effect in self.handle(Event::Timer) {
@@ -61,9 +69,10 @@ impl Runner {
                 Command::Uninvite(who) => self.cmd_invite(&user, &who, false).await,
             },
             Effect::Prompt(q) => self.prompt(q).await,
-            Effect::StartTurn(_) | Effect::Queued(_) | Effect::QueueFull(_) => {
+            Effect::StartTurn(_) | Effect::Queued(_) | Effect::Held(_) | Effect::QueueFull(_) => {
                 self.admitted(effect).await
             }
+            Effect::RunQueued => self.run_queued().await,
             Effect::FlushCounts => {
                 self.flush_progress(false);
                 Ok(())
@@ -95,7 +104,7 @@ impl Runner {
                 self.core.busy_add(1);
                 self.start_turn(q.user, q.text, q.message_id, q.event).await
             }
-            Effect::Queued(event) => {
+            Effect::Queued(event) | Effect::Held(event) => {
                 if let Some((platform, id)) = &event {
                     // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
                     // Best effort: if this is lost, the attempt simply stays counted.

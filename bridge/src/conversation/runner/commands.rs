@@ -100,6 +100,15 @@ impl Runner {
                 )
                 .await
             }
+            // Held while the agent was unreachable (L7), or waiting to start: dropped, and counted.
+            _ if n > 0 => {
+                let noun = if n == 1 { "message" } else { "messages" };
+                self.notice(
+                    Tone::Neutral,
+                    &format!("Dropped {n} queued {noun}; nothing is running."),
+                )
+                .await
+            }
             _ => self.notice(Tone::Neutral, "Nothing is running.").await,
         }
     }

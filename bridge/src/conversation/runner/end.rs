@@ -89,6 +89,15 @@ impl Runner {
         metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
             .record(took);
         let _ended = BusyGuard(self.core.clone());
+        self.run_queued().await
+    }
+
+    /// Starts the first queued prompt whose author may still prompt here (its busy count, taken
+    /// when it was queued, now belongs to its turn).
+    pub(super) async fn run_queued(&mut self) -> Result<()> {
+        if self.state.turn.is_some() {
+            return Ok(());
+        }
         while let Some(q) = self.state.queue.pop() {
             // Asked again at its turn: its author may have been `/uninvite`d while it waited (A2).
             if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {

@@ -81,8 +81,36 @@ impl Runner {
         message_id: Option<String>,
         event: Option<EventKey>,
     ) -> Result<()> {
-        let session = match self.ensure_session().await {
+        let reached = if self
+            .core
+            .daemon_connected
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.ensure_session().await
+        } else {
+            Err(daemon_client::Error::ConnectionLost)
+        };
+        let session = match reached {
             Ok(s) => s,
+            Err(e) if e.is_retryable() => {
+                // Held, not dropped (L7): still counted as busy, its inbox entry still unhandled.
+                tracing::info!(conversation = %self.conv.id, "the agent is unreachable; the prompt is held until it is back");
+                let q = Queued {
+                    user,
+                    text,
+                    message_id,
+                    event,
+                };
+                if let Some((platform, id)) = &q.event
+                    && let Ok(mut c) = self.core.store.conn().await
+                {
+                    let _ = crate::store::inbound::taken(&mut c, platform, id).await;
+                }
+                for effect in self.handle(Event::Unreachable(q)) {
+                    Box::pin(self.apply(effect)).await?;
+                }
+                return Ok(());
+            }
             Err(e) => {
                 self.core.busy_add(-1);
                 self.state.marks.add(event);
@@ -147,6 +175,14 @@ impl Runner {
     pub(super) async fn ensure_session(
         &mut self,
     ) -> std::result::Result<SessionId, daemon_client::Error> {
+        if std::mem::take(&mut self.state.abandon_session)
+            && let Some(s) = self.state.session.take()
+        {
+            // It holds a cut-off prompt the daemon would run again with this one (D6).
+            tracing::info!(conversation = %self.conv.id, session = %s, "a new session after an interrupted turn");
+            lock(&self.core.sessions).remove(&s);
+            self.state.session_ready = false;
+        }
         if let Some(s) = self.state.session.clone() {
             // A session belongs to the connection that created or loaded it (L6): after a reconnect
             // it is loaded again before its next prompt.

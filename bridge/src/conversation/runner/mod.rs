@@ -87,12 +87,16 @@ pub(crate) async fn run(
     let target = Core::target(&conv);
     let owner = conv.started_by.clone();
     let stop = core.shutdown.clone();
+    let daemon_down = !core
+        .daemon_connected
+        .load(std::sync::atomic::Ordering::SeqCst);
     let mut r = Runner {
         core,
         conv,
         target,
         state: State {
             owner,
+            daemon_down,
             ..State::new(session)
         },
         tx,
@@ -125,6 +129,7 @@ pub(crate) async fn run(
             ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
             ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
             ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
+            ConvMsg::Connection(up) => r.on_connection(up).await,
         };
         if let Err(e) = result {
             tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");

@@ -6,6 +6,7 @@ mod commands;
 mod effects;
 mod handle;
 mod inbox;
+mod outage;
 mod replay;
 mod state;
 mod tools;

@@ -106,3 +106,98 @@ fn l6_a_failure_known_only_from_a_replay_says_the_connection_was_lost() {
         "the agent's words are kept: {summary}"
     );
 }
+
+fn user(text: &str) -> DaemonEvent {
+    replayed(DaemonEvent::UserText {
+        session: session(),
+        text: text.into(),
+    })
+}
+
+fn turn_complete() -> DaemonEvent {
+    replayed(DaemonEvent::Other {
+        session: Some(session()),
+        method: "_qwen/notify".into(),
+        kind: Some("turn_complete".into()),
+    })
+}
+
+/// D6: after a restart, the replay of a daemon that replays prompts (qwen) is read by prompt: an
+/// older turn's frames and its end are history; this turn's own prompt, its tools, its answer and
+/// its end are how it went while the bridge was down — recorded, not re-sent.
+#[test]
+fn d6_a_resumed_turn_takes_only_the_frames_after_its_own_prompt_in_the_replay() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    // `running` stores the prompt "echo hi".
+    assert_eq!(
+        s.on_daemon(user("echo before"), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.on_daemon(replayed(started(1, "echo before")), clock.now(), &c),
+        DaemonStep::Nothing,
+        "an older turn's call"
+    );
+    assert_eq!(
+        s.on_daemon(turn_complete(), clock.now(), &c),
+        DaemonStep::Nothing,
+        "an older turn's end does not end this one"
+    );
+    assert_eq!(
+        s.on_daemon(user("echo hi"), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.on_daemon(replayed(started(2, "echo hi")), clock.now(), &c),
+        DaemonStep::ToolStarted(call(2), info("echo hi")),
+        "its own call"
+    );
+    s.tool_running(call(2), "echo hi".into(), clock.now(), true);
+    let text = DaemonEvent::AgentText {
+        session: session(),
+        text: "Command finished.".into(),
+    };
+    let _ = s.on_daemon(replayed(text), clock.now(), &c);
+    assert_eq!(
+        s.turn.as_ref().expect("turn").answer,
+        "Command finished.",
+        "its own answer is kept"
+    );
+    assert_eq!(
+        s.on_daemon(turn_complete(), clock.now(), &c),
+        DaemonStep::EndTurn(daemon_client::StopReason::EndTurn),
+        "its own end ends it"
+    );
+}
+
+#[test]
+fn d6_a_daemon_that_replays_no_prompts_is_followed_as_before() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    assert!(matches!(
+        s.on_daemon(replayed(started(1, "echo hi")), clock.now(), &c),
+        DaemonStep::ToolStarted(..)
+    ));
+}
+
+/// D6: a prompt that reached the daemon, which then ended its turn with nothing done (the bridge's
+/// crash cut it off), is reported interrupted — not re-sent, and the thread moves to a new session
+/// because qwen would fold the unanswered prompt into the next one.
+#[test]
+fn d6_a_resumed_prompt_the_daemon_ended_with_nothing_done_is_interrupted_not_re_run() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(turn_complete(), clock.now(), &c),
+        DaemonStep::CutOff
+    );
+    assert!(s.abandon_session);
+}
