@@ -473,3 +473,26 @@ fn s4_a_lone_surrogate_escape_in_output_is_a_replacement_character_not_a_lost_re
         "cut \u{FFFD} here, \u{FFFD} there, kept 😀 whole, typed \\ud83d as is"
     );
 }
+
+/// Every captured frame's classification, as `Debug` text, recorded before the single-pass decode
+/// learnt to type `rawOutput` and `content` in place (issue 20): the new decode must reach exactly
+/// the events the old one did. `CLASSIFY_GOLDEN=write` records the file again (only for a change
+/// that means to change an event).
+#[test]
+fn every_captured_frame_classifies_as_recorded_before_the_typed_decode() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/classified-captures.txt");
+    let mut c = Classifier::new();
+    let mut got = String::new();
+    for (file, bytes) in capture_frames() {
+        got.push_str(&format!("{file}: {:?}\n", c.classify(&bytes)));
+    }
+    if std::env::var("CLASSIFY_GOLDEN").as_deref() == Ok("write") {
+        std::fs::write(&path, &got).expect("write golden");
+    }
+    let want = std::fs::read_to_string(&path).expect("golden file");
+    assert!(got.lines().count() >= 60);
+    for (g, w) in got.lines().zip(want.lines()) {
+        assert_eq!(g, w);
+    }
+    assert_eq!(got.lines().count(), want.lines().count());
+}
