@@ -4,7 +4,7 @@
 //
 //   usage: node peer.mjs <qwen-code package dir>
 // stdin: one JSON line {kinds: {name: {frames: [string], seedKinds: bool}}}, then "run <name> <rounds>"
-// lines; each answer is one line "<nanoseconds> <frames> <events emitted> <protocol errors>".
+// lines; each answer is one line "<wall ns> <on-CPU ns> <frames> <events emitted> <protocol errors>".
 //
 // Timed per frame, exactly: `JSON.parse(frame)` of the frame as a string, then
 // `bridge.handleEvent(session, {type: "session_update", data: msg.params})` — qwen's own entry point
@@ -13,6 +13,10 @@
 // Untimed, before each round: the bridge's tool-kind memory is reset (and, for result frames, seeded
 // with every call's kind, as its `tool_call` would have left it).
 import { readdirSync, readFileSync } from "node:fs";
+
+// On-CPU time of this thread in ns (the first field of schedstat): a shared machine's waits for a
+// core are not counted, on either side.
+const cpuNs = () => BigInt(readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[0]);
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
@@ -48,6 +52,7 @@ for await (const line of lines) {
   const k = kinds[name];
   const rounds = Number(roundsText);
   let ns = 0n;
+  let cpu = 0n;
   let frames = 0;
   const before = events;
   const errorsBefore = errors;
@@ -58,13 +63,15 @@ for await (const line of lines) {
     }
     const session = k.session;
     const list = k.frames;
+    const c0 = cpuNs();
     const t0 = process.hrtime.bigint();
     for (let i = 0; i < list.length; i++) {
       const msg = JSON.parse(list[i]);
       bridge.handleEvent(session, { type: "session_update", data: msg.params });
     }
     ns += process.hrtime.bigint() - t0;
+    cpu += cpuNs() - c0;
     frames += list.length;
   }
-  process.stdout.write(`${ns} ${frames} ${events - before} ${errors - errorsBefore}\n`);
+  process.stdout.write(`${ns} ${cpu} ${frames} ${events - before} ${errors - errorsBefore}\n`);
 }

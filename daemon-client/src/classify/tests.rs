@@ -480,7 +480,8 @@ fn s4_a_lone_surrogate_escape_in_output_is_a_replacement_character_not_a_lost_re
 /// that means to change an event).
 #[test]
 fn every_captured_frame_classifies_as_recorded_before_the_typed_decode() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/classified-captures.txt");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/classified-captures.txt");
     let mut c = Classifier::new();
     let mut got = String::new();
     for (file, bytes) in capture_frames() {
@@ -495,4 +496,34 @@ fn every_captured_frame_classifies_as_recorded_before_the_typed_decode() {
         assert_eq!(g, w);
     }
     assert_eq!(got.lines().count(), want.lines().count());
+}
+
+#[test]
+fn captured_results_and_chunks_take_the_single_pass_decode_with_raw_output_typed_in_place() {
+    // Issue 20: a result's `rawOutput` and `content` are read in the one pass, not skipped and
+    // parsed again.
+    let mut n = 0;
+    for (file, bytes) in capture_frames() {
+        let text = String::from_utf8(bytes).expect("utf-8");
+        let is_result = text.contains("\"rawOutput\":{") && text.contains("tool_call_update");
+        let is_chunk = text.contains("\"sessionUpdate\":\"agent_message_chunk\"");
+        if !(is_result || is_chunk) {
+            continue;
+        }
+        let fast = serde_json::from_str::<FastUpdate<'_>>(&text);
+        assert!(
+            matches!(
+                &fast,
+                Ok(FastUpdate {
+                    id: None,
+                    method: Some(_),
+                    params: Some(_)
+                })
+            ),
+            "{file}: {:?}",
+            fast.err()
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "{n}");
 }
