@@ -74,10 +74,11 @@ pub(crate) struct FastFields<'a> {
     title: Option<&'a str>,
     /// Typed in place: a result's texts are read in this one pass, never parsed again.
     #[serde(borrow, default)]
-    content: Option<Content<'a>>,
-    /// Typed in place, as `content`.
+    content: Option<Box<Content<'a>>>,
+    /// Typed in place, as `content`. (Both boxed: a heartbeat has neither, and the decoded struct
+    /// stays small to move.)
     #[serde(borrow, default)]
-    raw_output: Option<RawOutput<'a>>,
+    raw_output: Option<Box<RawOutput<'a>>>,
     #[serde(borrow, default)]
     raw_input: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -189,17 +190,17 @@ pub(crate) struct Update<'a, M = RawMeta<'a>> {
     pub meta: M,
     /// `content` as the single-pass decode read it (then `content` is `None`).
     #[serde(skip)]
-    pub content_read: Option<Content<'a>>,
+    pub content_read: Option<Box<Content<'a>>>,
     /// `rawOutput` as the single-pass decode read it (then `raw_output` is `None`).
     #[serde(skip)]
-    pub raw_output_read: Option<RawOutput<'a>>,
+    pub raw_output_read: Option<Box<RawOutput<'a>>>,
 }
 
 impl<'a, M> Update<'a, M> {
     /// The texts of `content`, in order: of each entry of a tool call's array, or of a single block
     /// (read in place, or parsed from the raw value; an unreadable `content` has none).
     pub(crate) fn take_texts(&mut self) -> Vec<Cow<'a, str>> {
-        match self.content_read.take() {
+        match self.content_read.take().map(|c| *c) {
             Some(Content::Items(items)) => items
                 .into_iter()
                 .filter_map(|c| c.content.and_then(|b| b.text))
@@ -212,7 +213,7 @@ impl<'a, M> Update<'a, M> {
     /// `content` as one block (a chunk's). An array is no block (the lenient parse of one reaches
     /// no text either).
     pub(crate) fn take_block(&mut self) -> Option<ContentBlock<'a>> {
-        match self.content_read.take() {
+        match self.content_read.take().map(|c| *c) {
             Some(Content::Block(b)) => Some(b),
             Some(Content::Items(_)) => None,
             None => self
@@ -225,6 +226,7 @@ impl<'a, M> Update<'a, M> {
     pub(crate) fn take_raw_output(&mut self) -> RawOutput<'a> {
         self.raw_output_read
             .take()
+            .map(|r| *r)
             .or_else(|| {
                 self.raw_output
                     .and_then(|r| serde_json::from_str(r.get()).ok())

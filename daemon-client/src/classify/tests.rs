@@ -527,3 +527,51 @@ fn captured_results_and_chunks_take_the_single_pass_decode_with_raw_output_typed
     }
     assert!(n >= 10, "{n}");
 }
+
+/// Any JSON value, small: what a daemon might put where we expect `content` or `rawOutput`.
+fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(|f| serde_json::json!(f)),
+        prop::sample::select(vec!["text", "content", "output", "timed_out", "x\ny\u{e9}"])
+            .prop_map(serde_json::Value::from),
+        ".{0,12}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "type", "text", "content", "output", "outcome", "exitCode", "signal", "error",
+                ])
+                .prop_map(str::to_owned),
+                inner,
+                0..4,
+            )
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// Issue 20: the single-pass decode reads `content` and `rawOutput` in place; whatever they
+    /// hold, a frame it accepts classifies exactly as the lenient path (the former decode) does.
+    #[test]
+    fn fast_and_lenient_paths_agree_on_any_content_and_raw_output(
+        content in any_json(),
+        raw_output in any_json(),
+        kind in proptest::sample::select(vec!["tool_call_update", "tool_call", "agent_message_chunk", "agent_thought_chunk"]),
+        status in proptest::sample::select(vec!["completed", "failed", "in_progress", "pending"]),
+    ) {
+        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "s1", "update": {"sessionUpdate": kind, "toolCallId": "c1", "status": status,
+            "content": content, "rawOutput": raw_output}}});
+        let bytes = serde_json::to_vec(&frame).expect("json");
+        let a = event_of(Classifier::new().classify(&bytes));
+        let b = event_of(Classifier::new().classify_lenient(&bytes));
+        proptest::prop_assert_eq!(a, b);
+    }
+}
