@@ -16,9 +16,8 @@ use crate::event::{
 };
 use crate::ids::{RequestId, SessionId, ToolCallId};
 use crate::wire::{
-    ContentBlock, Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawError,
-    RawInput, RawMeta, RawOutput, RpcErrorObject, ToolCallContent, Update, UpdateParams,
-    VendorData, VendorNotify,
+    Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawError, RawInput,
+    RawMeta, RpcErrorObject, Update, UpdateParams, VendorData, VendorNotify,
 };
 
 /// How many settled tool calls a session remembers for F4 before forgetting the oldest. Late frames
@@ -180,16 +179,31 @@ impl Classifier {
     /// Classifies one text frame. Never panics, never fails.
     pub fn classify(&mut self, bytes: &[u8]) -> Inbound {
         self.stats.frames += 1;
-        let repaired = without_lone_surrogates(bytes);
-        let bytes = repaired.as_deref().unwrap_or(bytes);
-        let inbound = match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
-            // The hot path (heartbeats, output): one pass, `_meta` typed in place.
-            Ok(FastUpdate {
-                id: None,
-                method: Some("session/update"),
-                params: Some(p),
-            }) => Inbound::Event(self.fast_update(p)),
-            _ => self.classify_lenient(bytes),
+        // UTF-8 is checked once here; the decodes below read a `&str` and do not check it again in
+        // every string they meet.
+        let inbound = match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                let repaired = without_lone_surrogates(text);
+                let text = repaired.as_deref().unwrap_or(text);
+                match serde_json::from_str::<FastUpdate<'_>>(text) {
+                    // The hot path (heartbeats, output): one pass, `_meta` typed in place.
+                    Ok(FastUpdate {
+                        id: None,
+                        method: Some("session/update"),
+                        params: Some(p),
+                    }) => Inbound::Event(self.fast_update(p)),
+                    _ => self.classify_lenient_text(text),
+                }
+            }
+            // Not UTF-8: serde_json reads the bytes and says where they fail.
+            Err(_) => match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
+                Ok(FastUpdate {
+                    id: None,
+                    method: Some("session/update"),
+                    params: Some(p),
+                }) => Inbound::Event(self.fast_update(p)),
+                _ => self.classify_lenient(bytes),
+            },
         };
         match &inbound {
             Inbound::Event(DaemonEvent::Malformed { .. }) => self.stats.malformed += 1,
@@ -202,7 +216,16 @@ impl Classifier {
 
     /// Every other frame, and hot-path frames whose shape surprised the fast decode.
     fn classify_lenient(&mut self, bytes: &[u8]) -> Inbound {
-        match serde_json::from_slice::<Envelope<'_>>(bytes) {
+        self.lenient(serde_json::from_slice::<Envelope<'_>>(bytes))
+    }
+
+    /// [`Self::classify_lenient`] of a frame already known to be UTF-8.
+    fn classify_lenient_text(&mut self, text: &str) -> Inbound {
+        self.lenient(serde_json::from_str::<Envelope<'_>>(text))
+    }
+
+    fn lenient(&mut self, env: Result<Envelope<'_>, serde_json::Error>) -> Inbound {
+        match env {
             Ok(env) => self.classify_envelope(env),
             Err(e) => Inbound::Event(malformed(
                 None,
@@ -280,21 +303,21 @@ impl Classifier {
         let Some(session) = p.session_id.as_deref().and_then(|s| self.intern_session(s)) else {
             return malformed(None, "session/update without a valid sessionId".into());
         };
-        let Some(update) = p.update else {
+        let Some(mut update) = p.update else {
             return malformed(Some(session), "session/update without an update".into());
         };
         let Some(kind) = update.session_update.as_deref() else {
             return malformed(Some(session), "update without sessionUpdate".into());
         };
         match kind {
-            "agent_message_chunk" => chunk(session, &update, false),
-            "agent_thought_chunk" => chunk(session, &update, true),
-            "user_message_chunk" => match chunk(session, &update, false) {
+            "agent_message_chunk" => chunk(session, &mut update, false),
+            "agent_thought_chunk" => chunk(session, &mut update, true),
+            "user_message_chunk" => match chunk(session, &mut update, false) {
                 DaemonEvent::AgentText { session, text } => DaemonEvent::UserText { session, text },
                 other => other,
             },
             "tool_call" | "tool_call_update" => {
-                self.tool_update(session, kind == "tool_call", &update)
+                self.tool_update(session, kind == "tool_call", &mut update)
             }
             "plan" => plan(session, &update),
             other => DaemonEvent::Other {
@@ -344,7 +367,7 @@ impl Classifier {
         &mut self,
         session: SessionId,
         start: bool,
-        u: &Update<'a, M>,
+        u: &mut Update<'a, M>,
     ) -> DaemonEvent {
         let calls = self.sessions.entry(session.clone()).or_default();
         let Some((call, settled)) = u.tool_call_id.as_deref().and_then(|c| calls.intern(c)) else {
@@ -377,7 +400,7 @@ impl Classifier {
             };
         }
         if u.kind.is_none() && u.title.is_none() {
-            let text = u.content.map(content_text).unwrap_or_default();
+            let text = u.take_texts().concat();
             if !text.is_empty() {
                 return DaemonEvent::ToolOutput {
                     session,
@@ -402,12 +425,9 @@ impl Classifier {
     }
 }
 
-fn finish<M>(session: SessionId, call: ToolCallId, u: &Update<'_, M>) -> DaemonEvent {
-    let raw: RawOutput<'_> = u
-        .raw_output
-        .and_then(|r| serde_json::from_str(r.get()).ok())
-        .unwrap_or_default();
-    let texts = u.content.map(content_texts).unwrap_or_default();
+fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> DaemonEvent {
+    let raw = u.take_raw_output();
+    let texts = u.take_texts();
     let outcome = if u.status.as_deref() == Some("completed") {
         Outcome::Completed
     } else {
@@ -459,8 +479,8 @@ fn hex4(digits: Option<&[u8]>) -> Option<u32> {
 /// detail; finding out costs a UTF-8 check and a substring search or three). A
 /// daemon written in JavaScript writes one when it cuts a string inside a surrogate pair, and
 /// `serde_json` refuses it, which used to drop the whole output of a result silently (S4).
-fn without_lone_surrogates(bytes: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(bytes).ok()?;
+fn without_lone_surrogates(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
     if !text.contains("\\u") || (!text.contains("\\ud") && !text.contains("\\uD")) {
         return None;
     }
@@ -505,7 +525,8 @@ fn without_lone_surrogates(bytes: &[u8]) -> Option<Vec<u8>> {
         from = at + 6;
     }
     out.extend_from_slice(bytes.get(from..).unwrap_or_default());
-    Some(out)
+    // Only ASCII escapes were replaced by ASCII: still UTF-8.
+    String::from_utf8(out).ok()
 }
 
 fn malformed(session: Option<SessionId>, reason: String) -> DaemonEvent {
@@ -549,33 +570,12 @@ fn info<M>(u: &Update<'_, M>, meta: &Meta<'_>) -> ToolInfo {
     }
 }
 
-/// The texts of a tool call's `content` array (or of a single block), in order.
-fn content_texts<'a>(raw: &'a RawValue) -> Vec<Cow<'a, str>> {
-    if let Ok(items) = serde_json::from_str::<Vec<ToolCallContent<'a>>>(raw.get()) {
-        return items
-            .into_iter()
-            .filter_map(|c| c.content.and_then(|b| b.text))
-            .collect();
-    }
-    serde_json::from_str::<ContentBlock<'a>>(raw.get())
-        .ok()
-        .and_then(|b| b.text)
-        .into_iter()
-        .collect()
-}
-
-fn content_text(raw: &RawValue) -> String {
-    content_texts(raw).join("")
-}
-
 fn chunk<'a, M: MetaSource<'a>>(
     session: SessionId,
-    u: &Update<'a, M>,
+    u: &mut Update<'a, M>,
     thought: bool,
 ) -> DaemonEvent {
-    let block = u
-        .content
-        .and_then(|c| serde_json::from_str::<ContentBlock<'_>>(c.get()).ok());
+    let block = u.take_block();
     let text = block.as_ref().and_then(|b| b.text.as_deref()).unwrap_or("");
     if text.is_empty()
         && let Some(usage) = meta(u).usage
@@ -592,7 +592,10 @@ fn chunk<'a, M: MetaSource<'a>>(
             kind: u.session_update.as_deref().map(str::to_owned),
         };
     }
-    let text = text.to_owned();
+    let text = block
+        .and_then(|b| b.text)
+        .map(Cow::into_owned)
+        .unwrap_or_default();
     if thought {
         DaemonEvent::Thought { session, text }
     } else {

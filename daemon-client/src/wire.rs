@@ -72,10 +72,13 @@ pub(crate) struct FastFields<'a> {
     kind: Option<&'a str>,
     #[serde(borrow, default)]
     title: Option<&'a str>,
+    /// Typed in place: a result's texts are read in this one pass, never parsed again.
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<Box<Content<'a>>>,
+    /// Typed in place, as `content`. (Both boxed: a heartbeat has neither, and the decoded struct
+    /// stays small to move.)
     #[serde(borrow, default)]
-    raw_output: Option<&'a RawValue>,
+    raw_output: Option<Box<RawOutput<'a>>>,
     #[serde(borrow, default)]
     raw_input: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -121,8 +124,10 @@ impl<'a> From<FastParams<'a>> for UpdateParams<'a, Option<Meta<'a>>> {
             status: u.status.map(Cow::Borrowed),
             kind: u.kind.map(Cow::Borrowed),
             title: u.title.map(Cow::Borrowed),
-            content: u.content,
-            raw_output: u.raw_output,
+            content: None,
+            content_read: u.content,
+            raw_output: None,
+            raw_output_read: u.raw_output,
             raw_input: u.raw_input,
             entries: u.entries,
             meta: u.meta.map(|m| Meta {
@@ -183,6 +188,105 @@ pub(crate) struct Update<'a, M = RawMeta<'a>> {
     pub entries: Option<&'a RawValue>,
     #[serde(default, rename = "_meta")]
     pub meta: M,
+    /// `content` as the single-pass decode read it (then `content` is `None`).
+    #[serde(skip)]
+    pub content_read: Option<Box<Content<'a>>>,
+    /// `rawOutput` as the single-pass decode read it (then `raw_output` is `None`).
+    #[serde(skip)]
+    pub raw_output_read: Option<Box<RawOutput<'a>>>,
+}
+
+impl<'a, M> Update<'a, M> {
+    /// The texts of `content`, in order: of each entry of a tool call's array, or of a single block
+    /// (read in place, or parsed from the raw value; an unreadable `content` has none).
+    pub(crate) fn take_texts(&mut self) -> Vec<Cow<'a, str>> {
+        match self.content_read.take().map(|c| *c) {
+            Some(Content::Items(items)) => items
+                .into_iter()
+                .filter_map(|c| c.content.and_then(|b| b.text))
+                .collect(),
+            Some(Content::Block(b)) => b.text.into_iter().collect(),
+            None => self.content.map(raw_texts).unwrap_or_default(),
+        }
+    }
+
+    /// `content` as one block (a chunk's). An array is no block (the lenient parse of one reaches
+    /// no text either).
+    pub(crate) fn take_block(&mut self) -> Option<ContentBlock<'a>> {
+        match self.content_read.take().map(|c| *c) {
+            Some(Content::Block(b)) => Some(b),
+            Some(Content::Items(_)) => None,
+            None => self
+                .content
+                .and_then(|c| serde_json::from_str::<ContentBlock<'a>>(c.get()).ok()),
+        }
+    }
+
+    /// `rawOutput` (read in place, or parsed from the raw value; empty when unreadable).
+    pub(crate) fn take_raw_output(&mut self) -> RawOutput<'a> {
+        self.raw_output_read
+            .take()
+            .map(|r| *r)
+            .or_else(|| {
+                self.raw_output
+                    .and_then(|r| serde_json::from_str(r.get()).ok())
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The texts of a raw `content`: a tool call's array, else a single block.
+fn raw_texts(raw: &RawValue) -> Vec<Cow<'_, str>> {
+    if let Ok(items) = serde_json::from_str::<Vec<ToolCallContent<'_>>>(raw.get()) {
+        return items
+            .into_iter()
+            .filter_map(|c| c.content.and_then(|b| b.text))
+            .collect();
+    }
+    serde_json::from_str::<ContentBlock<'_>>(raw.get())
+        .ok()
+        .and_then(|b| b.text)
+        .into_iter()
+        .collect()
+}
+
+/// `content` read in place: an object is a block (chunks), an array is a tool call's entries.
+/// Anything else fails the single-pass decode, and the frame takes the lenient path.
+#[derive(Debug)]
+pub(crate) enum Content<'a> {
+    /// `{type, text}`.
+    Block(ContentBlock<'a>),
+    /// `[{type:"content", content:{…}}, …]`.
+    Items(Vec<ToolCallContent<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a content block or an array of tool-call content")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                ContentBlock::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Content::Block)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Vec::<ToolCallContent<'a>>::deserialize(
+                    serde::de::value::SeqAccessDeserializer::new(seq),
+                )
+                .map(Content::Items)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
 }
 
 /// How a decoded update hands out its `_meta`.

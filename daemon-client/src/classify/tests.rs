@@ -473,3 +473,105 @@ fn s4_a_lone_surrogate_escape_in_output_is_a_replacement_character_not_a_lost_re
         "cut \u{FFFD} here, \u{FFFD} there, kept 😀 whole, typed \\ud83d as is"
     );
 }
+
+/// Every captured frame's classification, as `Debug` text, recorded before the single-pass decode
+/// learnt to type `rawOutput` and `content` in place (issue 20): the new decode must reach exactly
+/// the events the old one did. `CLASSIFY_GOLDEN=write` records the file again (only for a change
+/// that means to change an event).
+#[test]
+fn every_captured_frame_classifies_as_recorded_before_the_typed_decode() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/classified-captures.txt");
+    let mut c = Classifier::new();
+    let mut got = String::new();
+    for (file, bytes) in capture_frames() {
+        got.push_str(&format!("{file}: {:?}\n", c.classify(&bytes)));
+    }
+    if std::env::var("CLASSIFY_GOLDEN").as_deref() == Ok("write") {
+        std::fs::write(&path, &got).expect("write golden");
+    }
+    let want = std::fs::read_to_string(&path).expect("golden file");
+    assert!(got.lines().count() >= 60);
+    for (g, w) in got.lines().zip(want.lines()) {
+        assert_eq!(g, w);
+    }
+    assert_eq!(got.lines().count(), want.lines().count());
+}
+
+#[test]
+fn captured_results_and_chunks_take_the_single_pass_decode_with_raw_output_typed_in_place() {
+    // Issue 20: a result's `rawOutput` and `content` are read in the one pass, not skipped and
+    // parsed again.
+    let mut n = 0;
+    for (file, bytes) in capture_frames() {
+        let text = String::from_utf8(bytes).expect("utf-8");
+        let is_result = text.contains("\"rawOutput\":{") && text.contains("tool_call_update");
+        let is_chunk = text.contains("\"sessionUpdate\":\"agent_message_chunk\"");
+        if !(is_result || is_chunk) {
+            continue;
+        }
+        let fast = serde_json::from_str::<FastUpdate<'_>>(&text);
+        assert!(
+            matches!(
+                &fast,
+                Ok(FastUpdate {
+                    id: None,
+                    method: Some(_),
+                    params: Some(_)
+                })
+            ),
+            "{file}: {:?}",
+            fast.err()
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "{n}");
+}
+
+/// Any JSON value, small: what a daemon might put where we expect `content` or `rawOutput`.
+fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(|f| serde_json::json!(f)),
+        prop::sample::select(vec!["text", "content", "output", "timed_out", "x\ny\u{e9}"])
+            .prop_map(serde_json::Value::from),
+        ".{0,12}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "type", "text", "content", "output", "outcome", "exitCode", "signal", "error",
+                ])
+                .prop_map(str::to_owned),
+                inner,
+                0..4,
+            )
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// Issue 20: the single-pass decode reads `content` and `rawOutput` in place; whatever they
+    /// hold, a frame it accepts classifies exactly as the lenient path (the former decode) does.
+    #[test]
+    fn fast_and_lenient_paths_agree_on_any_content_and_raw_output(
+        content in any_json(),
+        raw_output in any_json(),
+        kind in proptest::sample::select(vec!["tool_call_update", "tool_call", "agent_message_chunk", "agent_thought_chunk"]),
+        status in proptest::sample::select(vec!["completed", "failed", "in_progress", "pending"]),
+    ) {
+        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "s1", "update": {"sessionUpdate": kind, "toolCallId": "c1", "status": status,
+            "content": content, "rawOutput": raw_output}}});
+        let bytes = serde_json::to_vec(&frame).expect("json");
+        let a = event_of(Classifier::new().classify(&bytes));
+        let b = event_of(Classifier::new().classify_lenient(&bytes));
+        proptest::prop_assert_eq!(a, b);
+    }
+}
