@@ -224,6 +224,7 @@ impl Application {
             buttons: channel.capabilities().has_buttons,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
+            files: cfg.attachments.limits(info.images),
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
@@ -237,6 +238,9 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
+        if let Some(fetch) = channel.fetcher() {
+            core.set_fetch(fetch);
+        }
         let router = tracker.spawn(core.clone().route_events(events));
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),

@@ -304,6 +304,52 @@ pub struct Redact {
     pub store: bool,
 }
 
+/// `[attachments]`: files people attach to their messages. Images go to the agent inline (when it
+/// takes images), other accepted files are saved under the session's directory; everything past
+/// these limits is refused with a notice that says why.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Attachments {
+    /// Images per message.
+    pub max_images: usize,
+    /// Bytes of one image.
+    pub max_image_bytes: u64,
+    /// Bytes of all images of one message.
+    pub max_images_total: u64,
+    /// Other files per message.
+    pub max_files: usize,
+    /// Bytes of one other file.
+    pub max_file_bytes: u64,
+}
+
+impl Default for Attachments {
+    fn default() -> Self {
+        let l = crate::conversation::files::Limits::default();
+        Self {
+            max_images: l.max_images,
+            max_image_bytes: l.max_image_bytes,
+            max_images_total: l.max_images_total,
+            max_files: l.max_files,
+            max_file_bytes: l.max_file_bytes,
+        }
+    }
+}
+
+impl Attachments {
+    /// The limits for conversations; `agent_images` from the daemon's `initialize`.
+    #[must_use]
+    pub fn limits(&self, agent_images: bool) -> crate::conversation::files::Limits {
+        crate::conversation::files::Limits {
+            agent_images,
+            max_images: self.max_images,
+            max_image_bytes: self.max_image_bytes,
+            max_images_total: self.max_images_total,
+            max_files: self.max_files,
+            max_file_bytes: self.max_file_bytes,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -322,6 +368,8 @@ pub struct Config {
     pub access: Access,
     /// `[redact]`.
     pub redact: Redact,
+    /// `[attachments]`.
+    pub attachments: Attachments,
     /// `[slack]`.
     pub slack: Slack,
     /// `[discord]`.

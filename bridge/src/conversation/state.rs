@@ -285,8 +285,13 @@ impl State {
             text,
             message_id,
             event,
+            files,
         } = said;
-        let parsed = self.parse(&text);
+        let parsed = match self.parse(&text) {
+            // Only files: still a prompt, so each file is used or the person hears why not.
+            Parsed::Empty if !files.is_empty() => Parsed::Prompt(String::new()),
+            p => p,
+        };
         if let Some(act) = parsed.act()
             && act != Act::Read
         {
@@ -331,6 +336,7 @@ impl State {
                 text,
                 message_id,
                 event,
+                files,
             }),
         }]
     }

@@ -107,6 +107,8 @@ pub struct Queued {
     pub message_id: Option<String>,
     /// Its inbox entry.
     pub event: Option<EventKey>,
+    /// Files attached to it (used or explained when its turn starts).
+    pub files: Vec<crate::channel::Attachment>,
 }
 
 /// Prompts waiting behind the running turn, first in first out, at most `cap`.

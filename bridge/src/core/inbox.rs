@@ -26,18 +26,15 @@ fn failure_reason(e: &store::StoreError) -> String {
 
 /// The inbound event as the store keeps it: what runs the first time is what a replay after a
 /// restart runs and what the history shows (NUL made visible, S4).
-fn storable_inbound(msg: Inbound) -> Inbound {
-    let crate::channel::InboundKind::Message(text) = &msg.kind else {
-        return msg;
-    };
-    if !text.contains('\0') {
-        return msg;
+fn storable_inbound(mut msg: Inbound) -> Inbound {
+    use crate::channel::InboundKind;
+    match &mut msg.kind {
+        InboundKind::Message(text) | InboundKind::Files { text, .. } if text.contains('\0') => {
+            *text = store::bind::storable(text).into_owned();
+        }
+        _ => {}
     }
-    let text = store::bind::storable(text).into_owned();
-    Inbound {
-        kind: crate::channel::InboundKind::Message(text),
-        ..msg
-    }
+    msg
 }
 
 impl Core {
@@ -107,11 +104,9 @@ impl Core {
     ) -> Result<(), store::StoreError> {
         let msg = storable_inbound(msg);
         // Redacted before it is cut, so a title never holds half a secret (S2).
-        let title: String = match &msg.kind {
-            crate::channel::InboundKind::Message(t) => {
-                self.redactor.redact(t).chars().take(80).collect()
-            }
-            crate::channel::InboundKind::Action(_) => String::new(),
+        let title: String = match msg.kind.text() {
+            Some(t) => self.redactor.redact(t).chars().take(80).collect(),
+            None => String::new(),
         };
         let key = conversations::Key {
             platform: &msg.platform,

@@ -92,6 +92,8 @@ pub struct CoreConfig {
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
     /// as a dead letter (S4).
     pub inbound_attempts: i64,
+    /// What becomes of files people attach (`[attachments]`, and whether the agent takes images).
+    pub files: crate::conversation::files::Limits,
 }
 
 impl Default for CoreConfig {
@@ -115,6 +117,7 @@ impl Default for CoreConfig {
             cancel_grace: Duration::from_secs(10),
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
+            files: crate::conversation::files::Limits::default(),
         }
     }
 }
@@ -163,6 +166,8 @@ pub struct Core {
     progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
+    /// Downloads attached files from the platform (none: files are explained, not used).
+    fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
 }
 
 impl Core {
@@ -200,7 +205,17 @@ impl Core {
             progress,
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
+            fetch: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Lets conversations download the files people attach (set once, by the channel's wiring).
+    pub fn set_fetch(&self, fetch: Arc<dyn crate::channel::Fetch>) {
+        let _ = self.fetch.set(fetch);
+    }
+
+    pub(crate) fn fetcher(&self) -> Option<Arc<dyn crate::channel::Fetch>> {
+        self.fetch.get().cloned()
     }
 
     /// Hands a progress write to the writer; `false` when its queue is full (keep the counts).

@@ -99,6 +99,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Discord {
     http: Arc<Http>,
     state: Arc<State>,
+    /// Downloads attachments from Discord's CDN (and the API's own origin when it is a proxy).
+    files: Option<(reqwest::Client, crate::channel::fetch::Origins)>,
 }
 
 impl std::fmt::Debug for Discord {
@@ -154,7 +156,18 @@ impl Discord {
     /// A channel posting through `http` (the gateway client's, so both share one limiter).
     #[must_use]
     fn with_state(http: Arc<Http>, state: Arc<State>) -> Self {
-        Self { http, state }
+        let base = http
+            .proxy
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_URL.into());
+        let origins = crate::channel::fetch::Origins::new(
+            &["cdn.discordapp.com", "media.discordapp.net"],
+            &base,
+        );
+        let files = crate::channel::fetch::client(&origins)
+            .ok()
+            .map(|c| (c, origins));
+        Self { http, state, files }
     }
 
     /// Where a person's message lives: the mention that started a thread is in its parent channel
@@ -239,6 +252,28 @@ impl Discord {
     }
 }
 
+impl crate::channel::Fetch for Discord {
+    fn fetch<'a>(
+        &'a self,
+        file: &'a crate::channel::Attachment,
+        max: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, crate::channel::FetchError>> {
+        Box::pin(async move {
+            use crate::channel::FetchError;
+            let (http, origins) = self
+                .files
+                .as_ref()
+                .ok_or_else(|| FetchError::Failed("no HTTP client".into()))?;
+            let url = file
+                .url
+                .as_deref()
+                .ok_or_else(|| FetchError::Failed("Discord gave no address for it".into()))?;
+            // Attachment URLs are signed; no token goes with them.
+            crate::channel::fetch::get(http, origins, url, None, max).await
+        })
+    }
+}
+
 impl Channel for Discord {
     fn platform(&self) -> &'static str {
         "discord"
@@ -246,6 +281,10 @@ impl Channel for Discord {
 
     fn connected(&self) -> bool {
         self.state.connected.load(Ordering::SeqCst)
+    }
+
+    fn fetcher(&self) -> Option<Arc<dyn crate::channel::Fetch>> {
+        Some(Arc::new(self.clone()))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -458,11 +497,9 @@ impl Handler {
                 inbound,
             } => {
                 // Redacted whole, then cut to Discord's 100 characters: never half a secret.
-                let name = match &inbound.kind {
-                    crate::channel::InboundKind::Message(text) => {
-                        events::thread_name(&self.redactor.redact(text))
-                    }
-                    crate::channel::InboundKind::Action(_) => name,
+                let name = match inbound.kind.text() {
+                    Some(text) => events::thread_name(&self.redactor.redact(text)),
+                    None => name,
                 };
                 if let Some(inbound) = self.open_thread(msg, &parent, &name, inbound).await {
                     self.forward(inbound).await;

@@ -221,6 +221,44 @@ impl WebApi {
         self.call_with(method, &self.token, body).await
     }
 
+    /// The origins Slack serves files from: `files.slack.com`, and the API's own origin (a proxy or
+    /// a test double).
+    #[must_use]
+    pub fn file_origins(&self) -> crate::channel::fetch::Origins {
+        crate::channel::fetch::Origins::new(&["files.slack.com"], &self.base)
+    }
+
+    /// The bytes of a file a person attached: its `url_private_download` (or, when the event
+    /// carried none, the one `files.info` gives), with the bot token, from Slack's file host only.
+    ///
+    /// # Errors
+    /// [`crate::channel::FetchError`]: not Slack's host, too large, or the download failed.
+    pub async fn download(
+        &self,
+        http: &reqwest::Client,
+        file: &crate::channel::Attachment,
+        max: u64,
+    ) -> Result<Vec<u8>, crate::channel::FetchError> {
+        let url = match &file.url {
+            Some(u) => u.clone(),
+            None => {
+                let v = self
+                    .call_form("files.info", &[("file", &file.id)])
+                    .await
+                    .map_err(|e| crate::channel::FetchError::Failed(e.to_string()))?;
+                let f = &v["file"];
+                f["url_private_download"]
+                    .as_str()
+                    .or_else(|| f["url_private"].as_str())
+                    .ok_or_else(|| {
+                        crate::channel::FetchError::Failed("Slack gave no address for it".into())
+                    })?
+                    .to_owned()
+            }
+        };
+        crate::channel::fetch::get(http, &self.file_origins(), &url, Some(&self.token.0), max).await
+    }
+
     /// `auth.test`.
     ///
     /// # Errors

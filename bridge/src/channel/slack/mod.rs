@@ -24,13 +24,16 @@ pub mod start;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::channel::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
+use crate::channel::{
+    Attachment, BoxFuture, Capabilities, Channel, DeliveryError, Fetch, FetchError, Message, Target,
+};
 use crate::conversation::Mark;
 
 /// The Slack channel: thread replies through the Web API, rendered as Block Kit.
 #[derive(Debug, Clone)]
 pub struct Slack {
     api: api::WebApi,
+    files: Option<reqwest::Client>,
     connected: Arc<AtomicBool>,
     takes_requests: bool,
 }
@@ -39,8 +42,10 @@ impl Slack {
     /// A channel posting through `api`; connected until a Socket Mode connection says otherwise.
     #[must_use]
     pub fn new(api: api::WebApi) -> Self {
+        let files = crate::channel::fetch::client(&api.file_origins()).ok();
         Self {
             api,
+            files,
             connected: Arc::new(AtomicBool::new(true)),
             takes_requests: false,
         }
@@ -78,6 +83,22 @@ impl Slack {
     }
 }
 
+impl Fetch for Slack {
+    fn fetch<'a>(
+        &'a self,
+        file: &'a Attachment,
+        max: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, FetchError>> {
+        Box::pin(async move {
+            let http = self
+                .files
+                .as_ref()
+                .ok_or_else(|| FetchError::Failed("no HTTP client".into()))?;
+            self.api.download(http, file, max).await
+        })
+    }
+}
+
 impl Channel for Slack {
     fn platform(&self) -> &'static str {
         "slack"
@@ -97,6 +118,10 @@ impl Channel for Slack {
             has_reactions: true,
             takes_requests: self.takes_requests,
         }
+    }
+
+    fn fetcher(&self) -> Option<Arc<dyn Fetch>> {
+        Some(Arc::new(self.clone()))
     }
 
     fn post<'a>(

@@ -93,7 +93,7 @@ impl Runner {
         match effect {
             Effect::StartTurn(q) => {
                 self.core.busy_add(1);
-                self.start_turn(q.user, q.text, q.message_id, q.event).await
+                self.start_turn(q).await
             }
             Effect::Queued(event) => {
                 if let Some((platform, id)) = &event {

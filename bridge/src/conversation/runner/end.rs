@@ -100,7 +100,7 @@ impl Runner {
             }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
-            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+            if let Err(e) = self.start_turn(q).await {
                 // Not marked: it stays in the inbox and is taken again at the next start.
                 if let Some(event) = &event {
                     self.state.marks.take(event);

@@ -419,6 +419,7 @@ fn prompt(n: u32) -> crate::conversation::turn::Queued {
         text: format!("prompt {n}"),
         message_id: None,
         event: Some(("slack".into(), format!("Ev{n}"))),
+        files: Vec::new(),
     }
 }
 
