@@ -1,0 +1,376 @@
+//! Rich messages against a Slack Web API written by others (npm `emulate@0.12.2`, HTTP Events API
+//! mode) and a scripted ACP daemon that records every prompt it is sent: a message with files is
+//! never dropped (its text runs, each file is used or the person hears why), images reach the agent
+//! as ACP `image` blocks whose bytes are the upload's, and long and Markdown answers arrive whole
+//! and rendered.
+//!
+//! When npm cannot install the emulator, each test says SKIPPED loudly and passes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
+use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
+use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// What the scripted daemon answers to a prompt whose text starts with these.
+const LONG: &str = "LONG";
+const MARKDOWN: &str = "MARKDOWN";
+
+/// The 60 kB answer: numbered paragraphs and a code fence, so splitting has boundaries to find.
+fn long_answer() -> String {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < 60_000 {
+        i += 1;
+        if i % 25 == 0 {
+            s.push_str("```\nfn main() {\n    println!(\"inside a fence\");\n}\n```\n\n");
+        }
+        s.push_str(&format!(
+            "Paragraph {i}: the quick brown fox jumps over the lazy dog, and the answer goes on.\n\n"
+        ));
+    }
+    s.trim_end().to_owned()
+}
+
+const MARKDOWN_ANSWER: &str = "## Result\n\nThis is **bold**, this is *italic*, see [the docs](https://example.com/a?b=1).\n\n| name | value |\n|------|-------|\n| a    | 1     |\n\n```\nlet x = **not bold**;\n```";
+
+type Prompts = Arc<Mutex<Vec<Value>>>;
+
+/// A daemon that records each prompt's content blocks and answers with text.
+async fn daemon(images: bool, prompts: Prompts) -> ScriptedDaemon {
+    ScriptedDaemon::start(move |mut peer: Peer| {
+        let prompts = prompts.clone();
+        async move {
+            let init = peer.expect("initialize").await;
+            peer.reply(
+                &init,
+                json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
+                    "promptCapabilities": {"image": images, "embeddedContext": true}}}),
+            )
+            .await;
+            while let Some(msg) = peer.recv().await {
+                match msg["method"].as_str() {
+                    Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
+                    Some("session/prompt") => {
+                        let blocks = msg["params"]["prompt"].clone();
+                        prompts.lock().expect("lock").push(blocks.clone());
+                        let text = blocks[0]["text"].as_str().unwrap_or("");
+                        let answer = if text.starts_with(LONG) {
+                            long_answer()
+                        } else if text.starts_with(MARKDOWN) {
+                            MARKDOWN_ANSWER.to_owned()
+                        } else {
+                            "I saw it.".to_owned()
+                        };
+                        peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
+                            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": answer}}}}))
+                            .await;
+                        peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
+                    }
+                    Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await
+}
+
+struct Rig {
+    slack: SlackEmulator,
+    channel: String,
+    bot: String,
+    alice: String,
+    events: String,
+    http: reqwest::Client,
+    prompts: Prompts,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _daemon: ScriptedDaemon,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(images: bool, tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Option<Rig> {
+    let slack = match SlackEmulator::start().await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "!!! SKIPPED: the Slack emulator (npm emulate) could not be installed: {e:?} !!!"
+            );
+            return None;
+        }
+    };
+    chat_bridge_tests::init_tracing();
+    let channel = slack.channel("general").await;
+    let bot = slack.call("auth.test", &json!({})).await.expect("auth")["user_id"]
+        .as_str()
+        .expect("bot id")
+        .to_owned();
+    let alice = slack.user("alice").await;
+    slack
+        .call(
+            "conversations.invite",
+            &json!({"channel": channel, "users": alice}),
+        )
+        .await
+        .expect("invite alice");
+    let prompts = Prompts::default();
+    let daemon = daemon(images, prompts.clone()).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = chat_bridge_tests::free_port();
+    let mut cfg = chat_bridge_tests::bridge::config(
+        &format!("sqlite://{}", dir.path().join("slack.db").display()),
+        dir.path(),
+    );
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+    cfg.slack.bot_token = Some(slack_emulate::TOKEN.into());
+    cfg.slack.api_base_url = slack.api_base.clone();
+    cfg.slack.mode = chat_bridge::config::SlackMode::Http;
+    cfg.slack.listen = format!("127.0.0.1:{port}");
+    cfg.slack.signing_secret = Some(SLACK_SIGNING_SECRET.into());
+    cfg.slack.allowed_users = vec![alice.clone()];
+    tweak(&mut cfg);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::startup::run(&cfg, stop).await }
+    });
+    let rig = Rig {
+        slack,
+        channel,
+        bot,
+        alice,
+        events: format!("http://127.0.0.1:{port}/slack/events"),
+        http: reqwest::Client::new(),
+        prompts,
+        stop,
+        task,
+        _daemon: daemon,
+        _dir: dir,
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let challenge = json!({"type": "url_verification", "challenge": "c"}).to_string();
+        if rig
+            .http
+            .post(&rig.events)
+            .body(challenge)
+            .send()
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the bridge came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Some(rig)
+}
+
+impl Rig {
+    /// alice mentions the bot with `text` and `files` (Slack file objects): the message is stored in
+    /// the emulator, then its signed `app_mention` event (files included, as Slack sends them) goes
+    /// to the bridge. Returns the thread's `ts`.
+    async fn say_with_files(&self, text: &str, files: &[Value]) -> String {
+        let wire_text = format!("<@{}> {text}", self.bot);
+        let ts = self.slack.post(&self.channel, None, &wire_text).await;
+        let event = json!({"type": "app_mention", "user": self.alice, "channel": self.channel,
+            "channel_type": "channel", "ts": ts, "event_ts": ts, "text": wire_text, "files": files});
+        let body = json!({"type": "event_callback", "team_id": "T000000001", "api_app_id": "A1",
+            "event_id": format!("Ev{}", ts.replace('.', "")), "event_time": 1, "event": event})
+        .to_string();
+        let r = slack_emulate::post_signed(
+            &self.http,
+            &self.events,
+            SLACK_SIGNING_SECRET,
+            "application/json",
+            body,
+        )
+        .await;
+        assert_eq!(r.status(), 200, "the bridge took the event");
+        ts
+    }
+
+    async fn wait_prompts(&self, n: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = self.prompts.lock().expect("lock").clone();
+            if p.len() >= n {
+                return p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the agent got {} prompts, not {n}",
+                p.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn finish(self) {
+        self.stop.cancel();
+        self.task.await.expect("join").expect("clean shutdown");
+    }
+}
+
+/// A real PNG's signature and some bytes (the bridge checks the signature, the agent gets them all).
+fn png(len: usize) -> Vec<u8> {
+    let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
+    b.extend((0..len.saturating_sub(8)).map(|i| (i * 7 % 251) as u8));
+    b
+}
+
+fn text_of(m: &Value) -> String {
+    m.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_image_and_text_reach_the_agent_as_acp_blocks_with_the_uploaded_bytes() {
+    let Some(rig) = rig(true, |_| {}).await else {
+        return;
+    };
+    let bytes = png(3000);
+    let file = rig.slack.upload("screenshot.png", &bytes).await;
+    let log = rig
+        .slack
+        .upload("build.txt", b"error: linker failed\n")
+        .await;
+    let thread = rig
+        .say_with_files("what is wrong in this screenshot?", &[file, log])
+        .await;
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    let text = blocks[0]["text"].as_str().expect("text block");
+    assert!(
+        text.starts_with("what is wrong in this screenshot?"),
+        "{text}"
+    );
+    assert!(
+        text.contains(".chat-bridge/attachments/") && text.ends_with("-build.txt"),
+        "the saved file's path is in the prompt: {text}"
+    );
+    let saved = text
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("- "))
+        .expect("path");
+    assert_eq!(
+        std::fs::read(saved).expect("saved file"),
+        b"error: linker failed\n"
+    );
+    let image = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("an image block");
+    assert_eq!(image["mimeType"], "image/png");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(image["data"].as_str().expect("data"))
+        .expect("base64");
+    assert_eq!(decoded, bytes, "the agent got the uploaded bytes");
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("I saw it.")
+        })
+        .await;
+    assert!(
+        !rig.slack
+            .replies(&rig.channel, &thread)
+            .await
+            .iter()
+            .any(|m| text_of(m).contains("Not passed to the agent")),
+        "every file was used: no notice"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_text_still_runs() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.attachments.max_images = 2;
+        cfg.attachments.max_image_bytes = 10_000;
+    })
+    .await
+    else {
+        return;
+    };
+    let files = [
+        rig.slack.upload("one.png", &png(500)).await,
+        rig.slack.upload("huge.png", &png(20_000)).await,
+        rig.slack.upload("two.png", &png(500)).await,
+        rig.slack.upload("three.png", &png(500)).await,
+        rig.slack.upload("tools.zip", b"PK\x03\x04zip").await,
+    ];
+    let thread = rig.say_with_files("look at these", &files).await;
+    let notice = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the notice", |m| {
+            text_of(m).contains("Not passed to the agent")
+        })
+        .await;
+    let shown = text_of(&notice);
+    assert!(
+        shown.contains("huge.png: too large (19 kB; an image may be at most 9 kB)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("three.png: too many images (at most 2 per message)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tools.zip: type application/zip not accepted"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("The rest of your message was sent."),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("one.png") && !shown.contains("two.png"),
+        "{shown}"
+    );
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    assert_eq!(blocks[0]["text"], "look at these", "the text ran");
+    assert_eq!(
+        blocks.iter().filter(|b| b["type"] == "image").count(),
+        2,
+        "the two images within the budget went"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_agent_without_images_gets_the_text_and_the_person_hears_why_not_the_image() {
+    let Some(rig) = rig(false, |_| {}).await else {
+        return;
+    };
+    let file = rig.slack.upload("screenshot.png", &png(800)).await;
+    let thread = rig.say_with_files("and this?", &[file]).await;
+    let prompts = rig.wait_prompts(1).await;
+    assert_eq!(prompts[0], json!([{"type": "text", "text": "and this?"}]));
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the notice", |m| {
+            text_of(m).contains("screenshot.png: the agent does not take images")
+        })
+        .await;
+    // Only a file, nothing typed, nothing usable: the person hears it and no prompt is sent.
+    let file = rig.slack.upload("again.png", &png(800)).await;
+    let lone = rig.say_with_files("", &[file]).await;
+    rig.slack
+        .wait_for(&rig.channel, &lone, "the notice", |m| {
+            text_of(m).contains("again.png: the agent does not take images")
+                && text_of(m).contains("nothing else in your message")
+        })
+        .await;
+    assert_eq!(
+        rig.prompts.lock().expect("lock").len(),
+        1,
+        "no empty prompt"
+    );
+    rig.finish().await;
+}
