@@ -374,3 +374,139 @@ async fn emulate_an_agent_without_images_gets_the_text_and_the_person_hears_why_
     );
     rig.finish().await;
 }
+
+/// The section texts of the bridge's answer messages in the thread, in order (titles left out).
+fn answer_sections(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| text_of(m).contains("💬 answer"))
+        .flat_map(|m| {
+            m["blocks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .skip(1)
+                .filter_map(|b| b["text"]["text"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+fn squeeze(s: &str) -> String {
+    s.replace("```", "")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_a_60kb_answer_arrives_whole_as_an_uploaded_file_with_a_preview() {
+    let Some(rig) = rig(true, |_| {}).await else {
+        return;
+    };
+    let thread = rig.say_with_files(LONG, &[]).await;
+    let shared = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the uploaded answer", |m| {
+            m["files"].as_array().is_some_and(|f| !f.is_empty())
+        })
+        .await;
+    let file = &shared["files"][0];
+    assert_eq!(file["name"], "answer.md");
+    let url = file["url_private_download"]
+        .as_str()
+        .or_else(|| file["url_private"].as_str())
+        .expect("url");
+    let content = rig.slack.download(url).await;
+    assert_eq!(
+        String::from_utf8(content).expect("utf-8"),
+        long_answer(),
+        "the file is the whole answer"
+    );
+    let preview = text_of(&shared);
+    assert!(
+        preview.contains("Paragraph 1:")
+            && preview.contains("the whole answer (58 kB) is in the attached file answer.md"),
+        "a short preview says where the rest is: {preview:.600}"
+    );
+    assert!(
+        preview.len() < 6_000,
+        "only a preview: {} bytes",
+        preview.len()
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_a_60kb_answer_under_the_upload_size_arrives_whole_over_several_messages() {
+    let Some(rig) = rig(true, |cfg| cfg.render.upload_over = 1 << 20).await else {
+        return;
+    };
+    let thread = rig.say_with_files(LONG, &[]).await;
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the last part", |m| {
+            text_of(m).contains("💬 answer (")
+                && text_of(m).contains("answer goes on.\"")
+                && text_of(m).contains(&format!(
+                    "Paragraph {}:",
+                    long_answer().matches("Paragraph ").count()
+                ))
+        })
+        .await;
+    let messages = rig.slack.replies(&rig.channel, &thread).await;
+    let parts = messages
+        .iter()
+        .filter(|m| text_of(m).contains("💬 answer ("))
+        .count();
+    assert!(parts >= 5, "split over several messages: {parts}");
+    for m in &messages {
+        for b in m["blocks"].as_array().into_iter().flatten() {
+            let t = b["text"]["text"].as_str().unwrap_or("");
+            assert!(t.chars().count() <= 3000, "a section within Slack's limit");
+            assert_eq!(t.matches("```").count() % 2, 0, "fences balanced: {t:.200}");
+        }
+    }
+    assert_eq!(
+        squeeze(&answer_sections(&messages).concat()),
+        squeeze(&long_answer()),
+        "the parts, in order, are the answer"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_markdown_table_link_and_bold_render_as_mrkdwn() {
+    let Some(rig) = rig(true, |_| {}).await else {
+        return;
+    };
+    let thread = rig.say_with_files(MARKDOWN, &[]).await;
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("💬 answer")
+        })
+        .await;
+    let body = answer_sections(std::slice::from_ref(&answer)).concat();
+    assert!(
+        body.starts_with("*Result*\n\n"),
+        "a heading is a bold line: {body}"
+    );
+    assert!(body.contains("This is *bold*, this is _italic_"), "{body}");
+    assert!(
+        body.contains("<https://example.com/a?b=1|the docs>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("```\nname | value\n-----+------\na    | 1\n```"),
+        "the table is a code block: {body}"
+    );
+    assert!(
+        body.contains("```\nlet x = **not bold**;\n```"),
+        "nothing converted inside code: {body}"
+    );
+    assert!(
+        !body.contains("**bold**") && !body.contains("|---"),
+        "{body}"
+    );
+    rig.finish().await;
+}

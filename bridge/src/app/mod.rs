@@ -225,6 +225,8 @@ impl Application {
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
             files: cfg.attachments.limits(info.images),
+            answer_len: channel.capabilities().answer_len,
+            upload_over: cfg.render.upload_over,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;

@@ -25,6 +25,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Capabilities {
     /// Longest message text.
     pub max_message_len: usize,
+    /// How much of an answer one message carries; longer answers go over several messages (split
+    /// at paragraph and code-fence boundaries), or as a file past `render.upload_over`.
+    pub answer_len: usize,
     /// How much of a tool's output a result message shows (the tail; the rest stays in the store).
     pub output_cap: usize,
     /// Messages can be edited in place.
@@ -97,6 +100,23 @@ pub struct Message {
     /// Buttons.
     #[serde(default)]
     pub buttons: Vec<Button>,
+    /// The body is the agent's CommonMark: Slack converts it to mrkdwn, Discord shows it as it is,
+    /// the console prints it readably. Otherwise it is plain text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub markdown: bool,
+    /// A file the message carries (an answer too long for messages, whole); the body is then its
+    /// preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<OutFile>,
+}
+
+/// A text file a message carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutFile {
+    /// Its name (`answer.md`).
+    pub name: String,
+    /// Its content.
+    pub content: String,
 }
 
 impl Message {
@@ -110,6 +130,8 @@ impl Message {
             code: None,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         }
     }
 }

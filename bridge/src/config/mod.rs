@@ -350,6 +350,23 @@ impl Attachments {
     }
 }
 
+/// `[render]`: how answers look in chat.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Render {
+    /// An answer longer than this many bytes is uploaded as a file (`answer.md`) with a short
+    /// preview, instead of being split over many messages.
+    pub upload_over: usize,
+}
+
+impl Default for Render {
+    fn default() -> Self {
+        Self {
+            upload_over: 20_000,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -370,6 +387,8 @@ pub struct Config {
     pub redact: Redact,
     /// `[attachments]`.
     pub attachments: Attachments,
+    /// `[render]`.
+    pub render: Render,
     /// `[slack]`.
     pub slack: Slack,
     /// `[discord]`.

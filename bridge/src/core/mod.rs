@@ -92,6 +92,11 @@ pub struct CoreConfig {
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
     /// as a dead letter (S4).
     pub inbound_attempts: i64,
+    /// How much of an answer one message carries (from the channel's capabilities).
+    pub answer_len: usize,
+    /// An answer longer than this (bytes) is uploaded as a file with a short preview
+    /// (`render.upload_over`).
+    pub upload_over: usize,
     /// What becomes of files people attach (`[attachments]`, and whether the agent takes images).
     pub files: crate::conversation::files::Limits,
 }
@@ -118,6 +123,8 @@ impl Default for CoreConfig {
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
             files: crate::conversation::files::Limits::default(),
+            answer_len: 40_000,
+            upload_over: 20_000,
         }
     }
 }

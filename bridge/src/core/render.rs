@@ -102,6 +102,8 @@ pub fn tool_finished(
             code,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::TimedOut => Message {
             tone: Tone::Error,
@@ -116,6 +118,8 @@ pub fn tool_finished(
             code,
             footer: Some(pointer),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::Failed => Message {
             tone: Tone::Error,
@@ -124,6 +128,8 @@ pub fn tool_finished(
             code,
             footer: Some(pointer),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::Cancelled => Message {
             tone: Tone::Neutral,
@@ -132,6 +138,8 @@ pub fn tool_finished(
             code,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
     }
 }
@@ -153,7 +161,52 @@ pub fn tool_interrupted(r: &Redactor, title: &str) -> Message {
 pub fn answer(r: &Redactor, text: &str) -> Message {
     let mut m = Message::text(Tone::Neutral, "💬 answer");
     m.body = Some(r.redact(text.trim()));
+    m.markdown = true;
     m
+}
+
+/// How much of an uploaded answer its message previews.
+pub const PREVIEW_LEN: usize = 1_200;
+
+/// The turn's answer as it goes to chat, whole (R5): one message when it fits in `part_len`
+/// characters, several split at paragraph and code-fence boundaries (fences balanced) when not, and
+/// past `upload_over` bytes one message with a short preview that carries the whole answer as a
+/// file (`answer.md`).
+#[must_use]
+pub fn answer_parts(r: &Redactor, text: &str, part_len: usize, upload_over: usize) -> Vec<Message> {
+    let text = r.redact(text.trim());
+    if text.len() > upload_over {
+        let mut m = Message::text(Tone::Neutral, "💬 answer");
+        let preview = crate::channel::text::preview(&text, PREVIEW_LEN);
+        m.body = Some(format!(
+            "{}\n\n_… the whole answer ({}) is in the attached file answer.md_",
+            preview.trim_end(),
+            crate::conversation::files::human_bytes(text.len() as u64)
+        ));
+        m.markdown = true;
+        m.file = Some(crate::channel::OutFile {
+            name: "answer.md".into(),
+            content: text,
+        });
+        return vec![m];
+    }
+    let parts = crate::channel::text::split_markdown(&text, part_len);
+    let n = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let title = if n == 1 {
+                "💬 answer".to_owned()
+            } else {
+                format!("💬 answer ({}/{n})", i + 1)
+            };
+            let mut m = Message::text(Tone::Neutral, title);
+            m.body = Some(body);
+            m.markdown = true;
+            m
+        })
+        .collect()
 }
 
 /// A notice from the bridge itself.

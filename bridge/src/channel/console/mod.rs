@@ -247,6 +247,7 @@ impl Channel for Console {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 1 << 20,
+            answer_len: 1 << 20,
             output_cap: 3500,
             can_edit: false,
             has_buttons: false,
@@ -411,6 +412,8 @@ mod tests {
             code: Some("partial".into()),
             footer: Some("full output: `chat-bridge history show x`".into()),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         };
         assert_eq!(
             render(&m),

@@ -290,6 +290,8 @@ impl Channel for Discord {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: render::CONTENT_LIMIT,
+            // What one message's embeds carry (6,000 characters in all, 4,096 per embed).
+            answer_len: 5_500,
             // What fits beside a title and a footer in one message's 6,000 embed characters.
             output_cap: 5_000,
             can_edit: true,

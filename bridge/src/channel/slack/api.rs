@@ -302,6 +302,76 @@ impl WebApi {
             })
     }
 
+    /// Uploads `content` as file `name` into thread `thread_ts` with `payload`'s blocks as its
+    /// message, by Slack's external upload: `files.getUploadURLExternal`, the bytes to the upload URL
+    /// (Slack's own file host only), `files.completeUploadExternal`. Returns the message's `ts` when
+    /// Slack says it, else `file:<id>` (a file share cannot be edited).
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn upload(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        name: &str,
+        content: &[u8],
+        payload: &Payload,
+    ) -> Result<String, SlackError> {
+        let length = content.len().to_string();
+        let v = self
+            .call_form(
+                "files.getUploadURLExternal",
+                &[("filename", name), ("length", &length)],
+            )
+            .await?;
+        let transport = |reason: &str| SlackError::Transport {
+            method: "files.getUploadURLExternal",
+            reason: reason.to_owned(),
+        };
+        let (Some(url), Some(id)) = (v["upload_url"].as_str(), v["file_id"].as_str()) else {
+            return Err(transport("no upload_url or file_id in the answer"));
+        };
+        if !self.file_origins().allow(url) {
+            return Err(transport("the upload URL is not on Slack's file host"));
+        }
+        let resp = self
+            .http
+            .post(url)
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(content.to_vec())
+            .send()
+            .await
+            .map_err(|e| transport(&e.without_url().to_string()))?;
+        if !resp.status().is_success() {
+            return Err(transport(&format!(
+                "upload answered HTTP {}",
+                resp.status()
+            )));
+        }
+        let files = json!([{"id": id, "title": name}]).to_string();
+        let blocks = Value::Array(payload.blocks.clone()).to_string();
+        let v = self
+            .call_form(
+                "files.completeUploadExternal",
+                &[
+                    ("files", &files),
+                    ("channel_id", channel),
+                    ("thread_ts", thread_ts),
+                    ("blocks", &blocks),
+                ],
+            )
+            .await?;
+        // The share's ts, when Slack already knows it (it may share asynchronously).
+        let shared = v["files"][0]["shares"]
+            .as_object()
+            .into_iter()
+            .flat_map(|s| s.values())
+            .filter_map(|by_channel| by_channel[channel][0]["ts"].as_str())
+            .next()
+            .map(str::to_owned);
+        Ok(shared.unwrap_or_else(|| format!("file:{id}")))
+    }
+
     /// The `ts` of the reply in thread `thread_ts` that was posted with idempotency `key`
     /// (`conversations.replies` with its metadata; the newest 200 replies are searched).
     ///

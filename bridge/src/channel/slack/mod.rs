@@ -6,6 +6,7 @@
 //! - [`blocks`]: platform-neutral messages → Block Kit, split to fit Slack's limits.
 //! - [`events`]: Socket Mode envelopes → inbound messages, with the ignore and access rules.
 //! - [`format`]: Slack's message format both ways — inbound text decoded, outbound text escaped.
+//! - [`markdown`]: the agent's CommonMark → mrkdwn (answers that render).
 //! - [`http_mode`]: the HTTP Events API mode — signed requests only, `url_verification`.
 //! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
@@ -17,6 +18,7 @@ pub mod config;
 pub mod events;
 pub mod format;
 pub mod http_mode;
+pub mod markdown;
 pub mod signature;
 pub mod socket;
 pub mod start;
@@ -65,6 +67,19 @@ impl Slack {
         message: &Message,
         key: Option<&str>,
     ) -> Result<String, DeliveryError> {
+        if let Some(file) = &message.file {
+            return self
+                .api
+                .upload(
+                    &target.channel,
+                    &target.thread,
+                    &file.name,
+                    file.content.as_bytes(),
+                    &blocks::render(message),
+                )
+                .await
+                .map_err(api::SlackError::into_delivery);
+        }
         self.api
             .post_message(
                 &target.channel,
@@ -111,6 +126,9 @@ impl Channel for Slack {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: blocks::MESSAGE_LIMIT,
+            // Sections of 3,000 characters, within a message's 50 blocks and ~40,000 characters,
+            // with room for what mrkdwn escaping adds.
+            answer_len: 12_000,
             output_cap: 30_000,
             can_edit: true,
             has_buttons: true,
@@ -161,6 +179,10 @@ impl Channel for Slack {
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
+            if id.starts_with("file:") {
+                // A file share is not a message Slack lets us edit.
+                return Ok(());
+            }
             self.api
                 .update(&target.channel, id, &blocks::render(message))
                 .await

@@ -66,10 +66,20 @@ impl Runner {
                 None,
             )
             .await?;
-            let msg = render::answer(&self.core.redactor, &answer);
-            let key = MessageKey::Answer(turn.row.id.clone());
-            self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
-                .await?;
+            let parts = render::answer_parts(
+                &self.core.redactor,
+                &answer,
+                self.core.cfg.answer_len,
+                self.core.cfg.upload_over,
+            );
+            for (i, msg) in parts.into_iter().enumerate() {
+                let key = match i {
+                    0 => MessageKey::Answer(turn.row.id.clone()),
+                    n => MessageKey::AnswerPart(turn.row.id.clone(), n + 1),
+                };
+                self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+                    .await?;
+            }
         }
         if let Some(id) = &turn.user_message {
             for action in effects::outcome_marks(&self.target, id, ending.mark) {
