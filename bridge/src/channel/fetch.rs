@@ -48,6 +48,7 @@ fn origin(url: &str) -> Option<String> {
 /// # Errors
 /// When the client cannot be built.
 pub fn client(origins: &Origins) -> Result<reqwest::Client, FetchError> {
+    daemon_client::install_crypto_provider();
     let allowed = origins.clone();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
