@@ -6,79 +6,15 @@
 //!
 //! When npm cannot install the emulator, each test says SKIPPED loudly and passes.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
 use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
-use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
+use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, daemon, long_answer, png};
+use chat_bridge_tests::scripted::ScriptedDaemon;
 use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-/// What the scripted daemon answers to a prompt whose text starts with these.
-const LONG: &str = "LONG";
-const MARKDOWN: &str = "MARKDOWN";
-
-/// The 60 kB answer: numbered paragraphs and a code fence, so splitting has boundaries to find.
-fn long_answer() -> String {
-    let mut s = String::new();
-    let mut i = 0;
-    while s.len() < 60_000 {
-        i += 1;
-        if i % 25 == 0 {
-            s.push_str("```\nfn main() {\n    println!(\"inside a fence\");\n}\n```\n\n");
-        }
-        s.push_str(&format!(
-            "Paragraph {i}: the quick brown fox jumps over the lazy dog, and the answer goes on.\n\n"
-        ));
-    }
-    s.trim_end().to_owned()
-}
-
-const MARKDOWN_ANSWER: &str = "## Result\n\nThis is **bold**, this is *italic*, see [the docs](https://example.com/a?b=1).\n\n| name | value |\n|------|-------|\n| a    | 1     |\n\n```\nlet x = **not bold**;\n```";
-
-type Prompts = Arc<Mutex<Vec<Value>>>;
-
-/// A daemon that records each prompt's content blocks and answers with text.
-async fn daemon(images: bool, prompts: Prompts) -> ScriptedDaemon {
-    ScriptedDaemon::start(move |mut peer: Peer| {
-        let prompts = prompts.clone();
-        async move {
-            let init = peer.expect("initialize").await;
-            peer.reply(
-                &init,
-                json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
-                    "promptCapabilities": {"image": images, "embeddedContext": true}}}),
-            )
-            .await;
-            while let Some(msg) = peer.recv().await {
-                match msg["method"].as_str() {
-                    Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
-                    Some("session/prompt") => {
-                        let blocks = msg["params"]["prompt"].clone();
-                        prompts.lock().expect("lock").push(blocks.clone());
-                        let text = blocks[0]["text"].as_str().unwrap_or("");
-                        let answer = if text.starts_with(LONG) {
-                            long_answer()
-                        } else if text.starts_with(MARKDOWN) {
-                            MARKDOWN_ANSWER.to_owned()
-                        } else {
-                            "I saw it.".to_owned()
-                        };
-                        peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
-                            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": answer}}}}))
-                            .await;
-                        peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
-                    }
-                    Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
-                    _ => {}
-                }
-            }
-        }
-    })
-    .await
-}
 
 struct Rig {
     slack: SlackEmulator,
@@ -216,13 +152,6 @@ impl Rig {
         self.stop.cancel();
         self.task.await.expect("join").expect("clean shutdown");
     }
-}
-
-/// A real PNG's signature and some bytes (the bridge checks the signature, the agent gets them all).
-fn png(len: usize) -> Vec<u8> {
-    let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
-    b.extend((0..len.saturating_sub(8)).map(|i| (i * 7 % 251) as u8));
-    b
 }
 
 fn text_of(m: &Value) -> String {

@@ -206,9 +206,20 @@ impl Discord {
             body["nonce"] = json!(key);
             body["enforce_nonce"] = json!(true);
         }
+        // A long answer goes whole as a file beside its preview.
+        let files = message
+            .file
+            .iter()
+            .map(|f| {
+                serenity::all::CreateAttachment::bytes(
+                    f.content.as_bytes().to_vec(),
+                    f.name.clone(),
+                )
+            })
+            .collect();
         let posted = self
             .http
-            .send_message(channel, Vec::new(), &body)
+            .send_message(channel, files, &body)
             .await
             .map_err(delivery_error)?;
         self.typing(&target.channel, false);
