@@ -302,10 +302,11 @@ pub fn split_markdown_parts(text: &str, max: usize) -> Vec<Part<'_>> {
             }
         }
         if j == lines.len() {
+            // A fence the text leaves open is closed too: every part renders balanced.
             parts.push(Part {
                 reopen,
                 body: &text[start..],
-                close: false,
+                close: open.is_some(),
             });
             break;
         }
