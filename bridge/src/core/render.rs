@@ -215,6 +215,54 @@ pub fn notice(r: &Redactor, tone: Tone, text: &str) -> Message {
     Message::text(tone, r.redact(text))
 }
 
+/// How much of a tool call's parameters an approval shows.
+pub const TOOL_INPUT_CAP: usize = 1_500;
+/// How much of one parameter an approval shows.
+const TOOL_INPUT_VALUE_CAP: usize = 600;
+
+/// What a permission request will run, for the people who approve it (R6): the tool's name, then
+/// each parameter as `key: value` — the command (or the first of `command`, `cmd`, `script`) first
+/// and whole lines — each value and the whole capped, redacted (R7). `None` when there is nothing to
+/// show.
+#[must_use]
+pub fn tool_input(r: &Redactor, tool: Option<&str>, input: &serde_json::Value) -> Option<String> {
+    use crate::channel::text::truncate_chars;
+    // Redacted before it is cut, so no value shows half a secret (S2).
+    let shown = |v: &serde_json::Value| {
+        let text = match v {
+            serde_json::Value::String(s) => r.redact(s),
+            other => r.redact(&other.to_string()),
+        };
+        truncate_chars(&text, TOOL_INPUT_VALUE_CAP)
+    };
+    let mut lines = Vec::new();
+    if let Some(tool) = tool {
+        lines.push(format!("tool: {tool}"));
+    }
+    match input {
+        serde_json::Value::Object(map) => {
+            let first = ["command", "cmd", "script"]
+                .into_iter()
+                .find(|k| map.contains_key(*k));
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by_key(|k| Some(k.as_str()) != first);
+            for k in keys {
+                let v = &map[k.as_str()];
+                if v.is_null() {
+                    continue;
+                }
+                lines.push(format!("{}: {}", r.redact(k), shown(v)));
+            }
+        }
+        serde_json::Value::Null => {}
+        other => lines.push(shown(other)),
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    Some(truncate_chars(&lines.join("\n"), TOOL_INPUT_CAP))
+}
+
 /// A permission request with its options as buttons (R6); `decided` (heading, line) replaces the
 /// "approval needed" heading with what was decided and the buttons with who decided what.
 #[must_use]
@@ -223,12 +271,14 @@ pub fn permission(
     request: &str,
     title: &str,
     options: &[PermissionOption],
+    detail: Option<&str>,
     decided: Option<(&str, &str)>,
 ) -> Message {
     let mut m = Message::text(
         Tone::Warning,
         format!("🔐 approval needed: {}", r.redact(title)),
     );
+    m.code = detail.map(|d| r.redact(d));
     match decided {
         Some((heading, line)) => {
             m.tone = Tone::Neutral;
@@ -349,6 +399,29 @@ mod tests {
             "{capped}"
         );
         assert!(capped.len() < 260);
+    }
+
+    #[test]
+    fn r6_an_approval_shows_what_will_run_command_first_capped_and_redacted() {
+        let r = Redactor::default();
+        let input = serde_json::json!({"description": "deploy", "timeout": 60000,
+            "command": "curl -H 'Authorization: token xoxb-123456789012-abcdefghijkl' https://x", "is_background": null});
+        let detail = tool_input(&r, Some("run_shell_command"), &input).expect("detail");
+        assert_eq!(
+            detail,
+            "tool: run_shell_command\ncommand: curl -H 'Authorization: token [redacted]' https://x\ndescription: deploy\ntimeout: 60000"
+        );
+        let m = permission(&r, "p1", "curl …", &[], Some(&detail), None);
+        assert_eq!(m.code.as_deref(), Some(detail.as_str()), "shown as code");
+        // A secret cut by the cap is redacted first, never shown in half.
+        let long = format!("{} xoxb-123456789012-abcdefghijkl", "a".repeat(590));
+        let detail = tool_input(&r, None, &serde_json::json!({"command": long})).expect("detail");
+        assert!(!detail.contains("xoxb"), "{detail}");
+        let huge =
+            serde_json::json!({"a": "x".repeat(900), "b": "y".repeat(900), "c": "z".repeat(900)});
+        let detail = tool_input(&r, None, &huge).expect("detail");
+        assert!(detail.chars().count() <= TOOL_INPUT_CAP && detail.ends_with('…'));
+        assert_eq!(tool_input(&r, None, &serde_json::json!({})), None);
     }
 
     #[test]

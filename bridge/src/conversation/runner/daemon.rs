@@ -268,7 +268,17 @@ impl Runner {
             expires_at: now_ms() + crate::store::ms(timeout),
         };
         let id = permissions::create(tx.conn(), &new, now_ms()).await?;
-        let msg = render::permission(&self.core.redactor, &id, &title, &req.options, None);
+        let detail = req.input.as_ref().and_then(|input| {
+            render::tool_input(&self.core.redactor, req.info.tool_name.as_deref(), input)
+        });
+        let msg = render::permission(
+            &self.core.redactor,
+            &id,
+            &title,
+            &req.options,
+            detail.as_deref(),
+            None,
+        );
         let key = MessageKey::Permission(id.clone());
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
             .await?;
@@ -291,6 +301,7 @@ impl Runner {
             options: req.options,
             requester,
             expires: Instant::now() + timeout,
+            detail,
         });
         Ok(())
     }
@@ -328,6 +339,7 @@ impl Runner {
             &row.id,
             &row.title,
             &options,
+            None,
             Some((approvals::LAPSED_HEADING, approvals::LAPSED)),
         );
         let key = MessageKey::Permission(row.id.clone());
@@ -403,6 +415,7 @@ impl Runner {
             &p.db_id,
             &p.title,
             &p.options,
+            p.detail.as_deref(),
             Some((&heading, &shown)),
         );
         let decided = approvals::decided_text(user, &label);

@@ -50,6 +50,7 @@ impl Runner {
                 &p.db_id,
                 &p.title,
                 &p.options,
+                p.detail.as_deref(),
                 Some((approvals::ENDED_HEADING, approvals::ENDED)),
             );
             let key = MessageKey::Permission(p.db_id.clone());
@@ -234,6 +235,7 @@ impl Runner {
             &p.db_id,
             &p.title,
             &p.options,
+            p.detail.as_deref(),
             Some((approvals::EXPIRED_HEADING, approvals::EXPIRED)),
         );
         let key = MessageKey::Permission(p.db_id.clone());

@@ -290,6 +290,7 @@ fn approval_expiry_rejects_and_the_turn_is_not_marked_done() {
         options: req.options,
         requester,
         expires: clock.now() + c.permission_timeout,
+        detail: None,
     });
     assert!(!s.is_idle());
     assert_eq!(
