@@ -1,6 +1,6 @@
 //! The rich-message rig's agent: a scripted ACP daemon that records every prompt's content blocks
-//! and answers with text — a 60 kB answer to `LONG…`, Markdown to `MARKDOWN…`, a short line
-//! otherwise — and the test inputs (a 60 kB answer with paragraphs and fences, PNG bytes).
+//! and answers with text — a 60 kB answer to `LONG…`, Markdown to `MARKDOWN…`, two chunks
+//! apart to `STREAM…`, a short line otherwise — and the test inputs (a 60 kB answer with paragraphs and fences, PNG bytes).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,6 +12,10 @@ use crate::scripted::{Peer, ScriptedDaemon};
 pub const LONG: &str = "LONG";
 /// See [`LONG`].
 pub const MARKDOWN: &str = "MARKDOWN";
+/// See [`LONG`]: the answer comes in two chunks [`STREAM_GAP`] apart.
+pub const STREAM: &str = "STREAM";
+/// The time between the two chunks of the streamed answer.
+pub const STREAM_GAP: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// The 60 kB answer: numbered paragraphs and a code fence, so splitting has boundaries to find.
 #[must_use]
@@ -55,7 +59,15 @@ pub async fn daemon(images: bool, prompts: Prompts) -> ScriptedDaemon {
                         let blocks = msg["params"]["prompt"].clone();
                         prompts.lock().expect("lock").push(blocks.clone());
                         let text = blocks[0]["text"].as_str().unwrap_or("");
-                        let answer = if text.starts_with(LONG) {
+                        if text.starts_with(STREAM) {
+                            peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
+                                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "The first half. "}}}}))
+                                .await;
+                            tokio::time::sleep(STREAM_GAP).await;
+                        }
+                        let answer = if text.starts_with(STREAM) {
+                            "The second half.".to_owned()
+                        } else if text.starts_with(LONG) {
                             long_answer()
                         } else if text.starts_with(MARKDOWN) {
                             MARKDOWN_ANSWER.to_owned()

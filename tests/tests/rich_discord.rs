@@ -190,11 +190,20 @@ async fn discord_a_60kb_answer_arrives_whole_as_an_attached_file() {
         .file(m["attachments"][0]["url"].as_str().expect("url"))
         .expect("the file");
     assert_eq!(String::from_utf8(content).expect("utf-8"), long_answer());
+    // Streamed (the default): the draft became the preview, the file is beside it.
+    let preview = rig
+        .fake
+        .messages_in("1002")
+        .into_iter()
+        .find(is_answer)
+        .expect("the preview");
     assert!(
-        text_of(&m).contains("the whole answer (58 kB) is in the attached file answer.md"),
+        text_of(&preview).contains("Paragraph 1:")
+            && text_of(&preview).contains("the whole answer (58 kB) is in the file answer.md"),
         "{}",
-        text_of(&m)
+        text_of(&preview)
     );
+    assert!(text_of(&preview).chars().count() < 2000, "only a preview");
     rig.finish().await;
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
-use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, daemon, long_answer, png};
+use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, STREAM, daemon, long_answer, png};
 use chat_bridge_tests::scripted::ScriptedDaemon;
 use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
 use serde_json::{Value, json};
@@ -330,7 +330,8 @@ fn squeeze(s: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emulate_a_60kb_answer_arrives_whole_as_an_uploaded_file_with_a_preview() {
-    let Some(rig) = rig(true, |_| {}).await else {
+    // Not streamed: the preview and the file are one message.
+    let Some(rig) = rig(true, |cfg| cfg.render.stream = false).await else {
         return;
     };
     let thread = rig.say_with_files(LONG, &[]).await;
@@ -355,7 +356,7 @@ async fn emulate_a_60kb_answer_arrives_whole_as_an_uploaded_file_with_a_preview(
     let preview = text_of(&shared);
     assert!(
         preview.contains("Paragraph 1:")
-            && preview.contains("the whole answer (58 kB) is in the attached file answer.md"),
+            && preview.contains("the whole answer (58 kB) is in the file answer.md"),
         "a short preview says where the rest is: {preview:.600}"
     );
     assert!(
@@ -436,6 +437,74 @@ async fn emulate_markdown_table_link_and_bold_render_as_mrkdwn() {
     assert!(
         !body.contains("**bold**") && !body.contains("|---"),
         "{body}"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_emulate_the_answer_streams_into_a_draft_that_becomes_the_answer() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.render.stream_every = Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let thread = rig.say_with_files(STREAM, &[]).await;
+    // While the agent still writes, the thread shows what it wrote so far.
+    let draft = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the draft", |m| {
+            text_of(m).contains("answer (writing…)") && text_of(m).contains("The first half.")
+        })
+        .await;
+    assert!(!text_of(&draft).contains("second half"), "{draft}");
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the finished answer", |m| {
+            text_of(m).contains("💬 answer")
+                && text_of(m).contains("The first half. The second half.")
+        })
+        .await;
+    assert_eq!(
+        answer["ts"], draft["ts"],
+        "the draft was edited into the answer, not posted twice"
+    );
+    let answers = rig
+        .slack
+        .replies(&rig.channel, &thread)
+        .await
+        .iter()
+        .filter(|m| text_of(m).contains("half."))
+        .count();
+    assert_eq!(answers, 1, "one message carries the answer");
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_emulate_with_streaming_off_the_answer_is_posted_once_whole() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.render.stream = false;
+    })
+    .await
+    else {
+        return;
+    };
+    let thread = rig.say_with_files(STREAM, &[]).await;
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("The first half. The second half.")
+        })
+        .await;
+    assert!(answer.get("edited").is_none(), "never edited: {answer}");
+    assert!(
+        !rig.slack
+            .replies(&rig.channel, &thread)
+            .await
+            .iter()
+            .any(|m| text_of(m).contains("writing…")),
+        "no draft"
     );
     rig.finish().await;
 }

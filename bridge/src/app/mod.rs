@@ -227,6 +227,12 @@ impl Application {
             files: cfg.attachments.limits(info.images),
             answer_len: channel.capabilities().answer_len,
             upload_over: cfg.render.upload_over,
+            // The console prints every edit: it gets the answer whole.
+            stream_every: (cfg.render.stream
+                && channel.capabilities().can_edit
+                && channel.platform() != "console")
+                .then_some(cfg.render.stream_every),
+            no_stream_channels: cfg.render.no_stream_channels.clone(),
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;

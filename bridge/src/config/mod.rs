@@ -357,12 +357,23 @@ pub struct Render {
     /// An answer longer than this many bytes is uploaded as a file (`answer.md`) with a short
     /// preview, instead of being split over many messages.
     pub upload_over: usize,
+    /// Stream the agent's answer into a draft message as it is written (Slack and Discord).
+    pub stream: bool,
+    /// The draft is edited at most this often (within the platform's rate budget; the outbox
+    /// coalesces edits).
+    #[serde(deserialize_with = "duration")]
+    pub stream_every: Duration,
+    /// Channel ids whose answers are posted whole when the turn ends, never streamed.
+    pub no_stream_channels: Vec<String>,
 }
 
 impl Default for Render {
     fn default() -> Self {
         Self {
             upload_over: 20_000,
+            stream: true,
+            stream_every: Duration::from_millis(1500),
+            no_stream_channels: Vec::new(),
         }
     }
 }

@@ -88,6 +88,8 @@ pub enum DaemonStep {
     ToolFinished(ToolCallId, ToolResult),
     /// The turn ended.
     EndTurn(StopReason),
+    /// The answer so far streams into draft `seq` (R5).
+    Draft(usize, String),
 }
 
 /// What becomes of a prompt.
@@ -117,6 +119,8 @@ pub struct Due {
     /// The daemon did not end the turn within the grace after a cancel: the bridge ends it, with
     /// the calls still running (scoped id, title) closed as interrupted.
     pub unconfirmed_cancel: Option<Vec<(String, String)>>,
+    /// A draft edit that is due (R5): its number and the answer so far.
+    pub draft: Option<(usize, String)>,
 }
 
 impl State {
@@ -148,6 +152,7 @@ impl State {
                 tools::next_line_due(&t.tools, cfg.progress_after, cfg.progress_every)
             }),
             turn.and_then(|t| t.cancel_by),
+            turn.and_then(|t| t.draft.and_then(|d| d.due)),
             self.approvals.next_deadline(),
         ]
         .into_iter()
@@ -198,6 +203,7 @@ impl State {
                 }
                 DaemonStep::ToolFinished(call, result) => vec![Effect::FinishTool(call, result)],
                 DaemonStep::EndTurn(stop) => vec![Effect::EndTurn(stop)],
+                DaemonStep::Draft(seq, text) => vec![Effect::Draft(seq, text)],
             },
             Event::Timer => {
                 let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
@@ -208,6 +214,9 @@ impl State {
                     .map(Effect::ExpireApproval)
                     .collect();
                 effects.extend(due.lines.into_iter().map(Effect::ShowLine));
+                if let Some((seq, text)) = due.draft {
+                    effects.push(Effect::Draft(seq, text));
+                }
                 if let Some(stall) = due.stall {
                     effects.push(Effect::Stalled {
                         stall,
@@ -410,7 +419,10 @@ impl State {
             }
             DaemonEvent::AgentText { text, .. } => {
                 turn.answer.push_str(&text);
-                DaemonStep::Nothing
+                match cfg.stream_every.and_then(|every| turn.stream(now, every)) {
+                    Some((seq, text)) => DaemonStep::Draft(seq, text),
+                    None => DaemonStep::Nothing,
+                }
             }
             DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
             DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
@@ -452,8 +464,9 @@ impl State {
     pub fn tool_running(&mut self, call: ToolCallId, title: String, now: Instant, fresh: bool) {
         if let Some(turn) = self.turn.as_mut() {
             if fresh {
-                // The answer is the text after the last tool call (R5).
+                // The answer is the text after the last tool call (R5); its draft, if any, is done.
                 turn.answer.clear();
+                turn.draft = None;
             }
             turn.tools.insert(call, ToolState::new(title, now));
         }
@@ -535,6 +548,7 @@ impl State {
         }
         due.lines
             .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
+        due.draft = turn.draft_due(now);
         due.stall = turn.liveness.poll(now);
         if due.stall.is_some()
             && !turn.resumed

@@ -39,6 +39,21 @@ pub struct TurnState {
     /// bridge ends it — a prompt whose answer died with a connection would otherwise hold the thread
     /// for good.
     pub cancel_by: Option<Instant>,
+    /// The draft the answer streams into (R5), while text arrives.
+    pub draft: Option<Draft>,
+    /// Drafts this turn has had (one per stretch of text between tool calls).
+    pub drafts: usize,
+}
+
+/// A draft message the agent's text streams into, edited at most every `render.stream_every`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draft {
+    /// Its number within the turn (its message key).
+    pub seq: usize,
+    /// When it was last shown.
+    pub shown_at: Option<Instant>,
+    /// Text arrived since it was last shown: show it then.
+    pub due: Option<Instant>,
 }
 
 impl TurnState {
@@ -62,7 +77,48 @@ impl TurnState {
             outcomes: Vec::new(),
             rejected: false,
             cancel_by: None,
+            draft: None,
+            drafts: 0,
         }
+    }
+
+    /// Text arrived at `now`: the draft to show now (its number and the text so far), if its
+    /// last edit is at least `every` ago; otherwise the edit is due then.
+    pub fn stream(&mut self, now: Instant, every: Duration) -> Option<(usize, String)> {
+        if self.resumed || self.answer.trim().is_empty() {
+            return None;
+        }
+        let drafts = &mut self.drafts;
+        let d = self.draft.get_or_insert_with(|| {
+            *drafts += 1;
+            Draft {
+                seq: *drafts,
+                shown_at: None,
+                due: None,
+            }
+        });
+        match d.shown_at {
+            Some(at) if now < at + every => {
+                d.due.get_or_insert(at + every);
+                None
+            }
+            _ => {
+                d.shown_at = Some(now);
+                d.due = None;
+                Some((d.seq, self.answer.clone()))
+            }
+        }
+    }
+
+    /// The draft edit that is due at `now`, if any.
+    pub fn draft_due(&mut self, now: Instant) -> Option<(usize, String)> {
+        let d = self.draft.as_mut()?;
+        if d.due.is_some_and(|at| at <= now) {
+            d.due = None;
+            d.shown_at = Some(now);
+            return Some((d.seq, self.answer.clone()));
+        }
+        None
     }
 
     /// A cancel sent at `now`: its cause unless one came first (T2); the daemon has `grace` to end

@@ -97,6 +97,11 @@ pub struct CoreConfig {
     /// An answer longer than this (bytes) is uploaded as a file with a short preview
     /// (`render.upload_over`).
     pub upload_over: usize,
+    /// The answer streams into a draft edited at most this often (`render.stream_every`); `None`:
+    /// posted whole when the turn ends.
+    pub stream_every: Option<Duration>,
+    /// Channels whose answers are not streamed (`render.no_stream_channels`).
+    pub no_stream_channels: Vec<String>,
     /// What becomes of files people attach (`[attachments]`, and whether the agent takes images).
     pub files: crate::conversation::files::Limits,
 }
@@ -124,6 +129,8 @@ impl Default for CoreConfig {
             inbound_attempts: 3,
             files: crate::conversation::files::Limits::default(),
             answer_len: 40_000,
+            stream_every: None,
+            no_stream_channels: Vec::new(),
             upload_over: 20_000,
         }
     }

@@ -165,6 +165,27 @@ pub fn answer(r: &Redactor, text: &str) -> Message {
     m
 }
 
+/// A draft the answer streams into (R5): the text so far (its start, when it is longer than a
+/// message carries), or — `done` — the text the agent wrote before it ran tools.
+#[must_use]
+pub fn draft(r: &Redactor, text: &str, part_len: usize, done: bool) -> Message {
+    let title = if done {
+        "💬 note"
+    } else {
+        "✍️ answer (writing…)"
+    };
+    let mut m = Message::text(Tone::Neutral, title);
+    let text = r.redact(text.trim());
+    let parts = crate::channel::text::split_markdown_parts(&text, part_len);
+    let mut body = parts.first().map(|p| p.render()).unwrap_or_default();
+    if parts.len() > 1 {
+        body.push_str("\n…");
+    }
+    m.body = Some(body);
+    m.markdown = true;
+    m
+}
+
 /// How much of an uploaded answer its message previews.
 pub const PREVIEW_LEN: usize = 1_200;
 
@@ -179,7 +200,7 @@ pub fn answer_parts(r: &Redactor, text: &str, part_len: usize, upload_over: usiz
         let mut m = Message::text(Tone::Neutral, "💬 answer");
         let preview = crate::channel::text::preview(&text, PREVIEW_LEN);
         m.body = Some(format!(
-            "{}\n\n_… the whole answer ({}) is in the attached file answer.md_",
+            "{}\n\n_… the whole answer ({}) is in the file answer.md_",
             preview.trim_end(),
             crate::conversation::files::human_bytes(text.len() as u64)
         ));

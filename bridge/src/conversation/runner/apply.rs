@@ -64,6 +64,7 @@ impl Runner {
             Effect::StartTurn(_) | Effect::Queued(_) | Effect::QueueFull(_) => {
                 self.admitted(effect).await
             }
+            Effect::Draft(seq, text) => self.show_draft(seq, &text, false).await,
             Effect::FlushCounts => {
                 self.flush_progress(false);
                 Ok(())

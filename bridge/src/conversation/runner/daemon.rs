@@ -59,6 +59,14 @@ impl Runner {
             return Ok(());
         }
         drop(c);
+        // The text before this call is not the answer (R5): its draft shows it whole, before the
+        // tool's message.
+        if let Some(turn) = self.state.turn.as_mut()
+            && let Some(d) = turn.draft.take()
+        {
+            let text = turn.answer.clone();
+            self.show_draft(d.seq, &text, true).await?;
+        }
         let mut tx = self.begin().await?;
         let kept_title = self.kept(&title).into_owned();
         let db_id = tool_calls::start(

@@ -67,16 +67,31 @@ impl Runner {
                 None,
             )
             .await?;
-            let parts = render::answer_parts(
+            let mut parts = render::answer_parts(
                 &self.core.redactor,
                 &answer,
                 self.core.cfg.answer_len,
                 self.core.cfg.upload_over,
             );
+            // The draft the answer streamed into becomes its first part; a file goes beside it
+            // (a posted message cannot take one on Slack).
+            let draft = turn.draft.filter(|_| self.streams());
+            if draft.is_some()
+                && let Some(file) = parts.first_mut().and_then(|m| m.file.take())
+            {
+                let mut carrier = crate::channel::Message::text(Tone::Neutral, "📎 answer.md");
+                carrier.body = Some(format!(
+                    "The whole answer ({}).",
+                    crate::conversation::files::human_bytes(file.content.len() as u64)
+                ));
+                carrier.file = Some(file);
+                parts.push(carrier);
+            }
             for (i, msg) in parts.into_iter().enumerate() {
-                let key = match i {
-                    0 => MessageKey::Answer(turn.row.id.clone()),
-                    n => MessageKey::AnswerPart(turn.row.id.clone(), n + 1),
+                let key = match (i, draft) {
+                    (0, Some(d)) => MessageKey::Draft(turn.row.id.clone(), d.seq),
+                    (0, None) => MessageKey::Answer(turn.row.id.clone()),
+                    (n, _) => MessageKey::AnswerPart(turn.row.id.clone(), n + 1),
                 };
                 self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
                     .await?;
