@@ -135,11 +135,7 @@ impl Writer {
 
     fn start(&mut self, tag: Tag<'_>) {
         match tag {
-            Tag::Paragraph => {
-                if !self.out.ends_with(' ') || self.lists.is_empty() {
-                    self.block();
-                }
-            }
+            Tag::Paragraph if !self.out.ends_with(' ') || self.lists.is_empty() => self.block(),
             Tag::Heading { .. } => {
                 self.block();
                 self.out.push('*');
@@ -208,11 +204,7 @@ impl Writer {
 
     fn end(&mut self, tag: TagEnd) {
         match tag {
-            TagEnd::Paragraph => {
-                if self.lists.is_empty() {
-                    self.out.push('\n');
-                }
-            }
+            TagEnd::Paragraph if self.lists.is_empty() => self.out.push('\n'),
             TagEnd::Heading(_) => {
                 let tail = self.out.trim_end().len();
                 self.out.truncate(tail);

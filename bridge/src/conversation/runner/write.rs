@@ -81,8 +81,7 @@ impl Runner {
                 .core
                 .cfg
                 .no_stream_channels
-                .iter()
-                .any(|c| *c == self.target.channel)
+                .contains(&self.target.channel)
     }
 
     /// Shows `text` in the turn's draft `seq` (R5): an edit the outbox coalesces and may drop under
