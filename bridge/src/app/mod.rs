@@ -231,7 +231,8 @@ impl Application {
             stream_every: (cfg.render.stream
                 && channel.capabilities().can_edit
                 && channel.platform() != "console")
-                .then_some(cfg.render.stream_every),
+                // Never more than ten edits a second, whatever is configured.
+                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
             no_stream_channels: cfg.render.no_stream_channels.clone(),
             ..CoreConfig::default()
         };
