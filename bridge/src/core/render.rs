@@ -156,15 +156,6 @@ pub fn tool_interrupted(r: &Redactor, title: &str) -> Message {
     m
 }
 
-/// The turn's answer (R5).
-#[must_use]
-pub fn answer(r: &Redactor, text: &str) -> Message {
-    let mut m = Message::text(Tone::Neutral, "💬 answer");
-    m.body = Some(r.redact(text.trim()));
-    m.markdown = true;
-    m
-}
-
 /// A draft the answer streams into (R5): the text so far (its start, when it is longer than a
 /// message carries), or — `done` — the text the agent wrote before it ran tools.
 #[must_use]

@@ -204,7 +204,9 @@ pub fn render(m: &Message) -> String {
         _ => "",
     };
     let mut s = format!("{mark}{}\n", super::text::plain(&m.title));
-    if let Some(body) = &m.body {
+    // A terminal has no files: an answer carried as one is printed whole instead of its preview.
+    let body = m.file.as_ref().map(|f| &f.content).or(m.body.as_ref());
+    if let Some(body) = body {
         let body = super::text::plain(body);
         for line in body.lines() {
             s.push_str(&format!("    {line}\n"));
@@ -285,6 +287,17 @@ mod tests {
 
     fn tool(tone: Tone, title: &str) -> Message {
         Message::text(tone, title)
+    }
+
+    #[test]
+    fn a_long_answer_carried_as_a_file_prints_whole() {
+        let mut m = Message::text(Tone::Neutral, "💬 answer");
+        m.body = Some("preview".into());
+        m.file = Some(crate::channel::OutFile {
+            name: "answer.md".into(),
+            content: "all\nof it".into(),
+        });
+        assert_eq!(render(&m), "💬 answer\n    all\n    of it\n");
     }
 
     #[tokio::test]

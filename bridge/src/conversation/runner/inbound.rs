@@ -98,7 +98,7 @@ impl Runner {
                 .map(|(n, w)| (n.as_str(), w.as_str()))
                 .collect();
             let text = files::refusal_notice(&refused, false).unwrap_or_default();
-            return self.notice(Tone::Warning, &text).await;
+            return self.notice_lines(Tone::Warning, &text).await;
         }
         let session = match self.ensure_session().await {
             Ok(s) => s,
@@ -143,7 +143,7 @@ impl Runner {
             .map(|(n, w)| (n.as_str(), w.as_str()))
             .collect();
         if let Some(notice) = files::refusal_notice(&refused, true) {
-            self.notice(Tone::Warning, &notice).await?;
+            self.notice_lines(Tone::Warning, &notice).await?;
         }
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         let stop = self.core.shutdown.clone();

@@ -102,8 +102,22 @@ impl Runner {
     }
 
     pub(super) async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notice_with(tone, text, false).await
+    }
+
+    /// A notice whose first line is its heading and the rest its body (a list reads as a list).
+    pub(super) async fn notice_lines(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notice_with(tone, text, true).await
+    }
+
+    async fn notice_with(&mut self, tone: Tone, text: &str, lines: bool) -> Result<()> {
         let key = self.state.next_notice_key(now_ms());
-        let msg = render::notice(&self.core.redactor, tone, text);
+        let mut msg = render::notice(&self.core.redactor, tone, text);
+        if lines && let Some((title, body)) = msg.title.split_once('\n') {
+            let (title, body) = (title.to_owned(), body.to_owned());
+            msg.title = title;
+            msg.body = Some(body);
+        }
         let mut tx = self.begin().await?;
         let turn_id = self.state.turn.as_ref().map(|t| t.row.id.clone());
         self.record(
