@@ -640,6 +640,11 @@ fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
             "session/request_permission without a valid sessionId".into(),
         );
     };
+    let input = p
+        .tool_call
+        .as_ref()
+        .and_then(|tc| tc.raw_input)
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
     let (call, info) = match &p.tool_call {
         Some(tc) => {
             let mut info = info(tc, &meta(tc));
@@ -654,6 +659,7 @@ fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
         call,
         info,
         options: p.options,
+        input,
     })
 }
 

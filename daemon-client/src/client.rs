@@ -120,6 +120,33 @@ pub fn backoff_delay(base: Duration, cap: Duration, attempt: u32) -> Duration {
     (half + Duration::from_millis(jitter)).min(cap)
 }
 
+/// One content block of a prompt (ACP `ContentBlock`, the kinds the bridge sends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptBlock {
+    /// `{type:"text", text}`.
+    Text(String),
+    /// `{type:"image", mimeType, data}`: `data` is the image's bytes in standard base64.
+    Image {
+        /// `image/png`, `image/jpeg`, …
+        mime_type: String,
+        /// Base64 of the bytes.
+        data: String,
+    },
+}
+
+impl PromptBlock {
+    /// The block as ACP writes it.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Text(text) => json!({"type": "text", "text": text}),
+            Self::Image { mime_type, data } => {
+                json!({"type": "image", "mimeType": mime_type, "data": data})
+            }
+        }
+    }
+}
+
 /// What `initialize` told us about the daemon.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentInfo {
@@ -417,7 +444,22 @@ impl DaemonClient {
     /// # Errors
     /// Daemon errors; [`Error::SessionLost`] if a reconnect found the session gone; [`Error::Closed`].
     pub async fn prompt(&self, session: &SessionId, text: &str) -> Result<StopReason, Error> {
-        let params = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        self.prompt_content(session, &[PromptBlock::Text(text.to_owned())])
+            .await
+    }
+
+    /// `session/prompt` with several content blocks (text, images); waits for its `stopReason`.
+    /// Send images only to a daemon whose `initialize` said `promptCapabilities.image`.
+    ///
+    /// # Errors
+    /// As [`DaemonClient::prompt`].
+    pub async fn prompt_content(
+        &self,
+        session: &SessionId,
+        blocks: &[PromptBlock],
+    ) -> Result<StopReason, Error> {
+        let prompt: Vec<Value> = blocks.iter().map(PromptBlock::to_json).collect();
+        let params = json!({"sessionId": session, "prompt": prompt});
         let raw = self
             .shared
             .call("session/prompt", Some(session.clone()), params)

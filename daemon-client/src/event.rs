@@ -345,6 +345,9 @@ pub struct PermissionRequest {
     pub info: ToolInfo,
     /// The choices offered, in the daemon's order.
     pub options: Vec<PermissionOption>,
+    /// The tool call's parameters (`rawInput`, e.g. qwen's `{command, timeout, description}`),
+    /// when the request carried them as JSON.
+    pub input: Option<serde_json::Value>,
 }
 
 /// One choice of a permission request.

@@ -31,7 +31,7 @@ pub mod wire;
 pub use classify::{Classifier, ClassifierStats, Inbound};
 pub use client::{
     AgentInfo, ClientConfig, ClientStats, DaemonClient, EventStream, NewSession, PermissionPolicy,
-    WorkspaceMismatch,
+    PromptBlock, WorkspaceMismatch,
 };
 pub use error::Error;
 pub use event::{

@@ -116,6 +116,7 @@ impl Channel for Chat {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 40_000,
+            answer_len: 40_000,
             output_cap: 3_000,
             can_edit: true,
             has_buttons: true,

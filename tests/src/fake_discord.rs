@@ -77,6 +77,8 @@ struct Inner {
     connections: AtomicU64,
     heartbeat_ms: AtomicU64,
     sent_ids: Mutex<HashSet<String>>,
+    /// Files served under `/attachments/…` (its CDN): uploaded by the bot or hosted by a test.
+    files: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 /// The running fake.
@@ -152,12 +154,53 @@ fn error(status: u16, code: u32, message: &str) -> Response {
         .into_response()
 }
 
+/// The parts of a `multipart/form-data` body: (name, filename, bytes).
+fn multipart(content_type: &str, body: &[u8]) -> Vec<(String, Option<String>, Vec<u8>)> {
+    let Some(boundary) = content_type.split("boundary=").nth(1) else {
+        return Vec::new();
+    };
+    let delimiter = format!("--{}", boundary.trim_matches('"'));
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        (from..=hay.len().saturating_sub(needle.len())).find(|&i| hay[i..].starts_with(needle))
+    };
+    let mut parts = Vec::new();
+    let mut at = find(body, delimiter.as_bytes(), 0);
+    while let Some(start) = at {
+        let content_start = start + delimiter.len();
+        let Some(end) = find(body, delimiter.as_bytes(), content_start) else {
+            break;
+        };
+        let part = &body[content_start..end];
+        if let Some(split) = find(part, b"\r\n\r\n", 0) {
+            let head = String::from_utf8_lossy(&part[..split]).to_string();
+            let mut data = &part[split + 4..];
+            if data.ends_with(b"\r\n") {
+                data = &data[..data.len() - 2];
+            }
+            let attr = |key: &str| {
+                head.lines()
+                    .filter(|l| l.to_ascii_lowercase().starts_with("content-disposition"))
+                    .flat_map(|l| l.split(';'))
+                    .map(str::trim)
+                    .find_map(|kv| kv.strip_prefix(&format!("{key}=\"")))
+                    .and_then(|v| v.split('"').next())
+                    .map(str::to_owned)
+            };
+            if let Some(name) = attr("name") {
+                parts.push((name, attr("filename"), data.to_vec()));
+            }
+        }
+        at = Some(end);
+    }
+    parts
+}
+
 async fn rest(
     State(inner): State<Arc<Inner>>,
     method: Method,
     Path(path): Path<String>,
     headers: HeaderMap,
-    body: String,
+    raw: axum::body::Bytes,
 ) -> Response {
     let path = format!("/{path}");
     let auth = headers
@@ -165,7 +208,25 @@ async fn rest(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // A message with files comes as multipart: its JSON in `payload_json`, each file in `files[n]`.
+    let mut uploads = Vec::new();
+    let body: Value = if content_type.starts_with("multipart/form-data") {
+        let mut json = Value::Null;
+        for (name, filename, data) in multipart(content_type, &raw) {
+            if name == "payload_json" {
+                json = serde_json::from_slice(&data).unwrap_or(Value::Null);
+            } else if let Some(filename) = filename {
+                uploads.push((filename, data));
+            }
+        }
+        json
+    } else {
+        serde_json::from_slice(&raw).unwrap_or(Value::Null)
+    };
     inner.requests.lock().expect("lock").push(Request {
         method: method.to_string(),
         path: path.clone(),
@@ -250,6 +311,17 @@ async fn rest(
                 }
             }
             m["nonce"] = body["nonce"].clone();
+            let attachments: Vec<Value> = uploads
+                .into_iter()
+                .map(|(filename, data)| {
+                    let aid = (inner.next_id.fetch_add(1, Ordering::SeqCst) + 5000).to_string();
+                    let path = format!("/attachments/{ch}/{aid}/{filename}");
+                    let size = data.len();
+                    inner.files.lock().expect("lock").insert(path.clone(), data);
+                    json!({"id": aid, "filename": filename, "size": size, "url": path, "proxy_url": path})
+                })
+                .collect();
+            m["attachments"] = json!(attachments);
             inner
                 .messages
                 .lock()
@@ -286,7 +358,49 @@ async fn rest(
     }
 }
 
+/// The fake's CDN: files by path, no token needed (Discord's attachment URLs are signed).
+async fn cdn(State(inner): State<Arc<Inner>>, Path(path): Path<String>) -> Response {
+    match inner
+        .files
+        .lock()
+        .expect("lock")
+        .get(&format!("/attachments/{path}"))
+    {
+        Some(data) => data.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 impl FakeDiscord {
+    /// Hosts `data` on the fake's CDN and returns the attachment object a message carries.
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    #[must_use]
+    pub fn host_file(&self, filename: &str, content_type: &str, data: &[u8]) -> Value {
+        let id = (self.inner.next_id.fetch_add(1, Ordering::SeqCst) + 5000).to_string();
+        let path = format!("/attachments/{CHANNEL}/{id}/{filename}");
+        self.inner
+            .files
+            .lock()
+            .expect("lock")
+            .insert(path.clone(), data.to_vec());
+        let url = format!("{}{path}", self.base_url);
+        json!({"id": id, "filename": filename, "size": data.len(), "content_type": content_type,
+               "url": url, "proxy_url": url})
+    }
+
+    /// The bytes of a file on the fake's CDN, by the `url` an attachment carries (absolute or a
+    /// path).
+    ///
+    /// # Panics
+    /// Never in practice (poisoned lock).
+    #[must_use]
+    pub fn file(&self, url: &str) -> Option<Vec<u8>> {
+        let path = url.strip_prefix(&self.base_url).unwrap_or(url);
+        self.inner.files.lock().expect("lock").get(path).cloned()
+    }
+
     /// Starts the fake on free loopback ports; the gateway asks for a heartbeat every
     /// `heartbeat_ms`.
     ///
@@ -297,6 +411,7 @@ impl FakeDiscord {
         inner.heartbeat_ms.store(heartbeat_ms, Ordering::SeqCst);
         let app = Router::new()
             .route("/api/v10/{*path}", axum::routing::any(rest))
+            .route("/attachments/{*path}", axum::routing::get(cdn))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -15,6 +15,7 @@
 //! - [`proxy`]: a TCP proxy that can cut every connection through it (network faults).
 //! - [`qwen`]: starts and stops the real qwen-code daemon from `../shared/peers/qwen/`.
 //! - [`slack_emulate`]: a Slack Web API written by others (npm `emulate`), started on loopback.
+//! - [`rich`]: a daemon that records prompts (images, files) and answers long or in Markdown.
 
 pub mod bridge;
 pub mod capture;
@@ -27,6 +28,7 @@ pub mod proxy;
 pub mod qwen;
 pub mod raw;
 pub mod recorder;
+pub mod rich;
 pub mod scripted;
 pub mod slack_emulate;
 pub mod summary;

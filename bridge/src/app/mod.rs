@@ -228,6 +228,16 @@ impl Application {
             announce_connection: !channel.capabilities().has_threads,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
+            files: cfg.attachments.limits(info.images),
+            answer_len: channel.capabilities().answer_len,
+            upload_over: cfg.render.upload_over,
+            // The console prints every edit: it gets the answer whole.
+            stream_every: (cfg.render.stream
+                && channel.capabilities().can_edit
+                && channel.platform() != "console")
+                // Never more than ten edits a second, whatever is configured.
+                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
+            no_stream_channels: cfg.render.no_stream_channels.clone(),
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns)
@@ -247,6 +257,9 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
+        if let Some(fetch) = channel.fetcher() {
+            core.set_fetch(fetch);
+        }
         let router = tracker.spawn(core.clone().route_events(events));
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),

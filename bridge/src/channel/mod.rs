@@ -5,6 +5,7 @@
 //! format within its [`Capabilities`], and reports rate limits as [`DeliveryError::RateLimited`] so the
 //! outbox can honour them.
 
+pub mod fetch;
 pub mod several;
 pub mod text;
 
@@ -39,6 +40,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Capabilities {
     /// Longest message text.
     pub max_message_len: usize,
+    /// How much of an answer one message carries; longer answers go over several messages (split
+    /// at paragraph and code-fence boundaries), or as a file past `render.upload_over`.
+    pub answer_len: usize,
     /// How much of a tool's output a result message shows (the tail; the rest stays in the store).
     pub output_cap: usize,
     /// Messages can be edited in place.
@@ -111,6 +115,23 @@ pub struct Message {
     /// Buttons.
     #[serde(default)]
     pub buttons: Vec<Button>,
+    /// The body is the agent's CommonMark: Slack converts it to mrkdwn, Discord shows it as it is,
+    /// the console prints it readably. Otherwise it is plain text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub markdown: bool,
+    /// A file the message carries (an answer too long for messages, whole); the body is then its
+    /// preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<OutFile>,
+}
+
+/// A text file a message carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutFile {
+    /// Its name (`answer.md`).
+    pub name: String,
+    /// Its content.
+    pub content: String,
 }
 
 impl Message {
@@ -124,6 +145,8 @@ impl Message {
             code: None,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         }
     }
 }
@@ -241,6 +264,10 @@ pub trait Channel: Send + Sync {
         id: &'a str,
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>>;
+    /// Downloads the files people attach (platforms whose messages carry files).
+    fn fetcher(&self) -> Option<std::sync::Arc<dyn Fetch>> {
+        None
+    }
     /// Whether the platform connection is up (for `/readyz`); channels without a connection of
     /// their own are always up.
     fn connected(&self) -> bool {
@@ -284,6 +311,33 @@ pub trait Channel: Send + Sync {
             .map(drop)
         })
     }
+}
+
+/// Why a file could not be fetched from its platform (the words go to the person).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// Larger than allowed (checked while downloading, whatever the platform announced).
+    #[error("too large (more than {0} bytes)")]
+    TooLarge(u64),
+    /// Its address is not the platform's own file host (SSRF: nothing else is ever fetched).
+    #[error("its address is not this platform's file host")]
+    ForeignHost,
+    /// The download failed.
+    #[error("it could not be downloaded ({0})")]
+    Failed(String),
+}
+
+/// Downloads the files people attach, from the platform's own file hosts only.
+pub trait Fetch: Send + Sync + std::fmt::Debug {
+    /// The bytes of `file`, at most `max` of them.
+    ///
+    /// # Errors
+    /// [`FetchError`]: too large, not the platform's host, or the download failed.
+    fn fetch<'a>(
+        &'a self,
+        file: &'a Attachment,
+        max: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, FetchError>>;
 }
 
 /// Something a person did in a channel. Serialised into the inbox (`inbound_events.payload`) until
@@ -350,4 +404,42 @@ pub enum InboundKind {
     Message(String),
     /// A button click: the button's value.
     Action(String),
+    /// A message with files attached (its text may be empty). Nothing a person sends vanishes:
+    /// the text runs, and each file is either used or the person is told why it was not.
+    Files {
+        /// What they typed.
+        text: String,
+        /// The files, as the platform described them (nothing downloaded yet).
+        files: Vec<Attachment>,
+    },
+}
+
+impl InboundKind {
+    /// The text of a message (with or without files); `None` for a click.
+    #[must_use]
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Self::Message(t) | Self::Files { text: t, .. } => Some(t),
+            Self::Action(_) => None,
+        }
+    }
+}
+
+/// A file attached to a person's message, as the platform announced it. `url` is the platform's
+/// own file host (Slack `url_private_download`, Discord's CDN); it is fetched only from there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// The platform's id of the file.
+    pub id: String,
+    /// Its name as shown to people (not trusted as a path).
+    pub name: String,
+    /// Its MIME type, when the platform says.
+    #[serde(default)]
+    pub mime: Option<String>,
+    /// Its size in bytes, when the platform says.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// Where the platform serves it.
+    #[serde(default)]
+    pub url: Option<String>,
 }

@@ -59,6 +59,7 @@ impl Channel for Several {
             let c = c.capabilities();
             all.max_message_len = all.max_message_len.min(c.max_message_len);
             all.output_cap = all.output_cap.min(c.output_cap);
+            all.answer_len = all.answer_len.min(c.answer_len);
             all.can_edit &= c.can_edit;
             all.has_buttons &= c.has_buttons;
             all.has_threads &= c.has_threads;
@@ -137,6 +138,7 @@ mod tests {
             Capabilities {
                 max_message_len: if self.buttons { 4000 } else { 100_000 },
                 output_cap: 3000,
+                answer_len: 3000,
                 can_edit: true,
                 has_buttons: self.buttons,
                 has_threads: true,

@@ -195,9 +195,210 @@ pub fn fenced_tail(
     kept
 }
 
+/// One part of a long Markdown text: a slice of the original (`body`; the bodies of all parts,
+/// concatenated, are the text), with the code fence that was open at its start opened again
+/// (`reopen`, with its language) and, when one is open at its end, closed (`close`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part<'a> {
+    /// The fence line opened again before the body (`` ```rust\n ``), when the part starts in code.
+    pub reopen: Option<String>,
+    /// The slice of the original text.
+    pub body: &'a str,
+    /// Whether a fence is closed after the body (the part ends in code).
+    pub close: bool,
+}
+
+impl Part<'_> {
+    /// The part as it is sent: reopen, body, close.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut s = self.reopen.clone().unwrap_or_default();
+        s.push_str(self.body);
+        if self.close {
+            if !s.ends_with('\n') {
+                s.push('\n');
+            }
+            s.push_str("```");
+        }
+        s
+    }
+}
+
+/// The room a part keeps for closing a fence.
+const CLOSE_ROOM: usize = 4;
+
+/// A fence line (`` ``` `` or `` ```lang ``, indented at most three spaces): its info string.
+fn fence_info(line: &str) -> Option<&str> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    (indent <= 3)
+        .then(|| line.trim_start_matches(' ').strip_prefix("```"))
+        .flatten()
+        .map(str::trim)
+}
+
+/// Splits Markdown `text` into parts of at most `max` characters each once rendered (at least 64),
+/// at paragraph boundaries (a blank line or the end of a code block) where one falls in the latter
+/// two thirds of a part, else at a line end, and inside an overlong line only when it must. A
+/// code fence open at a cut is closed and opened again with its language in the next part.
+#[must_use]
+pub fn split_markdown_parts(text: &str, max: usize) -> Vec<Part<'_>> {
+    struct Line {
+        start: usize,
+        chars: usize,
+        open_before: Option<String>,
+        break_after: bool,
+    }
+    let max = max.max(64);
+    let mut lines = Vec::new();
+    let mut open: Option<String> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let open_before = open.clone();
+        let fence = fence_info(line.trim_end_matches(['\n', '\r']));
+        if let Some(info) = fence {
+            open = match open {
+                Some(_) => None,
+                None => Some(info.to_owned()),
+            };
+        }
+        let closes = fence.is_some() && open.is_none();
+        lines.push(Line {
+            start: at,
+            chars: line.chars().count(),
+            open_before,
+            break_after: closes || (open.is_none() && line.trim().is_empty()),
+        });
+        at += line.len();
+    }
+    let open_at = |i: usize| -> Option<String> {
+        match lines.get(i) {
+            Some(l) => l.open_before.clone(),
+            None => None,
+        }
+    };
+    let mut parts = Vec::new();
+    let (mut i, mut offset) = (0usize, 0usize);
+    while i < lines.len() {
+        let start = lines[i].start + offset;
+        let reopen = open_at(i).map(|lang| format!("```{lang}\n"));
+        let budget = max - reopen.as_ref().map_or(0, |r| r.chars().count()) - CLOSE_ROOM;
+        let first_chars = if offset == 0 {
+            lines[i].chars
+        } else {
+            text[start..lines.get(i + 1).map_or(text.len(), |l| l.start)]
+                .chars()
+                .count()
+        };
+        let (mut used, mut j, mut best) = (0usize, i, None);
+        while j < lines.len() {
+            let n = if j == i { first_chars } else { lines[j].chars };
+            if used + n > budget {
+                break;
+            }
+            used += n;
+            j += 1;
+            if lines[j - 1].break_after && used * 3 >= budget {
+                best = Some(j);
+            }
+        }
+        if j == lines.len() {
+            // A fence the text leaves open is closed too: every part renders balanced.
+            parts.push(Part {
+                reopen,
+                body: &text[start..],
+                close: open.is_some(),
+            });
+            break;
+        }
+        if j == i {
+            // One line longer than a part: cut it at a character boundary.
+            let line_end = lines.get(i + 1).map_or(text.len(), |l| l.start);
+            let cut = text[start..line_end]
+                .char_indices()
+                .nth(budget.max(1))
+                .map_or(line_end, |(b, _)| start + b);
+            parts.push(Part {
+                reopen,
+                body: &text[start..cut],
+                close: lines[i].open_before.is_some(),
+            });
+            offset = cut - lines[i].start;
+            if cut == line_end {
+                i += 1;
+                offset = 0;
+            }
+            continue;
+        }
+        let end = best.unwrap_or(j);
+        parts.push(Part {
+            reopen,
+            body: &text[start..lines[end].start],
+            close: lines[end].open_before.is_some(),
+        });
+        (i, offset) = (end, 0);
+    }
+    parts
+}
+
+/// [`split_markdown_parts`], rendered: chunks of at most `max` characters (at least 64), fences
+/// balanced in each.
+#[must_use]
+pub fn split_markdown(text: &str, max: usize) -> Vec<String> {
+    split_markdown_parts(text, max)
+        .iter()
+        .map(Part::render)
+        .collect()
+}
+
+/// The start of `text` for a preview: at most `max` characters, cut at a paragraph or line end
+/// when one falls in its second half, a fence left open closed.
+#[must_use]
+pub fn preview(text: &str, max: usize) -> String {
+    split_markdown_parts(text, max)
+        .first()
+        .map(Part::render)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_markdown_prefers_paragraphs_keeps_fences_balanced_and_loses_nothing() {
+        let para = |i: usize| format!("Paragraph {i} says something useful here.\n\n");
+        let mut text: String = (1..=6).map(para).collect();
+        text.push_str("```rust\n");
+        text.push_str(
+            &(0..20)
+                .map(|i| format!("fn f{i}() {{}}\n"))
+                .collect::<String>(),
+        );
+        text.push_str("```\n\nthe end");
+        let parts = split_markdown_parts(&text, 120);
+        assert_eq!(parts.iter().map(|p| p.body).collect::<String>(), text);
+        for p in &parts {
+            let r = p.render();
+            assert!(r.chars().count() <= 120, "{r:?}");
+            let fences = r.lines().filter(|l| l.starts_with("```")).count();
+            assert_eq!(fences % 2, 0, "balanced: {r:?}");
+        }
+        // Cuts at blank lines where they can: every part but the last ends a paragraph.
+        assert!(parts[0].body.ends_with("\n\n"), "{:?}", parts[0].body);
+        assert!(
+            parts
+                .iter()
+                .any(|p| p.reopen.as_deref() == Some("```rust\n")),
+            "a cut inside the code block reopens it with its language: {parts:#?}"
+        );
+        // An overlong line is cut by characters; multi-byte characters stay whole.
+        let long = "é".repeat(300);
+        let parts = split_markdown_parts(&long, 100);
+        assert!(parts.len() >= 3);
+        assert_eq!(parts.iter().map(|p| p.body).collect::<String>(), long);
+        assert!(split_markdown("", 100).is_empty());
+        assert_eq!(preview("short", 100), "short");
+    }
 
     #[test]
     fn split_code_breaks_at_lines_and_cuts_only_overlong_lines() {

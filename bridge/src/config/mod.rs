@@ -316,6 +316,80 @@ pub struct Redact {
     pub store: bool,
 }
 
+/// `[attachments]`: files people attach to their messages. Images go to the agent inline (when it
+/// takes images), other accepted files are saved under the session's directory; everything past
+/// these limits is refused with a notice that says why.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Attachments {
+    /// Images per message.
+    pub max_images: usize,
+    /// Bytes of one image.
+    pub max_image_bytes: u64,
+    /// Bytes of all images of one message.
+    pub max_images_total: u64,
+    /// Other files per message.
+    pub max_files: usize,
+    /// Bytes of one other file.
+    pub max_file_bytes: u64,
+}
+
+impl Default for Attachments {
+    fn default() -> Self {
+        let l = crate::conversation::files::Limits::default();
+        Self {
+            max_images: l.max_images,
+            max_image_bytes: l.max_image_bytes,
+            max_images_total: l.max_images_total,
+            max_files: l.max_files,
+            max_file_bytes: l.max_file_bytes,
+        }
+    }
+}
+
+impl Attachments {
+    /// The limits for conversations; `agent_images` from the daemon's `initialize`.
+    #[must_use]
+    pub fn limits(&self, agent_images: bool) -> crate::conversation::files::Limits {
+        crate::conversation::files::Limits {
+            agent_images,
+            max_images: self.max_images,
+            max_image_bytes: self.max_image_bytes,
+            max_images_total: self.max_images_total,
+            max_files: self.max_files,
+            max_file_bytes: self.max_file_bytes,
+        }
+    }
+}
+
+/// `[render]`: how answers look in chat.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Render {
+    /// An answer longer than this many bytes is uploaded as a file (`answer.md`) with a short
+    /// preview, instead of being split over many messages.
+    pub upload_over: usize,
+    /// Stream the agent's answer into a draft message as it is written (Slack and Discord).
+    pub stream: bool,
+    /// The draft is edited at most this often (within the platform's rate budget; the outbox
+    /// coalesces edits).
+    #[serde(deserialize_with = "duration")]
+    pub stream_every: Duration,
+    /// Channel ids whose answers are posted whole when the turn ends, never streamed.
+    pub no_stream_channels: Vec<String>,
+}
+
+impl Default for Render {
+    fn default() -> Self {
+        Self {
+            upload_over: 20_000,
+            stream: true,
+            stream_every: Duration::from_millis(1500),
+            no_stream_channels: Vec::new(),
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(try_from = "toml::Table")]
@@ -334,6 +408,10 @@ pub struct Config {
     pub access: Access,
     /// `[redact]`.
     pub redact: Redact,
+    /// `[attachments]`.
+    pub attachments: Attachments,
+    /// `[render]`.
+    pub render: Render,
     /// `[http]`.
     pub http: Http,
     /// `[service]`.
@@ -355,6 +433,8 @@ struct Core {
     approvals: Approvals,
     access: Access,
     redact: Redact,
+    attachments: Attachments,
+    render: Render,
     http: Http,
     service: Service,
 }
@@ -389,6 +469,8 @@ impl TryFrom<toml::Table> for Config {
             approvals: core.approvals,
             access: core.access,
             redact: core.redact,
+            attachments: core.attachments,
+            render: core.render,
             http: core.http,
             service: core.service,
             platforms,

@@ -21,6 +21,8 @@ pub struct Pending {
     pub requester: String,
     /// When it expires unanswered (as rejected).
     pub expires: Instant,
+    /// What will run: the call's parameters as shown to approvers (capped, redacted).
+    pub detail: Option<String>,
 }
 
 impl Pending {

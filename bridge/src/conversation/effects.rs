@@ -45,6 +45,8 @@ pub enum Effect {
         /// What.
         command: Command,
     },
+    /// Show the answer so far in draft `seq` (R5).
+    Draft(usize, String),
     /// A prompt: 👀 on the person's message, then [`Event::Prompt`](super::event::Event::Prompt).
     Prompt(Queued),
     /// Hand due heartbeat counts to the progress writer (P2; never a message, F1).

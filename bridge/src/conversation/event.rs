@@ -21,6 +21,8 @@ pub struct Said {
     pub message_id: Option<String>,
     /// Its inbox entry.
     pub event: Option<EventKey>,
+    /// Files attached to it.
+    pub files: Vec<crate::channel::Attachment>,
 }
 
 /// Something that happens to a conversation, handed to

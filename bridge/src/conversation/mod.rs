@@ -18,6 +18,7 @@
 //! - [`tools`]: running tool calls and the progress line (L5, F1).
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
+//! - [`files`]: files people attach: images for the agent, files saved for it, refusals and why.
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
 //! - [`replay`]: frames a `session/load` replays — history, never live output (L6); a resumed
 //!   turn's own prompt and what followed it (D6).
@@ -27,6 +28,7 @@ pub mod approvals;
 pub mod commands;
 pub mod effects;
 pub mod event;
+pub mod files;
 pub mod inbox;
 pub mod replay;
 pub(crate) mod runner;

@@ -117,6 +117,8 @@ pub enum DaemonStep {
     /// A turn taken back after a restart was cut off by it: the daemon ended it with nothing done
     /// (D6); it is interrupted, not re-sent.
     CutOff,
+    /// The answer so far streams into draft `seq` (R5).
+    Draft(usize, String),
 }
 
 /// What becomes of a prompt.
@@ -152,6 +154,8 @@ pub struct Due {
     /// daemon no longer runs it; the bridge ends it, with the calls still running (scoped id,
     /// title) closed as interrupted.
     pub orphaned: Option<Vec<(String, String)>>,
+    /// A draft edit that is due (R5): its number and the answer so far.
+    pub draft: Option<(usize, String)>,
 }
 
 impl State {
@@ -184,6 +188,7 @@ impl State {
             }),
             turn.and_then(|t| t.cancel_by),
             turn.and_then(|t| t.orphan_by),
+            turn.and_then(|t| t.draft.and_then(|d| d.due)),
             self.approvals.next_deadline(),
             self.retry_at,
         ]
@@ -239,6 +244,7 @@ impl State {
                     Effect::Notice(crate::channel::Tone::Warning, CUT_OFF_TEXT.to_owned()),
                     Effect::EndTurnAs(TurnStatus::Interrupted),
                 ],
+                DaemonStep::Draft(seq, text) => vec![Effect::Draft(seq, text)],
             },
             Event::Timer => {
                 let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
@@ -249,6 +255,9 @@ impl State {
                     .map(Effect::ExpireApproval)
                     .collect();
                 effects.extend(due.lines.into_iter().map(Effect::ShowLine));
+                if let Some((seq, text)) = due.draft {
+                    effects.push(Effect::Draft(seq, text));
+                }
                 if let Some(stall) = due.stall {
                     effects.push(Effect::Stalled {
                         stall,
@@ -395,8 +404,13 @@ impl State {
             text,
             message_id,
             event,
+            files,
         } = said;
-        let parsed = self.parse(&text);
+        let parsed = match self.parse(&text) {
+            // Only files: still a prompt, so each file is used or the person hears why not.
+            Parsed::Empty if !files.is_empty() => Parsed::Prompt(String::new()),
+            p => p,
+        };
         if let Some(act) = parsed.act()
             && act != Act::Read
         {
@@ -441,6 +455,7 @@ impl State {
                 text,
                 message_id,
                 event,
+                files,
             }),
         }]
     }
@@ -535,7 +550,10 @@ impl State {
             }
             DaemonEvent::AgentText { text, .. } => {
                 turn.answer.push_str(&text);
-                DaemonStep::Nothing
+                match cfg.stream_every.and_then(|every| turn.stream(now, every)) {
+                    Some((seq, text)) => DaemonStep::Draft(seq, text),
+                    None => DaemonStep::Nothing,
+                }
             }
             DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
             DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
@@ -588,8 +606,9 @@ impl State {
     pub fn tool_running(&mut self, call: ToolCallId, title: String, now: Instant, fresh: bool) {
         if let Some(turn) = self.turn.as_mut() {
             if fresh {
-                // The answer is the text after the last tool call (R5).
+                // The answer is the text after the last tool call (R5); its draft, if any, is done.
                 turn.answer.clear();
+                turn.draft = None;
             }
             turn.tools.insert(call, ToolState::new(title, now));
         }
@@ -671,6 +690,7 @@ impl State {
         }
         due.lines
             .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
+        due.draft = turn.draft_due(now);
         due.stall = turn.liveness.poll(now);
         if due.stall.is_some() && turn.resumed {
             // Closed as interrupted (D3): its prompt may sit unanswered in the session (D6).

@@ -47,6 +47,21 @@ pub struct TurnState {
     /// names one (a daemon that replays no prompts), `Some(true)` from this turn's own prompt on
     /// (D6: it reached the daemon; what follows is this turn's), `Some(false)` in an older turn's.
     pub replay_at_own: Option<bool>,
+    /// The draft the answer streams into (R5), while text arrives.
+    pub draft: Option<Draft>,
+    /// Drafts this turn has had (one per stretch of text between tool calls).
+    pub drafts: usize,
+}
+
+/// A draft message the agent's text streams into, edited at most every `render.stream_every`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Draft {
+    /// Its number within the turn (its message key).
+    pub seq: usize,
+    /// When it was last shown.
+    pub shown_at: Option<Instant>,
+    /// Text arrived since it was last shown: show it then.
+    pub due: Option<Instant>,
 }
 
 impl TurnState {
@@ -72,7 +87,48 @@ impl TurnState {
             cancel_by: None,
             orphan_by: None,
             replay_at_own: None,
+            draft: None,
+            drafts: 0,
         }
+    }
+
+    /// Text arrived at `now`: the draft to show now (its number and the text so far), if its
+    /// last edit is at least `every` ago; otherwise the edit is due then.
+    pub fn stream(&mut self, now: Instant, every: Duration) -> Option<(usize, String)> {
+        if self.resumed || self.answer.trim().is_empty() {
+            return None;
+        }
+        let drafts = &mut self.drafts;
+        let d = self.draft.get_or_insert_with(|| {
+            *drafts += 1;
+            Draft {
+                seq: *drafts,
+                shown_at: None,
+                due: None,
+            }
+        });
+        match d.shown_at {
+            Some(at) if now < at + every => {
+                d.due.get_or_insert(at + every);
+                None
+            }
+            _ => {
+                d.shown_at = Some(now);
+                d.due = None;
+                Some((d.seq, self.answer.clone()))
+            }
+        }
+    }
+
+    /// The draft edit that is due at `now`, if any.
+    pub fn draft_due(&mut self, now: Instant) -> Option<(usize, String)> {
+        let d = self.draft.as_mut()?;
+        if d.due.is_some_and(|at| at <= now) {
+            d.due = None;
+            d.shown_at = Some(now);
+            return Some((d.seq, self.answer.clone()));
+        }
+        None
     }
 
     /// A cancel sent at `now`: its cause unless one came first (T2); the daemon has `grace` to end
@@ -117,6 +173,8 @@ pub struct Queued {
     pub message_id: Option<String>,
     /// Its inbox entry.
     pub event: Option<EventKey>,
+    /// Files attached to it (used or explained when its turn starts).
+    pub files: Vec<crate::channel::Attachment>,
 }
 
 /// Prompts waiting behind the running turn, first in first out, at most `cap`.

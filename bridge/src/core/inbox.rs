@@ -26,18 +26,15 @@ fn failure_reason(e: &store::StoreError) -> String {
 
 /// The inbound event as the store keeps it: what runs the first time is what a replay after a
 /// restart runs and what the history shows (NUL made visible, S4).
-fn storable_inbound(msg: Inbound) -> Inbound {
-    let crate::channel::InboundKind::Message(text) = &msg.kind else {
-        return msg;
-    };
-    if !text.contains('\0') {
-        return msg;
+fn storable_inbound(mut msg: Inbound) -> Inbound {
+    use crate::channel::InboundKind;
+    match &mut msg.kind {
+        InboundKind::Message(text) | InboundKind::Files { text, .. } if text.contains('\0') => {
+            *text = store::bind::storable(text).into_owned();
+        }
+        _ => {}
     }
-    let text = store::bind::storable(text).into_owned();
-    Inbound {
-        kind: crate::channel::InboundKind::Message(text),
-        ..msg
-    }
+    msg
 }
 
 impl Core {
@@ -107,12 +104,12 @@ impl Core {
     ) -> Result<(), store::StoreError> {
         let msg = storable_inbound(msg);
         // A thread opened with a command (`/help`) is titled by its first prompt instead.
-        let title: String = match &msg.kind {
-            crate::channel::InboundKind::Message(t) => match commands::parse(t, 0) {
+        let title: String = match msg.kind.text() {
+            Some(t) => match commands::parse(t, 0) {
                 commands::Parsed::Prompt(_) => title_of(&self.redactor, t),
                 _ => String::new(),
             },
-            crate::channel::InboundKind::Action(_) => String::new(),
+            None => String::new(),
         };
         let key = conversations::Key {
             platform: &msg.platform,

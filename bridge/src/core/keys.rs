@@ -15,6 +15,10 @@ pub enum MessageKey {
     Permission(String),
     /// A turn's answer (R5), by the turn's id.
     Answer(String),
+    /// A further part of a long answer (the second is 2), by the turn's id.
+    AnswerPart(String, usize),
+    /// A draft the answer streams into (R5), by the turn's id and its number within the turn.
+    Draft(String, usize),
     /// A notice from the bridge: when (Unix ms) and its number within the conversation's runner.
     Notice(i64, u64),
     /// The notice that an inbound event was set aside (S4), by the event's id.
@@ -27,6 +31,8 @@ impl fmt::Display for MessageKey {
             Self::Tool(call) => write!(f, "tool:{call}"),
             Self::Permission(id) => write!(f, "perm:{id}"),
             Self::Answer(turn) => write!(f, "answer:{turn}"),
+            Self::AnswerPart(turn, n) => write!(f, "answer-part:{turn}:{n}"),
+            Self::Draft(turn, n) => write!(f, "draft:{turn}:{n}"),
             Self::Notice(at, n) => write!(f, "notice:{at}:{n}"),
             Self::DeadLetter(event) => write!(f, "dead-letter:{event}"),
         }
@@ -51,6 +57,18 @@ impl FromStr for MessageKey {
             "tool" => Ok(Self::Tool(rest.to_owned())),
             "perm" => Ok(Self::Permission(rest.to_owned())),
             "answer" => Ok(Self::Answer(rest.to_owned())),
+            "answer-part" | "draft" => {
+                let (turn, n) = rest.rsplit_once(':').ok_or_else(bad)?;
+                if turn.is_empty() {
+                    return Err(bad());
+                }
+                let n = n.parse().map_err(|_| bad())?;
+                Ok(if kind == "draft" {
+                    Self::Draft(turn.to_owned(), n)
+                } else {
+                    Self::AnswerPart(turn.to_owned(), n)
+                })
+            }
             "dead-letter" => Ok(Self::DeadLetter(rest.to_owned())),
             "notice" => {
                 let (at, n) = rest.split_once(':').ok_or_else(bad)?;
@@ -118,6 +136,8 @@ mod tests {
             ),
             (MessageKey::Permission("p-1".into()), "perm:p-1"),
             (MessageKey::Answer("t-1".into()), "answer:t-1"),
+            (MessageKey::AnswerPart("t-1".into(), 2), "answer-part:t-1:2"),
+            (MessageKey::Draft("t-1".into(), 1), "draft:t-1:1"),
             (
                 MessageKey::Notice(1_700_000_000_000, 3),
                 "notice:1700000000000:3",

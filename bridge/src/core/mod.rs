@@ -101,6 +101,18 @@ pub struct CoreConfig {
     /// After a reconnect, an open turn whose session sends no live frame within this is ended as
     /// interrupted (the daemon restarted and no longer runs it).
     pub reconnect_grace: Duration,
+    /// How much of an answer one message carries (from the channel's capabilities).
+    pub answer_len: usize,
+    /// An answer longer than this (bytes) is uploaded as a file with a short preview
+    /// (`render.upload_over`).
+    pub upload_over: usize,
+    /// The answer streams into a draft edited at most this often (`render.stream_every`); `None`:
+    /// posted whole when the turn ends.
+    pub stream_every: Option<Duration>,
+    /// Channels whose answers are not streamed (`render.no_stream_channels`).
+    pub no_stream_channels: Vec<String>,
+    /// What becomes of files people attach (`[attachments]`, and whether the agent takes images).
+    pub files: crate::conversation::files::Limits,
 }
 
 impl Default for CoreConfig {
@@ -127,6 +139,11 @@ impl Default for CoreConfig {
             hold_retry: Duration::from_secs(5),
             announce_connection: false,
             reconnect_grace: Duration::from_secs(30),
+            files: crate::conversation::files::Limits::default(),
+            answer_len: 40_000,
+            stream_every: None,
+            no_stream_channels: Vec::new(),
+            upload_over: 20_000,
         }
     }
 }
@@ -177,6 +194,8 @@ pub struct Core {
     progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
+    /// Downloads attached files from the platform (none: files are explained, not used).
+    fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
 }
 
 impl Core {
@@ -214,7 +233,17 @@ impl Core {
             progress,
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
+            fetch: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Lets conversations download the files people attach (set once, by the channel's wiring).
+    pub fn set_fetch(&self, fetch: Arc<dyn crate::channel::Fetch>) {
+        let _ = self.fetch.set(fetch);
+    }
+
+    pub(crate) fn fetcher(&self) -> Option<Arc<dyn crate::channel::Fetch>> {
+        self.fetch.get().cloned()
     }
 
     /// Hands a progress write to the writer; `false` when its queue is full (keep the counts).

@@ -102,6 +102,8 @@ pub fn tool_finished(
             code,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::TimedOut => Message {
             tone: Tone::Error,
@@ -116,6 +118,8 @@ pub fn tool_finished(
             code,
             footer: Some(pointer),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::Failed => Message {
             tone: Tone::Error,
@@ -124,6 +128,8 @@ pub fn tool_finished(
             code,
             footer: Some(pointer),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
         Outcome::Cancelled => Message {
             tone: Tone::Neutral,
@@ -132,6 +138,8 @@ pub fn tool_finished(
             code,
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         },
     }
 }
@@ -148,18 +156,123 @@ pub fn tool_interrupted(r: &Redactor, title: &str) -> Message {
     m
 }
 
-/// The turn's answer (R5).
+/// A draft the answer streams into (R5): the text so far (its start, when it is longer than a
+/// message carries), or — `done` — the text the agent wrote before it ran tools.
 #[must_use]
-pub fn answer(r: &Redactor, text: &str) -> Message {
-    let mut m = Message::text(Tone::Neutral, "💬 answer");
-    m.body = Some(r.redact(text.trim()));
+pub fn draft(r: &Redactor, text: &str, part_len: usize, done: bool) -> Message {
+    let title = if done {
+        "💬 note"
+    } else {
+        "✍️ answer (writing…)"
+    };
+    let mut m = Message::text(Tone::Neutral, title);
+    let text = r.redact(text.trim());
+    let parts = crate::channel::text::split_markdown_parts(&text, part_len);
+    let mut body = parts.first().map(|p| p.render()).unwrap_or_default();
+    if parts.len() > 1 {
+        body.push_str("\n…");
+    }
+    m.body = Some(body);
+    m.markdown = true;
     m
+}
+
+/// How much of an uploaded answer its message previews.
+pub const PREVIEW_LEN: usize = 1_200;
+
+/// The turn's answer as it goes to chat, whole (R5): one message when it fits in `part_len`
+/// characters, several split at paragraph and code-fence boundaries (fences balanced) when not, and
+/// past `upload_over` bytes one message with a short preview that carries the whole answer as a
+/// file (`answer.md`).
+#[must_use]
+pub fn answer_parts(r: &Redactor, text: &str, part_len: usize, upload_over: usize) -> Vec<Message> {
+    let text = r.redact(text.trim());
+    if text.len() > upload_over {
+        let mut m = Message::text(Tone::Neutral, "💬 answer");
+        let preview = crate::channel::text::preview(&text, PREVIEW_LEN);
+        m.body = Some(format!(
+            "{}\n\n_… the whole answer ({}) is in the file answer.md_",
+            preview.trim_end(),
+            crate::conversation::files::human_bytes(text.len() as u64)
+        ));
+        m.markdown = true;
+        m.file = Some(crate::channel::OutFile {
+            name: "answer.md".into(),
+            content: text,
+        });
+        return vec![m];
+    }
+    let parts = crate::channel::text::split_markdown(&text, part_len);
+    let n = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let title = if n == 1 {
+                "💬 answer".to_owned()
+            } else {
+                format!("💬 answer ({}/{n})", i + 1)
+            };
+            let mut m = Message::text(Tone::Neutral, title);
+            m.body = Some(body);
+            m.markdown = true;
+            m
+        })
+        .collect()
 }
 
 /// A notice from the bridge itself.
 #[must_use]
 pub fn notice(r: &Redactor, tone: Tone, text: &str) -> Message {
     Message::text(tone, r.redact(text))
+}
+
+/// How much of a tool call's parameters an approval shows.
+pub const TOOL_INPUT_CAP: usize = 1_500;
+/// How much of one parameter an approval shows.
+const TOOL_INPUT_VALUE_CAP: usize = 600;
+
+/// What a permission request will run, for the people who approve it (R6): the tool's name, then
+/// each parameter as `key: value` — the command (or the first of `command`, `cmd`, `script`) first
+/// and whole lines — each value and the whole capped, redacted (R7). `None` when there is nothing to
+/// show.
+#[must_use]
+pub fn tool_input(r: &Redactor, tool: Option<&str>, input: &serde_json::Value) -> Option<String> {
+    use crate::channel::text::truncate_chars;
+    // Redacted before it is cut, so no value shows half a secret (S2).
+    let shown = |v: &serde_json::Value| {
+        let text = match v {
+            serde_json::Value::String(s) => r.redact(s),
+            other => r.redact(&other.to_string()),
+        };
+        truncate_chars(&text, TOOL_INPUT_VALUE_CAP)
+    };
+    let mut lines = Vec::new();
+    if let Some(tool) = tool {
+        lines.push(format!("tool: {tool}"));
+    }
+    match input {
+        serde_json::Value::Object(map) => {
+            let first = ["command", "cmd", "script"]
+                .into_iter()
+                .find(|k| map.contains_key(*k));
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by_key(|k| Some(k.as_str()) != first);
+            for k in keys {
+                let v = &map[k.as_str()];
+                if v.is_null() {
+                    continue;
+                }
+                lines.push(format!("{}: {}", r.redact(k), shown(v)));
+            }
+        }
+        serde_json::Value::Null => {}
+        other => lines.push(shown(other)),
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    Some(truncate_chars(&lines.join("\n"), TOOL_INPUT_CAP))
 }
 
 /// A permission request with its options as buttons (R6); `decided` (heading, line) replaces the
@@ -170,12 +283,14 @@ pub fn permission(
     request: &str,
     title: &str,
     options: &[PermissionOption],
+    detail: Option<&str>,
     decided: Option<(&str, &str)>,
 ) -> Message {
     let mut m = Message::text(
         Tone::Warning,
         format!("🔐 approval needed: {}", r.redact(title)),
     );
+    m.code = detail.map(|d| r.redact(d));
     match decided {
         Some((heading, line)) => {
             m.tone = Tone::Neutral;
@@ -296,6 +411,29 @@ mod tests {
             "{capped}"
         );
         assert!(capped.len() < 260);
+    }
+
+    #[test]
+    fn r6_an_approval_shows_what_will_run_command_first_capped_and_redacted() {
+        let r = Redactor::default();
+        let input = serde_json::json!({"description": "deploy", "timeout": 60000,
+            "command": "curl -H 'Authorization: token xoxb-123456789012-abcdefghijkl' https://x", "is_background": null});
+        let detail = tool_input(&r, Some("run_shell_command"), &input).expect("detail");
+        assert_eq!(
+            detail,
+            "tool: run_shell_command\ncommand: curl -H 'Authorization: token [redacted]' https://x\ndescription: deploy\ntimeout: 60000"
+        );
+        let m = permission(&r, "p1", "curl …", &[], Some(&detail), None);
+        assert_eq!(m.code.as_deref(), Some(detail.as_str()), "shown as code");
+        // A secret cut by the cap is redacted first, never shown in half.
+        let long = format!("{} xoxb-123456789012-abcdefghijkl", "a".repeat(590));
+        let detail = tool_input(&r, None, &serde_json::json!({"command": long})).expect("detail");
+        assert!(!detail.contains("xoxb"), "{detail}");
+        let huge =
+            serde_json::json!({"a": "x".repeat(900), "b": "y".repeat(900), "c": "z".repeat(900)});
+        let detail = tool_input(&r, None, &huge).expect("detail");
+        assert!(detail.chars().count() <= TOOL_INPUT_CAP && detail.ends_with('…'));
+        assert_eq!(tool_input(&r, None, &serde_json::json!({})), None);
     }
 
     #[test]

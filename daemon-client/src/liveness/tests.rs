@@ -209,6 +209,7 @@ async fn l2_a_permission_requests_stated_timeout_counts_before_any_heartbeat() {
         call: Some(c()),
         info,
         options: Vec::new(),
+        input: None,
     };
     l.observe(&DaemonEvent::PermissionRequested(req), Instant::now());
     assert_eq!(l.binding_idle(), Duration::from_secs(55));

@@ -205,7 +205,9 @@ pub fn render(m: &Message) -> String {
         _ => "",
     };
     let mut s = format!("{mark}{}\n", super::text::plain(&m.title));
-    if let Some(body) = &m.body {
+    // A terminal has no files: an answer carried as one is printed whole instead of its preview.
+    let body = m.file.as_ref().map(|f| &f.content).or(m.body.as_ref());
+    if let Some(body) = body {
         let body = super::text::plain(body);
         for line in body.lines() {
             s.push_str(&format!("    {line}\n"));
@@ -248,6 +250,7 @@ impl Channel for Console {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: 1 << 20,
+            answer_len: 1 << 20,
             output_cap: 3500,
             can_edit: false,
             has_buttons: false,
@@ -285,6 +288,17 @@ mod tests {
 
     fn tool(tone: Tone, title: &str) -> Message {
         Message::text(tone, title)
+    }
+
+    #[test]
+    fn a_long_answer_carried_as_a_file_prints_whole() {
+        let mut m = Message::text(Tone::Neutral, "💬 answer");
+        m.body = Some("preview".into());
+        m.file = Some(crate::channel::OutFile {
+            name: "answer.md".into(),
+            content: "all\nof it".into(),
+        });
+        assert_eq!(render(&m), "💬 answer\n    all\n    of it\n");
     }
 
     #[tokio::test]
@@ -412,6 +426,8 @@ mod tests {
             code: Some("partial".into()),
             footer: Some("full output: `chat-bridge history show x`".into()),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         };
         assert_eq!(
             render(&m),

@@ -10,7 +10,7 @@ use serenity::model::application::ComponentInteraction;
 use serenity::model::channel::{Message, MessageType};
 use serenity::model::id::UserId;
 
-use crate::channel::{Inbound, InboundKind, Target};
+use crate::channel::{Attachment, Inbound, InboundKind, Target};
 use crate::conversation::Mark;
 
 /// The `workspace` of DM conversations (they belong to no guild).
@@ -108,6 +108,25 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
     }
     let channel = msg.channel_id.to_string();
     let text = strip_mention(&msg.content, me);
+    let files: Vec<Attachment> = msg
+        .attachments
+        .iter()
+        .map(|a| Attachment {
+            id: a.id.to_string(),
+            name: a.filename.clone(),
+            mime: a.content_type.clone(),
+            size: Some(u64::from(a.size)),
+            url: Some(a.url.clone()),
+        })
+        .collect();
+    let kind = if files.is_empty() {
+        InboundKind::Message(text.clone())
+    } else {
+        InboundKind::Files {
+            text: text.clone(),
+            files,
+        }
+    };
     let inbound = |workspace: String, thread: String, opens: bool| Inbound {
         event_id: format!("message:{}", msg.id),
         platform: "discord".into(),
@@ -119,7 +138,7 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
         user: user.clone(),
         message_id: Some(msg.id.to_string()),
         opens,
-        kind: InboundKind::Message(text.clone()),
+        kind: kind.clone(),
     };
     let Some(guild) = msg.guild_id else {
         if !access.allow_dms {
@@ -138,7 +157,7 @@ pub fn decide_message(msg: &Message, me: UserId, access: &Access) -> Decision {
     if !access.channel_allowed(&channel) {
         return Decision::Refused("channel not in discord.allowed_channels");
     }
-    if text.is_empty() {
+    if text.is_empty() && msg.attachments.is_empty() {
         return Decision::Ignore("a mention without a prompt");
     }
     Decision::Open {
@@ -236,6 +255,33 @@ mod tests {
             } => (parent, name, inbound),
             other => panic!("expected Open, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn discord_a_message_with_attachments_keeps_its_text_and_files() {
+        let att = json!([{"id": "3001", "filename": "shot.png", "size": 2048, "content_type": "image/png",
+            "url": "https://cdn.discordapp.com/attachments/10/3001/shot.png",
+            "proxy_url": "https://media.discordapp.net/attachments/10/3001/shot.png"}]);
+        let (_, _, inbound) = open(decide_message(
+            &message(json!({"content": "<@900> why?", "attachments": att})),
+            UserId::new(ME),
+            &Access::default(),
+        ));
+        let InboundKind::Files { text, files } = inbound.kind else {
+            panic!("files kept")
+        };
+        assert_eq!(text, "why?");
+        assert_eq!(files[0].name, "shot.png");
+        assert_eq!(files[0].size, Some(2048));
+        assert_eq!(files[0].mime.as_deref(), Some("image/png"));
+        // A mention with only a file is not "a mention without a prompt": it opens a thread.
+        let (_, name, inbound) = open(decide_message(
+            &message(json!({"content": "<@900>", "attachments": att})),
+            UserId::new(ME),
+            &Access::default(),
+        ));
+        assert_eq!(name, "chat-bridge session");
+        assert_eq!(inbound.kind.text(), Some(""));
     }
 
     #[test]

@@ -99,6 +99,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Discord {
     http: Arc<Http>,
     state: Arc<State>,
+    /// Downloads attachments from Discord's CDN (and the API's own origin when it is a proxy).
+    files: Option<(reqwest::Client, crate::channel::fetch::Origins)>,
 }
 
 impl std::fmt::Debug for Discord {
@@ -154,7 +156,18 @@ impl Discord {
     /// A channel posting through `http` (the gateway client's, so both share one limiter).
     #[must_use]
     fn with_state(http: Arc<Http>, state: Arc<State>) -> Self {
-        Self { http, state }
+        let base = http
+            .proxy
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_URL.into());
+        let origins = crate::channel::fetch::Origins::new(
+            &["cdn.discordapp.com", "media.discordapp.net"],
+            &base,
+        );
+        let files = crate::channel::fetch::client(&origins)
+            .ok()
+            .map(|c| (c, origins));
+        Self { http, state, files }
     }
 
     /// Where a person's message lives: the mention that started a thread is in its parent channel
@@ -193,9 +206,20 @@ impl Discord {
             body["nonce"] = json!(key);
             body["enforce_nonce"] = json!(true);
         }
+        // A long answer goes whole as a file beside its preview.
+        let files = message
+            .file
+            .iter()
+            .map(|f| {
+                serenity::all::CreateAttachment::bytes(
+                    f.content.as_bytes().to_vec(),
+                    f.name.clone(),
+                )
+            })
+            .collect();
         let posted = self
             .http
-            .send_message(channel, Vec::new(), &body)
+            .send_message(channel, files, &body)
             .await
             .map_err(delivery_error)?;
         self.typing(&target.channel, false);
@@ -239,6 +263,28 @@ impl Discord {
     }
 }
 
+impl crate::channel::Fetch for Discord {
+    fn fetch<'a>(
+        &'a self,
+        file: &'a crate::channel::Attachment,
+        max: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, crate::channel::FetchError>> {
+        Box::pin(async move {
+            use crate::channel::FetchError;
+            let (http, origins) = self
+                .files
+                .as_ref()
+                .ok_or_else(|| FetchError::Failed("no HTTP client".into()))?;
+            let url = file
+                .url
+                .as_deref()
+                .ok_or_else(|| FetchError::Failed("Discord gave no address for it".into()))?;
+            // Attachment URLs are signed; no token goes with them.
+            crate::channel::fetch::get(http, origins, url, None, max).await
+        })
+    }
+}
+
 impl Channel for Discord {
     fn platform(&self) -> &'static str {
         "discord"
@@ -248,9 +294,15 @@ impl Channel for Discord {
         self.state.connected.load(Ordering::SeqCst)
     }
 
+    fn fetcher(&self) -> Option<Arc<dyn crate::channel::Fetch>> {
+        Some(Arc::new(self.clone()))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: render::CONTENT_LIMIT,
+            // What one message's embeds carry (6,000 characters in all, 4,096 per embed).
+            answer_len: 5_500,
             // What fits beside a title and a footer in one message's 6,000 embed characters.
             output_cap: 5_000,
             can_edit: true,
@@ -458,11 +510,9 @@ impl Handler {
                 inbound,
             } => {
                 // Redacted whole, then cut to Discord's 100 characters: never half a secret.
-                let name = match &inbound.kind {
-                    crate::channel::InboundKind::Message(text) => {
-                        events::thread_name(&self.redactor.redact(text))
-                    }
-                    crate::channel::InboundKind::Action(_) => name,
+                let name = match inbound.kind.text() {
+                    Some(text) => events::thread_name(&self.redactor.redact(text)),
+                    None => name,
                 };
                 if let Some(inbound) = self.open_thread(msg, &parent, &name, inbound).await {
                     self.forward(inbound).await;

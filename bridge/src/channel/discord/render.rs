@@ -161,64 +161,11 @@ impl Payload {
     }
 }
 
-/// Splits markdown `text` into chunks of at most `max` characters at line ends, closing a code fence
-/// that is open at a cut and opening it again (with its language) at the start of the next chunk.
+/// Splits markdown `text` into chunks of at most `max` characters, fences balanced (see
+/// [`crate::channel::text::split_markdown`]).
 #[must_use]
 pub fn split_markdown(text: &str, max: usize) -> Vec<String> {
-    const REOPEN_ROOM: usize = 24;
-    let max = max.max(REOPEN_ROOM * 2);
-    let mut chunks = Vec::new();
-    let mut current = String::new();
-    let mut open: Option<String> = None;
-    let close = |current: &mut String, open: &Option<String>, chunks: &mut Vec<String>| {
-        if open.is_some() {
-            if !current.ends_with('\n') {
-                current.push('\n');
-            }
-            current.push_str("```");
-        }
-        chunks.push(std::mem::take(current));
-        if let Some(lang) = open {
-            current.push_str(&format!("```{lang}\n"));
-        }
-    };
-    for line in text.split_inclusive('\n') {
-        let mut rest = line;
-        loop {
-            // Room for closing a fence that may be open when this chunk ends.
-            let room = max - REOPEN_ROOM;
-            let used = current.chars().count();
-            let n = rest.chars().count();
-            if used + n <= room {
-                current.push_str(rest);
-                break;
-            }
-            if used > 0 && !is_only_reopen(&current, open.as_deref()) {
-                close(&mut current, &open, &mut chunks);
-                continue;
-            }
-            let take = room.saturating_sub(used).max(1);
-            let cut: String = rest.chars().take(take).collect();
-            rest = &rest[cut.len()..];
-            current.push_str(&cut);
-            close(&mut current, &open, &mut chunks);
-        }
-        let trimmed = line.trim_start();
-        if let Some(after) = trimmed.strip_prefix("```") {
-            open = match open {
-                Some(_) => None,
-                None => Some(after.trim().to_owned()),
-            };
-        }
-    }
-    if !current.is_empty() && !is_only_reopen(&current, open.as_deref()) {
-        chunks.push(current);
-    }
-    chunks
-}
-
-fn is_only_reopen(current: &str, open: Option<&str>) -> bool {
-    open.is_some_and(|lang| current == format!("```{lang}\n"))
+    crate::channel::text::split_markdown(text, max)
 }
 
 /// Renders a message within Discord's limits.
@@ -352,6 +299,8 @@ mod tests {
             code: Some(code.into()),
             footer: Some("full output: `chat-bridge history show tc-1`".into()),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         }
     }
 

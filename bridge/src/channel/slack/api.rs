@@ -221,6 +221,44 @@ impl WebApi {
         self.call_with(method, &self.token, body).await
     }
 
+    /// The origins Slack serves files from: `files.slack.com`, and the API's own origin (a proxy or
+    /// a test double).
+    #[must_use]
+    pub fn file_origins(&self) -> crate::channel::fetch::Origins {
+        crate::channel::fetch::Origins::new(&["files.slack.com"], &self.base)
+    }
+
+    /// The bytes of a file a person attached: its `url_private_download` (or, when the event
+    /// carried none, the one `files.info` gives), with the bot token, from Slack's file host only.
+    ///
+    /// # Errors
+    /// [`crate::channel::FetchError`]: not Slack's host, too large, or the download failed.
+    pub async fn download(
+        &self,
+        http: &reqwest::Client,
+        file: &crate::channel::Attachment,
+        max: u64,
+    ) -> Result<Vec<u8>, crate::channel::FetchError> {
+        let url = match &file.url {
+            Some(u) => u.clone(),
+            None => {
+                let v = self
+                    .call_form("files.info", &[("file", &file.id)])
+                    .await
+                    .map_err(|e| crate::channel::FetchError::Failed(e.to_string()))?;
+                let f = &v["file"];
+                f["url_private_download"]
+                    .as_str()
+                    .or_else(|| f["url_private"].as_str())
+                    .ok_or_else(|| {
+                        crate::channel::FetchError::Failed("Slack gave no address for it".into())
+                    })?
+                    .to_owned()
+            }
+        };
+        crate::channel::fetch::get(http, &self.file_origins(), &url, Some(&self.token.0), max).await
+    }
+
     /// `auth.test`.
     ///
     /// # Errors
@@ -262,6 +300,76 @@ impl WebApi {
                 method: "chat.postMessage",
                 reason: "no ts in the answer".into(),
             })
+    }
+
+    /// Uploads `content` as file `name` into thread `thread_ts` with `payload`'s blocks as its
+    /// message, by Slack's external upload: `files.getUploadURLExternal`, the bytes to the upload URL
+    /// (Slack's own file host only), `files.completeUploadExternal`. Returns the message's `ts` when
+    /// Slack says it, else `file:<id>` (a file share cannot be edited).
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn upload(
+        &self,
+        channel: &str,
+        thread_ts: &str,
+        name: &str,
+        content: &[u8],
+        payload: &Payload,
+    ) -> Result<String, SlackError> {
+        let length = content.len().to_string();
+        let v = self
+            .call_form(
+                "files.getUploadURLExternal",
+                &[("filename", name), ("length", &length)],
+            )
+            .await?;
+        let transport = |reason: &str| SlackError::Transport {
+            method: "files.getUploadURLExternal",
+            reason: reason.to_owned(),
+        };
+        let (Some(url), Some(id)) = (v["upload_url"].as_str(), v["file_id"].as_str()) else {
+            return Err(transport("no upload_url or file_id in the answer"));
+        };
+        if !self.file_origins().allow(url) {
+            return Err(transport("the upload URL is not on Slack's file host"));
+        }
+        let resp = self
+            .http
+            .post(url)
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(content.to_vec())
+            .send()
+            .await
+            .map_err(|e| transport(&e.without_url().to_string()))?;
+        if !resp.status().is_success() {
+            return Err(transport(&format!(
+                "upload answered HTTP {}",
+                resp.status()
+            )));
+        }
+        let files = json!([{"id": id, "title": name}]).to_string();
+        let blocks = Value::Array(payload.blocks.clone()).to_string();
+        let v = self
+            .call_form(
+                "files.completeUploadExternal",
+                &[
+                    ("files", &files),
+                    ("channel_id", channel),
+                    ("thread_ts", thread_ts),
+                    ("blocks", &blocks),
+                ],
+            )
+            .await?;
+        // The share's ts, when Slack already knows it (it may share asynchronously).
+        let shared = v["files"][0]["shares"]
+            .as_object()
+            .into_iter()
+            .flat_map(|s| s.values())
+            .filter_map(|by_channel| by_channel[channel][0]["ts"].as_str())
+            .next()
+            .map(str::to_owned);
+        Ok(shared.unwrap_or_else(|| format!("file:{id}")))
     }
 
     /// The `ts` of the reply in thread `thread_ts` that was posted with idempotency `key`

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 
 use super::format::{escape, mrkdwn};
-use crate::channel::text::{fenced_tail, plain, truncate_chars};
+use crate::channel::text::{fenced_tail, plain, split_markdown, truncate_chars};
 use crate::channel::{Message, Tone};
 
 /// Slack's limit for a section's text.
@@ -67,9 +67,28 @@ pub fn render(m: &Message) -> Payload {
     ))];
     let mut used = title.len();
     if let Some(body) = &m.body {
-        let body = truncate_chars(&mrkdwn(body), SECTION_LIMIT);
-        used += body.len();
-        blocks.push(section(body));
+        if m.markdown {
+            // The agent's Markdown, converted; a long one over several sections, fences balanced.
+            let converted = super::markdown::to_mrkdwn(body);
+            let sections = split_markdown(&converted, SECTION_LIMIT);
+            let room = BLOCK_LIMIT.saturating_sub(blocks.len() + 3);
+            let count = sections.len();
+            for (i, s) in sections.into_iter().enumerate() {
+                if i + 1 == room && count > room || used + s.len() > MESSAGE_LIMIT {
+                    blocks.push(section(format!(
+                        "_… {} more parts not shown here; the whole text is in the history (`chat-bridge history show`)_",
+                        count - i
+                    )));
+                    break;
+                }
+                used += s.len();
+                blocks.push(section(s));
+            }
+        } else {
+            let body = truncate_chars(&mrkdwn(body), SECTION_LIMIT);
+            used += body.len();
+            blocks.push(section(body));
+        }
     }
     let footer = m
         .footer
@@ -178,6 +197,8 @@ mod tests {
             code: Some("partial <b>&\n".into()),
             footer: Some("full output: `chat-bridge history show x`".into()),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         };
         let p = render(&m);
         assert!(p.blocks.is_empty());
@@ -204,6 +225,8 @@ mod tests {
             code: Some(out),
             footer: None,
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         };
         let p = render(&m);
         assert_within_limits(&p);
@@ -235,6 +258,8 @@ mod tests {
                 crate::channel::text::mention("U1")
             )),
             buttons: Vec::new(),
+            markdown: false,
+            file: None,
         };
         for p in [
             render(&m),
@@ -290,6 +315,8 @@ mod tests {
                     style: Some("danger".into()),
                 },
             ],
+            markdown: false,
+            file: None,
         };
         let p = render(&m);
         let actions = p

@@ -1,13 +1,14 @@
 //! Socket Mode envelopes → what the bridge does with them. Pure, so every rule is tested on its own:
 //! every envelope with an `envelope_id` is acknowledged first; mentions and DMs start a conversation in
 //! a thread (`thread_ts` = the mention's `ts`); replies in a thread continue it; bot messages (ours
-//! included), edits, deletions and other subtypes are ignored; button clicks become actions; the
+//! included), edits, deletions and other subtypes are ignored — except `file_share`, a message with
+//! files, which is never dropped; button clicks become actions; the
 //! A-rules (allowed channels and users, DM policy) decide who may prompt. Message text is decoded
 //! from Slack's format into what the person typed (R8).
 
 use serde_json::Value;
 
-use crate::channel::{Inbound, InboundKind, Target};
+use crate::channel::{Attachment, Inbound, InboundKind, Target};
 
 /// Who may prompt (A-rules). Empty lists allow everyone, which start-up refuses for users unless
 /// `access.open` says so on purpose (A1). DMs follow the user list too.
@@ -98,7 +99,9 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
     if ev.get("bot_id").is_some() || s(ev, "user") == Some(me) {
         return Decision::Ignore("bot message");
     }
-    if ev.get("subtype").is_some() {
+    // A message with files is `file_share`: handled like any message, never dropped (its text
+    // runs and each file is used or explained).
+    if ev.get("subtype").is_some() && s(ev, "subtype") != Some("file_share") {
         return Decision::Ignore("edits, deletions and other subtypes");
     }
     let (Some(user), Some(channel), Some(ts)) = (s(ev, "user"), s(ev, "channel"), s(ev, "ts"))
@@ -133,8 +136,39 @@ fn event(payload: &Value, me: &str, access: &Access) -> Decision {
         user: user.to_owned(),
         message_id: Some(ts.to_owned()),
         opens,
-        kind: InboundKind::Message(prompt(text, me)),
+        kind: match files(ev) {
+            f if f.is_empty() => InboundKind::Message(prompt(text, me)),
+            files => InboundKind::Files {
+                text: prompt(text, me),
+                files,
+            },
+        },
     })
+}
+
+/// The files of a message event (`files`: Slack's file objects). A file Slack hides from bots
+/// (`mode: "tombstone"` / `"hidden_by_limit"`) still counts, so the person hears it was not used.
+fn files(ev: &Value) -> Vec<Attachment> {
+    ev.get("files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            let id = s(f, "id")?;
+            Some(Attachment {
+                id: id.to_owned(),
+                name: s(f, "name")
+                    .or_else(|| s(f, "title"))
+                    .unwrap_or(id)
+                    .to_owned(),
+                mime: s(f, "mimetype").map(str::to_owned),
+                size: f.get("size").and_then(Value::as_u64),
+                url: s(f, "url_private_download")
+                    .or_else(|| s(f, "url_private"))
+                    .map(str::to_owned),
+            })
+        })
+        .collect()
 }
 
 fn interactive(payload: &Value, envelope: &Value, access: &Access) -> Decision {
@@ -241,6 +275,43 @@ mod tests {
             };
             assert_eq!(m.kind, InboundKind::Message(typed.into()), "{wire}");
         }
+    }
+
+    #[test]
+    fn slack_a_file_share_message_is_handled_with_its_text_and_files() {
+        let e = envelope(
+            json!({"type": "message", "subtype": "file_share", "user": "U1", "channel": "C1",
+            "ts": "1700.2", "thread_ts": "1700.1", "text": "what is wrong here? 2&gt;&amp;1",
+            "files": [{"id": "F1", "name": "shot.png", "mimetype": "image/png", "size": 1234,
+                       "url_private": "https://files.slack.com/files-pri/T1-F1/shot.png",
+                       "url_private_download": "https://files.slack.com/files-pri/T1-F1/download/shot.png"},
+                      {"id": "F2", "title": "log", "mimetype": "text/plain"},
+                      {"name": "no id: skipped"}]}),
+        );
+        let Decision::Inbound(m) = decide(&e, "UBOT", &open()) else {
+            panic!("a message with files is never dropped")
+        };
+        let InboundKind::Files { text, files } = m.kind else {
+            panic!("files kept")
+        };
+        assert_eq!(text, "what is wrong here? 2>&1");
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[0].name, "shot.png");
+        assert_eq!(files[0].mime.as_deref(), Some("image/png"));
+        assert_eq!(files[0].size, Some(1234));
+        assert_eq!(
+            files[0].url.as_deref(),
+            Some("https://files.slack.com/files-pri/T1-F1/download/shot.png")
+        );
+        assert_eq!((files[1].name.as_str(), files[1].size), ("log", None));
+        // A file with no text at all is still a message; other subtypes stay ignored.
+        let bare = envelope(
+            json!({"type": "message", "subtype": "file_share", "channel_type": "im", "user": "U1",
+            "channel": "D1", "ts": "1700.3", "files": [{"id": "F3", "name": "a.txt"}]}),
+        );
+        assert!(
+            matches!(decide(&bare, "UBOT", &open()), Decision::Inbound(m) if matches!(&m.kind, InboundKind::Files { text, .. } if text.is_empty()))
+        );
     }
 
     #[test]

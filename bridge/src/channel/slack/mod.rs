@@ -6,6 +6,7 @@
 //! - [`blocks`]: platform-neutral messages → Block Kit, split to fit Slack's limits.
 //! - [`events`]: Socket Mode envelopes → inbound messages, with the ignore and access rules.
 //! - [`format`]: Slack's message format both ways — inbound text decoded, outbound text escaped.
+//! - [`markdown`]: the agent's CommonMark → mrkdwn (answers that render).
 //! - [`http_mode`]: the HTTP Events API mode — signed requests only, `url_verification`.
 //! - [`socket`]: Socket Mode — acknowledge every envelope at once, reconnect on disconnect.
 //! - [`signature`]: `v0` request signatures (HMAC-SHA256, constant-time, 5-minute window).
@@ -17,6 +18,7 @@ pub mod config;
 pub mod events;
 pub mod format;
 pub mod http_mode;
+pub mod markdown;
 pub mod signature;
 pub mod socket;
 pub mod start;
@@ -24,13 +26,16 @@ pub mod start;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::channel::{BoxFuture, Capabilities, Channel, DeliveryError, Message, Target};
+use crate::channel::{
+    Attachment, BoxFuture, Capabilities, Channel, DeliveryError, Fetch, FetchError, Message, Target,
+};
 use crate::conversation::Mark;
 
 /// The Slack channel: thread replies through the Web API, rendered as Block Kit.
 #[derive(Debug, Clone)]
 pub struct Slack {
     api: api::WebApi,
+    files: Option<reqwest::Client>,
     connected: Arc<AtomicBool>,
     takes_requests: bool,
 }
@@ -39,8 +44,10 @@ impl Slack {
     /// A channel posting through `api`; connected until a Socket Mode connection says otherwise.
     #[must_use]
     pub fn new(api: api::WebApi) -> Self {
+        let files = crate::channel::fetch::client(&api.file_origins()).ok();
         Self {
             api,
+            files,
             connected: Arc::new(AtomicBool::new(true)),
             takes_requests: false,
         }
@@ -60,6 +67,19 @@ impl Slack {
         message: &Message,
         key: Option<&str>,
     ) -> Result<String, DeliveryError> {
+        if let Some(file) = &message.file {
+            return self
+                .api
+                .upload(
+                    &target.channel,
+                    &target.thread,
+                    &file.name,
+                    file.content.as_bytes(),
+                    &blocks::render(message),
+                )
+                .await
+                .map_err(api::SlackError::into_delivery);
+        }
         self.api
             .post_message(
                 &target.channel,
@@ -78,6 +98,22 @@ impl Slack {
     }
 }
 
+impl Fetch for Slack {
+    fn fetch<'a>(
+        &'a self,
+        file: &'a Attachment,
+        max: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, FetchError>> {
+        Box::pin(async move {
+            let http = self
+                .files
+                .as_ref()
+                .ok_or_else(|| FetchError::Failed("no HTTP client".into()))?;
+            self.api.download(http, file, max).await
+        })
+    }
+}
+
 impl Channel for Slack {
     fn platform(&self) -> &'static str {
         "slack"
@@ -90,6 +126,9 @@ impl Channel for Slack {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: blocks::MESSAGE_LIMIT,
+            // Sections of 3,000 characters, within a message's 50 blocks and ~40,000 characters,
+            // with room for what mrkdwn escaping adds.
+            answer_len: 12_000,
             output_cap: 30_000,
             can_edit: true,
             has_buttons: true,
@@ -97,6 +136,10 @@ impl Channel for Slack {
             has_reactions: true,
             takes_requests: self.takes_requests,
         }
+    }
+
+    fn fetcher(&self) -> Option<Arc<dyn Fetch>> {
+        Some(Arc::new(self.clone()))
     }
 
     fn post<'a>(
@@ -136,6 +179,10 @@ impl Channel for Slack {
         message: &'a Message,
     ) -> BoxFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
+            if id.starts_with("file:") {
+                // A file share is not a message Slack lets us edit.
+                return Ok(());
+            }
             self.api
                 .update(&target.channel, id, &blocks::render(message))
                 .await

@@ -73,6 +73,7 @@ impl Runner {
                 self.admitted(effect).await
             }
             Effect::RunQueued => self.run_queued().await,
+            Effect::Draft(seq, text) => self.show_draft(seq, &text, false).await,
             Effect::FlushCounts => {
                 self.flush_progress(false);
                 Ok(())
@@ -102,7 +103,7 @@ impl Runner {
         match effect {
             Effect::StartTurn(q) => {
                 self.core.busy_add(1);
-                self.start_turn(q.user, q.text, q.message_id, q.event).await
+                self.start_turn(q).await
             }
             Effect::Queued(event) | Effect::Held(event) => {
                 if let Some((platform, id)) = &event {

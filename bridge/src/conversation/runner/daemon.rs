@@ -59,6 +59,14 @@ impl Runner {
             return Ok(());
         }
         drop(c);
+        // The text before this call is not the answer (R5): its draft shows it whole, before the
+        // tool's message.
+        if let Some(turn) = self.state.turn.as_mut()
+            && let Some(d) = turn.draft.take()
+        {
+            let text = turn.answer.clone();
+            self.show_draft(d.seq, &text, true).await?;
+        }
         let mut tx = self.begin().await?;
         let kept_title = self.kept(&title).into_owned();
         let db_id = tool_calls::start(
@@ -268,7 +276,17 @@ impl Runner {
             expires_at: now_ms() + crate::store::ms(timeout),
         };
         let id = permissions::create(tx.conn(), &new, now_ms()).await?;
-        let msg = render::permission(&self.core.redactor, &id, &title, &req.options, None);
+        let detail = req.input.as_ref().and_then(|input| {
+            render::tool_input(&self.core.redactor, req.info.tool_name.as_deref(), input)
+        });
+        let msg = render::permission(
+            &self.core.redactor,
+            &id,
+            &title,
+            &req.options,
+            detail.as_deref(),
+            None,
+        );
         let key = MessageKey::Permission(id.clone());
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
             .await?;
@@ -291,6 +309,7 @@ impl Runner {
             options: req.options,
             requester,
             expires: Instant::now() + timeout,
+            detail,
         });
         Ok(())
     }
@@ -328,6 +347,7 @@ impl Runner {
             &row.id,
             &row.title,
             &options,
+            None,
             Some((approvals::LAPSED_HEADING, approvals::LAPSED)),
         );
         let key = MessageKey::Permission(row.id.clone());
@@ -403,6 +423,7 @@ impl Runner {
             &p.db_id,
             &p.title,
             &p.options,
+            p.detail.as_deref(),
             Some((&heading, &shown)),
         );
         let decided = approvals::decided_text(user, &label);

@@ -50,6 +50,7 @@ impl Runner {
                 &p.db_id,
                 &p.title,
                 &p.options,
+                p.detail.as_deref(),
                 Some((approvals::ENDED_HEADING, approvals::ENDED)),
             );
             let key = MessageKey::Permission(p.db_id.clone());
@@ -66,10 +67,35 @@ impl Runner {
                 None,
             )
             .await?;
-            let msg = render::answer(&self.core.redactor, &answer);
-            let key = MessageKey::Answer(turn.row.id.clone());
-            self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
-                .await?;
+            let mut parts = render::answer_parts(
+                &self.core.redactor,
+                &answer,
+                self.core.cfg.answer_len,
+                self.core.cfg.upload_over,
+            );
+            // The draft the answer streamed into becomes its first part; a file goes beside it
+            // (a posted message cannot take one on Slack).
+            let draft = turn.draft.filter(|_| self.streams());
+            if draft.is_some()
+                && let Some(file) = parts.first_mut().and_then(|m| m.file.take())
+            {
+                let mut carrier = crate::channel::Message::text(Tone::Neutral, "📎 answer.md");
+                carrier.body = Some(format!(
+                    "The whole answer ({}).",
+                    crate::conversation::files::human_bytes(file.content.len() as u64)
+                ));
+                carrier.file = Some(file);
+                parts.push(carrier);
+            }
+            for (i, msg) in parts.into_iter().enumerate() {
+                let key = match (i, draft) {
+                    (0, Some(d)) => MessageKey::Draft(turn.row.id.clone(), d.seq),
+                    (0, None) => MessageKey::Answer(turn.row.id.clone()),
+                    (n, _) => MessageKey::AnswerPart(turn.row.id.clone(), n + 1),
+                };
+                self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+                    .await?;
+            }
         }
         if let Some(id) = &turn.user_message {
             for action in effects::outcome_marks(&self.target, id, ending.mark) {
@@ -109,7 +135,7 @@ impl Runner {
             }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
-            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+            if let Err(e) = self.start_turn(q).await {
                 // Not marked: it stays in the inbox and is taken again at the next start.
                 if let Some(event) = &event {
                     self.state.marks.take(event);
@@ -233,6 +259,7 @@ impl Runner {
             &p.db_id,
             &p.title,
             &p.options,
+            p.detail.as_deref(),
             Some((approvals::EXPIRED_HEADING, approvals::EXPIRED)),
         );
         let key = MessageKey::Permission(p.db_id.clone());

@@ -1,13 +1,15 @@
 //! Messages: what one means (a command, a numbered answer, a prompt), who may do it (A2), the queue
 //! behind a running turn, starting a turn and its session.
 
-use daemon_client::SessionId;
+use base64::Engine as _;
+use daemon_client::{PromptBlock, SessionId};
 
 use super::Runner;
-use crate::channel::{Inbound, InboundKind, Tone};
+use crate::channel::{Attachment, Inbound, InboundKind, Tone};
 use crate::conversation::effects;
 use crate::conversation::event::Mark;
 use crate::conversation::event::{Event, Said};
+use crate::conversation::files::{self, Use};
 use crate::conversation::inbox::EventKey;
 use crate::conversation::turn::{Queued, TurnState};
 use crate::core::ConvMsg;
@@ -25,16 +27,18 @@ impl Runner {
     }
 
     async fn on_inbound(&mut self, m: Inbound) -> Result<()> {
-        let text = match m.kind {
+        let (text, files) = match m.kind {
             InboundKind::Action(value) => return self.on_button(&m.user, &value).await,
-            InboundKind::Message(text) => text,
+            InboundKind::Message(text) => (text, Vec::new()),
+            InboundKind::Files { text, files } => (text, files),
         };
         // A2 needs the thread's members for anything but reading: read once, kept by the state.
-        if self
-            .state
-            .parse(&text)
-            .act()
-            .is_some_and(|act| act != Act::Read)
+        if !files.is_empty()
+            || self
+                .state
+                .parse(&text)
+                .act()
+                .is_some_and(|act| act != Act::Read)
         {
             self.members().await?;
         }
@@ -43,6 +47,7 @@ impl Runner {
             text,
             message_id: m.message_id,
             event: Some((m.platform, m.event_id)),
+            files,
         };
         for effect in self.handle(Event::Message(said)) {
             self.apply(effect).await?;
@@ -74,13 +79,27 @@ impl Runner {
 
     /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
     /// records the turn (or in the notice that says it could not start).
-    pub(super) async fn start_turn(
-        &mut self,
-        user: String,
-        text: String,
-        message_id: Option<String>,
-        event: Option<EventKey>,
-    ) -> Result<()> {
+    pub(super) async fn start_turn(&mut self, q: Queued) -> Result<()> {
+        let Queued {
+            user,
+            text,
+            message_id,
+            event,
+            files,
+        } = q;
+        let uses = files::plan(&files, &self.core.cfg.files);
+        if text.trim().is_empty() && uses.iter().all(|u| matches!(u, Use::Refuse(_))) {
+            // Nothing to send: the person hears why each file was not used, and no turn starts.
+            self.core.busy_add(-1);
+            self.state.marks.add(event);
+            let refused = refusals(&files, &uses);
+            let refused: Vec<(&str, &str)> = refused
+                .iter()
+                .map(|(n, w)| (n.as_str(), w.as_str()))
+                .collect();
+            let text = files::refusal_notice(&refused, false).unwrap_or_default();
+            return self.notice_lines(Tone::Warning, &text).await;
+        }
         let reached = if self
             .core
             .daemon_connected
@@ -100,6 +119,7 @@ impl Runner {
                     text,
                     message_id,
                     event,
+                    files,
                 };
                 if let Some((platform, id)) = &q.event
                     && let Ok(mut c) = self.core.store.conn().await
@@ -134,6 +154,7 @@ impl Runner {
             }
         };
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
+        let turn_id = row.id.clone();
         self.state.prompt_seq += 1;
         let seq = self.state.prompt_seq;
         let mut turn = TurnState::new(
@@ -145,17 +166,124 @@ impl Runner {
         );
         turn.user_message = message_id;
         self.state.turn = Some(turn);
+        let (blocks, refused) = self.take_files(&text, &files, &uses, &turn_id).await;
+        let refused: Vec<(&str, &str)> = refused
+            .iter()
+            .map(|(n, w)| (n.as_str(), w.as_str()))
+            .collect();
+        if let Some(notice) = files::refusal_notice(&refused, true) {
+            self.notice_lines(Tone::Warning, &notice).await?;
+        }
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         let stop = self.core.shutdown.clone();
         self.core.tasks.spawn(async move {
             // At shutdown the turn stays open for the next start (D3).
             let r = tokio::select! {
-                r = client.prompt(&session, &text) => r,
+                r = client.prompt_content(&session, &blocks) => r,
                 () = stop.cancelled() => return,
             };
             let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
         });
         Ok(())
+    }
+
+    /// Downloads the files [`files::plan`] accepted: images become `image` blocks, other files are
+    /// saved under the session's directory and named in the prompt text. Returns the prompt's blocks
+    /// and the files not used, each with why.
+    async fn take_files(
+        &self,
+        text: &str,
+        attached: &[Attachment],
+        uses: &[Use],
+        turn: &str,
+    ) -> (Vec<PromptBlock>, Vec<(String, String)>) {
+        let limits = self.core.cfg.files;
+        let mut refused = refusals(attached, uses);
+        let mut images = Vec::new();
+        let mut image_bytes = 0u64;
+        let mut saved = Vec::new();
+        let cwd = if self.conv.cwd.is_empty() {
+            self.core.cfg.cwd.clone()
+        } else {
+            std::path::PathBuf::from(&self.conv.cwd)
+        };
+        let fetch = self.core.fetcher();
+        for (i, (file, u)) in attached.iter().zip(uses).enumerate() {
+            let max = match u {
+                Use::Refuse(_) => continue,
+                Use::Image(_) => limits.max_image_bytes,
+                Use::Save => limits.max_file_bytes,
+            };
+            let Some(fetch) = &fetch else {
+                refused.push((
+                    file.name.clone(),
+                    "this channel cannot download files".into(),
+                ));
+                continue;
+            };
+            let bytes = match fetch.fetch(file, max).await {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(conversation = %self.conv.id, file = %file.id, error = %e, "an attached file was not fetched");
+                    refused.push((file.name.clone(), e.to_string()));
+                    continue;
+                }
+            };
+            match u {
+                Use::Image(_) => {
+                    let Some(mime) = files::sniff_image(&bytes) else {
+                        refused.push((
+                            file.name.clone(),
+                            "its content is not a PNG, JPEG, GIF or WebP image".into(),
+                        ));
+                        continue;
+                    };
+                    // The announced sizes were checked; the real ones are checked again.
+                    image_bytes += bytes.len() as u64;
+                    if image_bytes > limits.max_images_total {
+                        refused.push((
+                            file.name.clone(),
+                            format!(
+                                "the images of one message may add up to at most {}",
+                                files::human_bytes(limits.max_images_total)
+                            ),
+                        ));
+                        continue;
+                    }
+                    images.push(PromptBlock::Image {
+                        mime_type: mime.to_owned(),
+                        data: base64::engine::general_purpose::STANDARD.encode(&bytes),
+                    });
+                }
+                Use::Save | Use::Refuse(_) => {
+                    let path = files::saved_path(&cwd, turn, i, &file.name);
+                    let written = match path.parent() {
+                        Some(dir) => match tokio::fs::create_dir_all(dir).await {
+                            Ok(()) => tokio::fs::write(&path, &bytes).await,
+                            Err(e) => Err(e),
+                        },
+                        None => Ok(()),
+                    };
+                    match written {
+                        Ok(()) => saved.push(path),
+                        Err(e) => {
+                            tracing::warn!(conversation = %self.conv.id, error = %e, "an attached file could not be saved");
+                            refused.push((
+                                file.name.clone(),
+                                format!("it could not be saved ({})", e.kind()),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let text = files::prompt_text(text, &saved);
+        let mut blocks = Vec::with_capacity(images.len() + 1);
+        if !text.is_empty() || images.is_empty() {
+            blocks.push(PromptBlock::Text(text));
+        }
+        blocks.extend(images);
+        (blocks, refused)
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.
@@ -259,4 +387,16 @@ impl Runner {
         let members = self.members().await?;
         Ok(self.roles(&members).may(user, act))
     }
+}
+
+/// The files `plan` refused, with why.
+fn refusals(attached: &[Attachment], uses: &[Use]) -> Vec<(String, String)> {
+    attached
+        .iter()
+        .zip(uses)
+        .filter_map(|(f, u)| match u {
+            Use::Refuse(why) => Some((f.name.clone(), why.clone())),
+            _ => None,
+        })
+        .collect()
 }

@@ -9,6 +9,7 @@ use crate::conversation::effects;
 use crate::conversation::event::Mark;
 use crate::conversation::inbox::EventKey;
 use crate::core::access::Refusal;
+use crate::core::keys::MessageKey;
 use crate::core::render;
 use crate::store::outbox::{self, NewAction};
 use crate::store::transcript::{self, NewEntry};
@@ -73,9 +74,50 @@ impl Runner {
     }
 
     /// Posts a notice from the bridge (and records it in the transcript).
+    /// Whether answers stream into drafts here (`render.stream_every`, `render.no_stream_channels`).
+    pub(super) fn streams(&self) -> bool {
+        self.core.cfg.stream_every.is_some()
+            && !self
+                .core
+                .cfg
+                .no_stream_channels
+                .contains(&self.target.channel)
+    }
+
+    /// Shows `text` in the turn's draft `seq` (R5): an edit the outbox coalesces and may drop under
+    /// rate pressure while text arrives; `done`, the text before a tool call, always shown.
+    pub(super) async fn show_draft(&mut self, seq: usize, text: &str, done: bool) -> Result<()> {
+        let Some(turn) = self.state.turn.as_ref() else {
+            return Ok(());
+        };
+        if !self.streams() {
+            return Ok(());
+        }
+        let key = MessageKey::Draft(turn.row.id.clone(), seq);
+        let msg = render::draft(&self.core.redactor, text, self.core.cfg.answer_len, done);
+        let mut tx = self.begin().await?;
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, !done))
+            .await?;
+        self.commit(tx).await
+    }
+
     pub(super) async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notice_with(tone, text, false).await
+    }
+
+    /// A notice whose first line is its heading and the rest its body (a list reads as a list).
+    pub(super) async fn notice_lines(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notice_with(tone, text, true).await
+    }
+
+    async fn notice_with(&mut self, tone: Tone, text: &str, lines: bool) -> Result<()> {
         let key = self.state.next_notice_key(now_ms());
-        let msg = render::notice(&self.core.redactor, tone, text);
+        let mut msg = render::notice(&self.core.redactor, tone, text);
+        if lines && let Some((title, body)) = msg.title.split_once('\n') {
+            let (title, body) = (title.to_owned(), body.to_owned());
+            msg.title = title;
+            msg.body = Some(body);
+        }
         let mut tx = self.begin().await?;
         let turn_id = self.state.turn.as_ref().map(|t| t.row.id.clone());
         self.record(

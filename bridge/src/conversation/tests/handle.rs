@@ -19,6 +19,7 @@ fn prompt(n: u32) -> Queued {
         text: format!("prompt {n}"),
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
+        files: Vec::new(),
     }
 }
 
@@ -141,6 +142,7 @@ fn said(user: &str, text: &str) -> Event {
         text: text.into(),
         message_id: Some("m9".into()),
         event: Some(("slack".into(), "Ev9".into())),
+        files: Vec::new(),
     })
 }
 

@@ -181,6 +181,7 @@ pub(super) fn pending(id: &str, expires: Instant) -> Pending {
         options: options(),
         requester: "alice".to_owned(),
         expires,
+        detail: None,
     }
 }
 
@@ -199,5 +200,6 @@ pub(super) fn request(n: i64) -> PermissionRequest {
         call: Some(call(1)),
         info: info("rm -rf build"),
         options: options(),
+        input: None,
     }
 }

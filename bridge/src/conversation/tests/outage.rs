@@ -15,6 +15,7 @@ fn prompt(n: u32) -> Queued {
         text: format!("prompt {n}"),
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
+        files: Vec::new(),
     }
 }
 

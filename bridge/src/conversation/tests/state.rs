@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use daemon_client::{DaemonEvent, EndCause, Outcome, ShellProgress, StallKind, StopReason};
 
 use super::{
@@ -290,6 +292,7 @@ fn approval_expiry_rejects_and_the_turn_is_not_marked_done() {
         options: req.options,
         requester,
         expires: clock.now() + c.permission_timeout,
+        detail: None,
     });
     assert!(!s.is_idle());
     assert_eq!(
@@ -419,6 +422,7 @@ fn prompt(n: u32) -> crate::conversation::turn::Queued {
         text: format!("prompt {n}"),
         message_id: None,
         event: Some(("slack".into(), format!("Ev{n}"))),
+        files: Vec::new(),
     }
 }
 
@@ -503,4 +507,53 @@ fn r6_a_decided_approval_says_what_was_decided_and_by_whom() {
     for (kind, label, heading) in cases {
         assert_eq!(decided_heading("@alice", kind, label), heading, "{kind:?}");
     }
+}
+
+#[test]
+fn r5_the_answer_streams_into_a_draft_edited_at_most_every_stream_every() {
+    let c = crate::core::CoreConfig {
+        stream_every: Some(Duration::from_millis(1500)),
+        ..cfg()
+    };
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    // The first text shows at once, in draft 1.
+    assert_eq!(
+        s.on_daemon(text("Hello"), clock.now(), &c),
+        DaemonStep::Draft(1, "Hello".into())
+    );
+    // More text within 1.5 s waits; the edit is due 1.5 s after the last one.
+    let at = clock.advance(Duration::from_millis(500));
+    assert_eq!(s.on_daemon(text(", wor"), at, &c), DaemonStep::Nothing);
+    assert_eq!(s.on_daemon(text("ld"), at, &c), DaemonStep::Nothing);
+    assert_eq!(
+        s.next_deadline(&c),
+        Some(at + Duration::from_millis(1000)),
+        "the runner wakes for it"
+    );
+    assert_eq!(s.on_timer(at, &c).draft, None, "not due yet");
+    let due = s.on_timer(clock.advance(Duration::from_millis(1000)), &c);
+    assert_eq!(
+        due.draft,
+        Some((1, "Hello, world".into())),
+        "coalesced into one edit"
+    );
+    assert_eq!(
+        s.on_timer(clock.advance(secs(5)), &c).draft,
+        None,
+        "nothing new: no edit"
+    );
+    // After a tool call the next stretch of text is a new draft.
+    s.tool_running(call(1), "ls".into(), clock.now(), true);
+    assert_eq!(
+        s.on_daemon(text("Done."), clock.advance(secs(1)), &c),
+        DaemonStep::Draft(2, "Done.".into())
+    );
+    // Streaming off: the text is kept for the end, nothing is shown on the way.
+    let mut s = running(&clock, &cfg());
+    assert_eq!(
+        s.on_daemon(text("Hello"), clock.now(), &cfg()),
+        DaemonStep::Nothing
+    );
+    assert_eq!(s.turn.as_ref().map(|t| t.answer.as_str()), Some("Hello"));
 }

@@ -1,0 +1,421 @@
+//! Files attached to a person's message: which become ACP `image` content, which are saved where the
+//! agent can read them, and which are refused — and why, in words the person sees (nothing a person
+//! sends vanishes). Pure: the runner downloads and saves what [`plan`] accepts.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::channel::Attachment;
+
+/// The per-prompt budget for files (`[attachments]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The agent takes `image` content (`promptCapabilities.image`).
+    pub agent_images: bool,
+    /// Images per prompt.
+    pub max_images: usize,
+    /// Bytes of one image.
+    pub max_image_bytes: u64,
+    /// Bytes of all images of one prompt (they travel inline, base64).
+    pub max_images_total: u64,
+    /// Other files per prompt.
+    pub max_files: usize,
+    /// Bytes of one other file.
+    pub max_file_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            agent_images: false,
+            max_images: 4,
+            max_image_bytes: 5 << 20,
+            max_images_total: 10 << 20,
+            max_files: 10,
+            max_file_bytes: 10 << 20,
+        }
+    }
+}
+
+/// What becomes of one attachment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Use {
+    /// Sent to the agent as `image` content of this MIME type.
+    Image(String),
+    /// Saved under the session's directory; its path goes into the prompt text.
+    Save,
+    /// Not used; the reason is shown to the person.
+    Refuse(String),
+}
+
+/// Image types the agent may be given (what ACP agents and model APIs take).
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Extensions of text files saved even when the platform names no useful MIME type.
+const TEXT_EXTENSIONS: &[&str] = &[
+    "txt", "log", "md", "json", "yaml", "yml", "toml", "csv", "tsv", "xml", "html", "ini", "cfg",
+    "conf", "sh", "py", "rs", "go", "js", "ts", "java", "c", "h", "cpp", "rb", "sql", "diff",
+    "patch", "out", "err",
+];
+
+/// Other file types saved for the agent.
+const FILE_TYPES: &[&str] = &[
+    "application/json",
+    "application/xml",
+    "application/yaml",
+    "application/x-yaml",
+    "application/toml",
+    "application/pdf",
+    "application/x-sh",
+    "application/javascript",
+    "application/sql",
+];
+
+fn extension(name: &str) -> Option<String> {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+}
+
+fn image_type(a: &Attachment) -> Option<String> {
+    let mime = a.mime.as_deref().map(str::to_ascii_lowercase);
+    if let Some(m) = mime.as_deref().filter(|m| IMAGE_TYPES.contains(m)) {
+        return Some(m.to_owned());
+    }
+    if mime
+        .as_deref()
+        .is_some_and(|m| !m.is_empty() && m != "application/octet-stream")
+    {
+        return None;
+    }
+    match extension(&a.name).as_deref() {
+        Some("png") => Some("image/png".into()),
+        Some("jpg" | "jpeg") => Some("image/jpeg".into()),
+        Some("gif") => Some("image/gif".into()),
+        Some("webp") => Some("image/webp".into()),
+        _ => None,
+    }
+}
+
+fn saved_type(a: &Attachment) -> bool {
+    let mime = a.mime.as_deref().map(str::to_ascii_lowercase);
+    mime.as_deref()
+        .is_some_and(|m| m.starts_with("text/") || FILE_TYPES.contains(&m))
+        || extension(&a.name).is_some_and(|e| TEXT_EXTENSIONS.contains(&e.as_str()))
+}
+
+/// The image type its bytes say (PNG, JPEG, GIF, WebP signatures): what the agent is told, whatever
+/// the platform announced; `None` when the bytes are no image of an accepted type.
+#[must_use]
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// The prompt text with the saved files' paths after what the person typed.
+#[must_use]
+pub fn prompt_text(typed: &str, saved: &[PathBuf]) -> String {
+    if saved.is_empty() {
+        return typed.to_owned();
+    }
+    let mut text = typed.trim_end().to_owned();
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    text.push_str("Files attached to this message, saved for you to read:");
+    for p in saved {
+        text.push_str(&format!("\n- {}", p.display()));
+    }
+    text
+}
+
+/// A byte count for people: `5 MB`, `812 kB`, `120 bytes`.
+#[must_use]
+pub fn human_bytes(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1} MB", n as f64 / f64::from(1 << 20)).replace(".0 MB", " MB")
+    } else if n >= 1 << 10 {
+        format!("{} kB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Decides each attachment's use, in order, within `limits`. A size the platform did not announce is
+/// checked again when the file is downloaded.
+#[must_use]
+pub fn plan(files: &[Attachment], limits: &Limits) -> Vec<Use> {
+    let (mut images, mut image_bytes, mut saved) = (0usize, 0u64, 0usize);
+    files
+        .iter()
+        .map(|a| {
+            let size = a.size.unwrap_or(0);
+            if let Some(mime) = image_type(a) {
+                if !limits.agent_images {
+                    return Use::Refuse("the agent does not take images".into());
+                }
+                if size > limits.max_image_bytes {
+                    return Use::Refuse(format!(
+                        "too large ({}; an image may be at most {})",
+                        human_bytes(size),
+                        human_bytes(limits.max_image_bytes)
+                    ));
+                }
+                if images >= limits.max_images {
+                    return Use::Refuse(format!(
+                        "too many images (at most {} per message)",
+                        limits.max_images
+                    ));
+                }
+                if image_bytes + size > limits.max_images_total {
+                    return Use::Refuse(format!(
+                        "the images of one message may add up to at most {}",
+                        human_bytes(limits.max_images_total)
+                    ));
+                }
+                images += 1;
+                image_bytes += size;
+                return Use::Image(mime);
+            }
+            if !saved_type(a) {
+                return Use::Refuse(format!(
+                    "type {} not accepted (images, text, logs, JSON/YAML/TOML, PDF are)",
+                    a.mime.as_deref().unwrap_or("unknown")
+                ));
+            }
+            if size > limits.max_file_bytes {
+                return Use::Refuse(format!(
+                    "too large ({}; a file may be at most {})",
+                    human_bytes(size),
+                    human_bytes(limits.max_file_bytes)
+                ));
+            }
+            if saved >= limits.max_files {
+                return Use::Refuse(format!(
+                    "too many files (at most {} per message)",
+                    limits.max_files
+                ));
+            }
+            saved += 1;
+            Use::Save
+        })
+        .collect()
+}
+
+/// A file name safe to create in a directory of ours: no path separators or `..`, no control or
+/// hidden-file dot at the start, at most 100 characters (the extension kept); `file` when nothing is
+/// left.
+#[must_use]
+pub fn sanitize_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | ' ' | '+' | '@' | '(' | ')') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cleaned = cleaned.trim().trim_start_matches('.').to_owned();
+    let cleaned = if cleaned.chars().count() > 100 {
+        let ext = extension(&cleaned).filter(|e| e.len() <= 10);
+        let stem: String = cleaned.chars().take(90).collect();
+        match ext {
+            Some(e) => format!("{}.{e}", stem.trim_end_matches('.')),
+            None => stem,
+        }
+    } else {
+        cleaned
+    };
+    if cleaned.is_empty() || cleaned.chars().all(|c| c == '.' || c == '_') {
+        "file".into()
+    } else {
+        cleaned
+    }
+}
+
+/// Where a saved file goes: `<cwd>/.chat-bridge/attachments/<turn>/<n>-<name>` (the index keeps two
+/// files of the same name apart). Always inside `cwd`.
+#[must_use]
+pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
+    let turn = sanitize_name(turn);
+    let path = cwd
+        .join(".chat-bridge")
+        .join("attachments")
+        .join(turn)
+        .join(format!("{}-{}", index + 1, sanitize_name(name)));
+    debug_assert!(
+        path.strip_prefix(cwd)
+            .is_ok_and(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
+    );
+    path
+}
+
+/// The notice for refused files, or `None` when every file was used. `ran` says whether the text of
+/// the message went to the agent anyway.
+#[must_use]
+pub fn refusal_notice(refused: &[(&str, &str)], ran: bool) -> Option<String> {
+    if refused.is_empty() {
+        return None;
+    }
+    let mut text = String::from("📎 Not passed to the agent:");
+    for (name, why) in refused {
+        text.push_str(&format!("\n• {name}: {why}"));
+    }
+    text.push_str(if ran {
+        "\nThe rest of your message was sent."
+    } else {
+        "\nThere was nothing else in your message to send."
+    });
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, mime: Option<&str>, size: u64) -> Attachment {
+        Attachment {
+            id: format!("F-{name}"),
+            name: name.into(),
+            mime: mime.map(str::to_owned),
+            size: Some(size),
+            url: None,
+        }
+    }
+
+    fn images() -> Limits {
+        Limits {
+            agent_images: true,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn images_go_inline_within_the_budget_and_each_refusal_says_why() {
+        let l = Limits {
+            max_images: 2,
+            max_image_bytes: 1000,
+            max_images_total: 1500,
+            ..images()
+        };
+        let files = [
+            file("a.png", Some("image/png"), 800),
+            file("big.jpg", Some("image/jpeg"), 5000),
+            file("b.webp", None, 800),
+            file("c.gif", Some("image/gif"), 100),
+            file("d.png", Some("image/png"), 100),
+        ];
+        let out = plan(&files, &l);
+        assert_eq!(out[0], Use::Image("image/png".into()));
+        assert!(
+            matches!(&out[1], Use::Refuse(w) if w.starts_with("too large (4 kB")),
+            "{:?}",
+            out[1]
+        );
+        assert!(
+            matches!(&out[2], Use::Refuse(w) if w.contains("add up to at most 1 kB")),
+            "{:?}",
+            out[2]
+        );
+        assert_eq!(out[3], Use::Image("image/gif".into()));
+        assert!(
+            matches!(&out[4], Use::Refuse(w) if w.contains("too many images (at most 2")),
+            "{:?}",
+            out[4]
+        );
+    }
+
+    #[test]
+    fn an_agent_without_images_refuses_them_and_files_are_saved_or_refused_by_type() {
+        let files = [
+            file("shot.png", Some("image/png"), 10),
+            file("build.log", Some("application/octet-stream"), 10),
+            file("notes.txt", Some("text/plain"), 10),
+            file("setup.exe", Some("application/x-msdownload"), 10),
+            file("huge.json", Some("application/json"), 11 << 20),
+        ];
+        let out = plan(&files, &Limits::default());
+        assert_eq!(out[0], Use::Refuse("the agent does not take images".into()));
+        assert_eq!(out[1], Use::Save);
+        assert_eq!(out[2], Use::Save);
+        assert!(
+            matches!(&out[3], Use::Refuse(w) if w.contains("application/x-msdownload not accepted"))
+        );
+        assert!(
+            matches!(&out[4], Use::Refuse(w) if w.contains("too large (11 MB")),
+            "{:?}",
+            out[4]
+        );
+    }
+
+    #[test]
+    fn saved_names_never_leave_the_attachments_directory() {
+        let cwd = Path::new("/work/project");
+        for hostile in [
+            "../../etc/passwd",
+            "/abs/path.txt",
+            "..",
+            ".",
+            "",
+            "a\u{0}b\nc.txt",
+            "C:\\windows\\x.log",
+            ".bashrc",
+            "\u{202e}gpj.exe",
+        ] {
+            let p = saved_path(cwd, "turn-1", 0, hostile);
+            let rel = p
+                .strip_prefix(cwd.join(".chat-bridge/attachments/turn-1"))
+                .expect("inside");
+            assert_eq!(rel.components().count(), 1, "{hostile:?} → {p:?}");
+            let name = rel.to_str().unwrap_or_default();
+            assert!(
+                !name.contains(['/', '\\', '\0', '\n', '\u{202e}']),
+                "{name:?}"
+            );
+        }
+        assert_eq!(sanitize_name("report (1).txt"), "report (1).txt");
+        let long = format!("{}.log", "x".repeat(300));
+        let cut = sanitize_name(&long);
+        assert!(cut.chars().count() <= 100 && cut.ends_with(".log"), "{cut}");
+        assert_eq!(
+            saved_path(cwd, "t", 1, "a.txt"),
+            cwd.join(".chat-bridge/attachments/t/2-a.txt")
+        );
+    }
+
+    #[test]
+    fn the_refusal_notice_names_each_file_and_whether_the_text_ran() {
+        assert_eq!(refusal_notice(&[], true), None);
+        let n = refusal_notice(&[("a.png", "the agent does not take images")], true)
+            .unwrap_or_default();
+        assert!(
+            n.contains("a.png: the agent does not take images") && n.contains("was sent"),
+            "{n}"
+        );
+        let n = refusal_notice(&[("a.exe", "type x not accepted")], false).unwrap_or_default();
+        assert!(n.contains("nothing else"), "{n}");
+        assert_eq!(human_bytes(5 << 20), "5 MB");
+        assert_eq!(sniff_image(b"\x89PNG\r\n\x1a\n...."), Some("image/png"));
+        assert_eq!(sniff_image(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(sniff_image(b"<svg onload=x>"), None);
+        assert_eq!(
+            prompt_text(
+                "look",
+                &[PathBuf::from("/w/.chat-bridge/attachments/t/1-a.log")]
+            ),
+            "look\n\nFiles attached to this message, saved for you to read:\n- /w/.chat-bridge/attachments/t/1-a.log"
+        );
+        assert_eq!(human_bytes(1536 * 1024), "1.5 MB");
+    }
+}

@@ -1,0 +1,510 @@
+//! Rich messages against a Slack Web API written by others (npm `emulate@0.12.2`, HTTP Events API
+//! mode) and a scripted ACP daemon that records every prompt it is sent: a message with files is
+//! never dropped (its text runs, each file is used or the person hears why), images reach the agent
+//! as ACP `image` blocks whose bytes are the upload's, and long and Markdown answers arrive whole
+//! and rendered.
+//!
+//! When npm cannot install the emulator, each test says SKIPPED loudly and passes.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
+use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, STREAM, daemon, long_answer, png};
+use chat_bridge_tests::scripted::ScriptedDaemon;
+use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+struct Rig {
+    slack: SlackEmulator,
+    channel: String,
+    bot: String,
+    alice: String,
+    events: String,
+    http: reqwest::Client,
+    prompts: Prompts,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _daemon: ScriptedDaemon,
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(images: bool, tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Option<Rig> {
+    let slack = match SlackEmulator::start().await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "!!! SKIPPED: the Slack emulator (npm emulate) could not be installed: {e:?} !!!"
+            );
+            return None;
+        }
+    };
+    chat_bridge_tests::init_tracing();
+    let channel = slack.channel("general").await;
+    let bot = slack.call("auth.test", &json!({})).await.expect("auth")["user_id"]
+        .as_str()
+        .expect("bot id")
+        .to_owned();
+    let alice = slack.user("alice").await;
+    slack
+        .call(
+            "conversations.invite",
+            &json!({"channel": channel, "users": alice}),
+        )
+        .await
+        .expect("invite alice");
+    let prompts = Prompts::default();
+    let daemon = daemon(images, prompts.clone()).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = chat_bridge_tests::free_port();
+    let mut cfg = chat_bridge_tests::bridge::config(
+        &format!("sqlite://{}", dir.path().join("slack.db").display()),
+        dir.path(),
+    );
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+    cfg.slack_mut().bot_token = Some(slack_emulate::TOKEN.into());
+    cfg.slack_mut().api_base_url = slack.api_base.clone();
+    cfg.slack_mut().mode = chat_bridge::config::SlackMode::Http;
+    cfg.slack_mut().listen = format!("127.0.0.1:{port}");
+    cfg.slack_mut().signing_secret = Some(SLACK_SIGNING_SECRET.into());
+    cfg.slack_mut().allowed_users = vec![alice.clone()];
+    tweak(&mut cfg);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::startup::run(&cfg, stop).await }
+    });
+    let rig = Rig {
+        slack,
+        channel,
+        bot,
+        alice,
+        events: format!("http://127.0.0.1:{port}/slack/events"),
+        http: reqwest::Client::new(),
+        prompts,
+        stop,
+        task,
+        _daemon: daemon,
+        _dir: dir,
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let challenge = json!({"type": "url_verification", "challenge": "c"}).to_string();
+        if rig
+            .http
+            .post(&rig.events)
+            .body(challenge)
+            .send()
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the bridge came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Some(rig)
+}
+
+impl Rig {
+    /// alice mentions the bot with `text` and `files` (Slack file objects): the message is stored in
+    /// the emulator, then its signed `app_mention` event (files included, as Slack sends them) goes
+    /// to the bridge. Returns the thread's `ts`.
+    async fn say_with_files(&self, text: &str, files: &[Value]) -> String {
+        let wire_text = format!("<@{}> {text}", self.bot);
+        let ts = self.slack.post(&self.channel, None, &wire_text).await;
+        let event = json!({"type": "app_mention", "user": self.alice, "channel": self.channel,
+            "channel_type": "channel", "ts": ts, "event_ts": ts, "text": wire_text, "files": files});
+        let body = json!({"type": "event_callback", "team_id": "T000000001", "api_app_id": "A1",
+            "event_id": format!("Ev{}", ts.replace('.', "")), "event_time": 1, "event": event})
+        .to_string();
+        let r = slack_emulate::post_signed(
+            &self.http,
+            &self.events,
+            SLACK_SIGNING_SECRET,
+            "application/json",
+            body,
+        )
+        .await;
+        assert_eq!(r.status(), 200, "the bridge took the event");
+        ts
+    }
+
+    async fn wait_prompts(&self, n: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = self.prompts.lock().expect("lock").clone();
+            if p.len() >= n {
+                return p;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the agent got {} prompts, not {n}",
+                p.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn finish(self) {
+        self.stop.cancel();
+        self.task.await.expect("join").expect("clean shutdown");
+    }
+}
+
+fn text_of(m: &Value) -> String {
+    m.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_image_and_text_reach_the_agent_as_acp_blocks_with_the_uploaded_bytes() {
+    let Some(rig) = rig(true, |_| {}).await else {
+        return;
+    };
+    let bytes = png(3000);
+    let file = rig.slack.upload("screenshot.png", &bytes).await;
+    let log = rig
+        .slack
+        .upload("build.txt", b"error: linker failed\n")
+        .await;
+    let thread = rig
+        .say_with_files("what is wrong in this screenshot?", &[file, log])
+        .await;
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    let text = blocks[0]["text"].as_str().expect("text block");
+    assert!(
+        text.starts_with("what is wrong in this screenshot?"),
+        "{text}"
+    );
+    assert!(
+        text.contains(".chat-bridge/attachments/") && text.ends_with("-build.txt"),
+        "the saved file's path is in the prompt: {text}"
+    );
+    let saved = text
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("- "))
+        .expect("path");
+    assert_eq!(
+        std::fs::read(saved).expect("saved file"),
+        b"error: linker failed\n"
+    );
+    let image = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("an image block");
+    assert_eq!(image["mimeType"], "image/png");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(image["data"].as_str().expect("data"))
+        .expect("base64");
+    assert_eq!(decoded, bytes, "the agent got the uploaded bytes");
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("I saw it.")
+        })
+        .await;
+    assert!(
+        !rig.slack
+            .replies(&rig.channel, &thread)
+            .await
+            .iter()
+            .any(|m| text_of(m).contains("Not passed to the agent")),
+        "every file was used: no notice"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_text_still_runs() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.attachments.max_images = 2;
+        cfg.attachments.max_image_bytes = 10_000;
+    })
+    .await
+    else {
+        return;
+    };
+    let files = [
+        rig.slack.upload("one.png", &png(500)).await,
+        rig.slack.upload("huge.png", &png(20_000)).await,
+        rig.slack.upload("two.png", &png(500)).await,
+        rig.slack.upload("three.png", &png(500)).await,
+        rig.slack.upload("tools.zip", b"PK\x03\x04zip").await,
+    ];
+    let thread = rig.say_with_files("look at these", &files).await;
+    let notice = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the notice", |m| {
+            text_of(m).contains("Not passed to the agent")
+        })
+        .await;
+    let shown = text_of(&notice);
+    assert!(
+        shown.contains("huge.png: too large (19 kB; an image may be at most 9 kB)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("three.png: too many images (at most 2 per message)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tools.zip: type application/zip not accepted"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("The rest of your message was sent."),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("one.png") && !shown.contains("two.png"),
+        "{shown}"
+    );
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    assert_eq!(blocks[0]["text"], "look at these", "the text ran");
+    assert_eq!(
+        blocks.iter().filter(|b| b["type"] == "image").count(),
+        2,
+        "the two images within the budget went"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_agent_without_images_gets_the_text_and_the_person_hears_why_not_the_image() {
+    let Some(rig) = rig(false, |_| {}).await else {
+        return;
+    };
+    let file = rig.slack.upload("screenshot.png", &png(800)).await;
+    let thread = rig.say_with_files("and this?", &[file]).await;
+    let prompts = rig.wait_prompts(1).await;
+    assert_eq!(prompts[0], json!([{"type": "text", "text": "and this?"}]));
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the notice", |m| {
+            text_of(m).contains("screenshot.png: the agent does not take images")
+        })
+        .await;
+    // Only a file, nothing typed, nothing usable: the person hears it and no prompt is sent.
+    let file = rig.slack.upload("again.png", &png(800)).await;
+    let lone = rig.say_with_files("", &[file]).await;
+    rig.slack
+        .wait_for(&rig.channel, &lone, "the notice", |m| {
+            text_of(m).contains("again.png: the agent does not take images")
+                && text_of(m).contains("nothing else in your message")
+        })
+        .await;
+    assert_eq!(
+        rig.prompts.lock().expect("lock").len(),
+        1,
+        "no empty prompt"
+    );
+    rig.finish().await;
+}
+
+/// The section texts of the bridge's answer messages in the thread, in order (titles left out).
+fn answer_sections(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| text_of(m).contains("💬 answer"))
+        .flat_map(|m| {
+            m["blocks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .skip(1)
+                .filter_map(|b| b["text"]["text"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+fn squeeze(s: &str) -> String {
+    s.replace("```", "")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_a_60kb_answer_arrives_whole_as_an_uploaded_file_with_a_preview() {
+    // Not streamed: the preview and the file are one message.
+    let Some(rig) = rig(true, |cfg| cfg.render.stream = false).await else {
+        return;
+    };
+    let thread = rig.say_with_files(LONG, &[]).await;
+    let shared = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the uploaded answer", |m| {
+            m["files"].as_array().is_some_and(|f| !f.is_empty())
+        })
+        .await;
+    let file = &shared["files"][0];
+    assert_eq!(file["name"], "answer.md");
+    let url = file["url_private_download"]
+        .as_str()
+        .or_else(|| file["url_private"].as_str())
+        .expect("url");
+    let content = rig.slack.download(url).await;
+    assert_eq!(
+        String::from_utf8(content).expect("utf-8"),
+        long_answer(),
+        "the file is the whole answer"
+    );
+    let preview = text_of(&shared);
+    assert!(
+        preview.contains("Paragraph 1:")
+            && preview.contains("the whole answer (58 kB) is in the file answer.md"),
+        "a short preview says where the rest is: {preview:.600}"
+    );
+    assert!(
+        preview.len() < 6_000,
+        "only a preview: {} bytes",
+        preview.len()
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_a_60kb_answer_under_the_upload_size_arrives_whole_over_several_messages() {
+    let Some(rig) = rig(true, |cfg| cfg.render.upload_over = 1 << 20).await else {
+        return;
+    };
+    let thread = rig.say_with_files(LONG, &[]).await;
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the last part", |m| {
+            text_of(m).contains("💬 answer (")
+                && text_of(m).contains("answer goes on.\"")
+                && text_of(m).contains(&format!(
+                    "Paragraph {}:",
+                    long_answer().matches("Paragraph ").count()
+                ))
+        })
+        .await;
+    let messages = rig.slack.replies(&rig.channel, &thread).await;
+    let parts = messages
+        .iter()
+        .filter(|m| text_of(m).contains("💬 answer ("))
+        .count();
+    assert!(parts >= 5, "split over several messages: {parts}");
+    for m in &messages {
+        for b in m["blocks"].as_array().into_iter().flatten() {
+            let t = b["text"]["text"].as_str().unwrap_or("");
+            assert!(t.chars().count() <= 3000, "a section within Slack's limit");
+            assert_eq!(t.matches("```").count() % 2, 0, "fences balanced: {t:.200}");
+        }
+    }
+    assert_eq!(
+        squeeze(&answer_sections(&messages).concat()),
+        squeeze(&long_answer()),
+        "the parts, in order, are the answer"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_markdown_table_link_and_bold_render_as_mrkdwn() {
+    let Some(rig) = rig(true, |_| {}).await else {
+        return;
+    };
+    let thread = rig.say_with_files(MARKDOWN, &[]).await;
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("💬 answer")
+        })
+        .await;
+    let body = answer_sections(std::slice::from_ref(&answer)).concat();
+    assert!(
+        body.starts_with("*Result*\n\n"),
+        "a heading is a bold line: {body}"
+    );
+    assert!(body.contains("This is *bold*, this is _italic_"), "{body}");
+    assert!(
+        body.contains("<https://example.com/a?b=1|the docs>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("```\nname | value\n-----+------\na    | 1\n```"),
+        "the table is a code block: {body}"
+    );
+    assert!(
+        body.contains("```\nlet x = **not bold**;\n```"),
+        "nothing converted inside code: {body}"
+    );
+    assert!(
+        !body.contains("**bold**") && !body.contains("|---"),
+        "{body}"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_emulate_the_answer_streams_into_a_draft_that_becomes_the_answer() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.render.stream_every = Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let thread = rig.say_with_files(STREAM, &[]).await;
+    // While the agent still writes, the thread shows what it wrote so far.
+    let draft = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the draft", |m| {
+            text_of(m).contains("answer (writing…)") && text_of(m).contains("The first half.")
+        })
+        .await;
+    assert!(!text_of(&draft).contains("second half"), "{draft}");
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the finished answer", |m| {
+            text_of(m).contains("💬 answer")
+                && text_of(m).contains("The first half. The second half.")
+        })
+        .await;
+    assert_eq!(
+        answer["ts"], draft["ts"],
+        "the draft was edited into the answer, not posted twice"
+    );
+    let answers = rig
+        .slack
+        .replies(&rig.channel, &thread)
+        .await
+        .iter()
+        .filter(|m| text_of(m).contains("half."))
+        .count();
+    assert_eq!(answers, 1, "one message carries the answer");
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_emulate_with_streaming_off_the_answer_is_posted_once_whole() {
+    let Some(rig) = rig(true, |cfg| {
+        cfg.render.stream = false;
+    })
+    .await
+    else {
+        return;
+    };
+    let thread = rig.say_with_files(STREAM, &[]).await;
+    let answer = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("The first half. The second half.")
+        })
+        .await;
+    assert!(answer.get("edited").is_none(), "never edited: {answer}");
+    assert!(
+        !rig.slack
+            .replies(&rig.channel, &thread)
+            .await
+            .iter()
+            .any(|m| text_of(m).contains("writing…")),
+        "no draft"
+    );
+    rig.finish().await;
+}
