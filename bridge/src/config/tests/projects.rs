@@ -255,3 +255,22 @@ fn s1_project_tokens_come_from_their_files_are_redacted_and_a_missing_or_blank_o
         "{e}"
     );
 }
+
+#[test]
+fn the_worked_example_in_docs_configuration_is_valid() {
+    let doc = include_str!("../../../../docs/configuration.md");
+    let start = doc.find("A worked example").expect("the example");
+    let block = doc[start..]
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its toml block");
+    let cfg = parse(block);
+    assert!(problems(&cfg).is_empty(), "{:?}", problems(&cfg));
+    let r = cfg.routes();
+    assert_eq!(r.project_for("slack", Some("C0WEB00002")), Some("web"));
+    assert_eq!(r.project_for("discord", Some("998877665544332211")), Some("mobile"));
+    assert_eq!(r.project_for("console", None), Some("api"));
+    assert_eq!(r.project_for("slack", Some("C0OTHER")), Some("api"), "default_project");
+    assert_eq!(cfg.resolved_projects()[1].liveness.idle, Duration::from_secs(300));
+}
