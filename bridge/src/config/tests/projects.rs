@@ -269,8 +269,18 @@ fn the_worked_example_in_docs_configuration_is_valid() {
     assert!(problems(&cfg).is_empty(), "{:?}", problems(&cfg));
     let r = cfg.routes();
     assert_eq!(r.project_for("slack", Some("C0WEB00002")), Some("web"));
-    assert_eq!(r.project_for("discord", Some("998877665544332211")), Some("mobile"));
+    assert_eq!(
+        r.project_for("discord", Some("998877665544332211")),
+        Some("mobile")
+    );
     assert_eq!(r.project_for("console", None), Some("api"));
-    assert_eq!(r.project_for("slack", Some("C0OTHER")), Some("api"), "default_project");
-    assert_eq!(cfg.resolved_projects()[1].liveness.idle, Duration::from_secs(300));
+    assert_eq!(
+        r.project_for("slack", Some("C0OTHER")),
+        Some("api"),
+        "default_project"
+    );
+    assert_eq!(
+        cfg.resolved_projects()[1].liveness.idle,
+        Duration::from_secs(300)
+    );
 }
