@@ -185,6 +185,7 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 #[derive(Debug, Deserialize)]
 struct ListParams {
     platform: Option<String>,
+    project: Option<String>,
     channel: Option<String>,
     user: Option<String>,
     status: Option<String>,
@@ -202,6 +203,7 @@ async fn list(
     let limit = check_limit(p.limit)?;
     let filter = Filter {
         platform: p.platform,
+        project: p.project,
         channel: p.channel,
         user: p.user,
         since: p.since,

@@ -56,6 +56,9 @@ enum HistoryCommand {
         /// `slack`, `discord`, `console`.
         #[arg(long)]
         platform: Option<String>,
+        /// The project (`default` in the one-project configuration).
+        #[arg(long)]
+        project: Option<String>,
         /// Channel id.
         #[arg(long)]
         channel: Option<String>,
@@ -305,6 +308,7 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
     let out = match cmd {
         HistoryCommand::List {
             platform,
+            project,
             channel,
             user,
             status,
@@ -318,6 +322,7 @@ async fn history(cfg: &Config, cmd: HistoryCommand) -> anyhow::Result<()> {
             let at = |t: Option<String>| t.map(|t| history_cli::parse_time(&t, now)).transpose();
             let filter = chat_bridge::store::history::Filter {
                 platform,
+                project,
                 channel,
                 user,
                 status,

@@ -335,3 +335,72 @@ fn s4_invalid_utf8_typed_at_the_console_loses_no_line_and_escapes_are_shown_not_
         "no raw ESC or BEL reaches the terminal"
     );
 }
+
+/// Issue 17: `history list --project` shows one project's conversations; the console's own run
+/// (the one-project configuration) is in the `default` project.
+#[test]
+fn history_list_filters_by_project() {
+    use chat_bridge::store::conversations::{self, Key};
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("chat-bridge.db").display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ids: Vec<String> = rt.block_on(async {
+        let store = chat_bridge::store::Store::open(&url).await.expect("store");
+        let mut c = store.conn().await.expect("conn");
+        let mut ids = Vec::new();
+        for (i, project) in ["api", "web", "api"].iter().enumerate() {
+            let thread = i.to_string();
+            let k = Key {
+                platform: "slack",
+                workspace: "T",
+                channel: "C1",
+                thread: &thread,
+            };
+            let (conv, _) =
+                conversations::find_or_create_in(&mut c, &k, project, "U1", "t", 1000 + i as i64)
+                    .await
+                    .expect("conv");
+            ids.push(conv.id);
+        }
+        drop(c);
+        store.close().await;
+        ids
+    });
+    let listed = |project: &str| -> Vec<(String, String)> {
+        let out = bridge(
+            dir.path(),
+            &["history", "list", "--json", "--project", project],
+        )
+        .output()
+        .expect("list");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| {
+                (
+                    i["id"].as_str().expect("id").to_owned(),
+                    i["project"].as_str().expect("project").to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        listed("api"),
+        [
+            (ids[2].clone(), "api".to_owned()),
+            (ids[0].clone(), "api".to_owned())
+        ]
+    );
+    assert_eq!(listed("web"), [(ids[1].clone(), "web".to_owned())]);
+    assert!(listed("default").is_empty());
+}

@@ -228,3 +228,77 @@ async fn s1_bearer_scheme_is_case_insensitive_and_unknown_api_paths_are_401() {
     );
     server.abort();
 }
+
+/// Issue 17: `GET /api/v1/conversations?project=` lists one project's conversations, each item
+/// naming its project; the one-project configuration's are in `default`.
+#[tokio::test]
+async fn issue17_the_api_filters_conversations_by_project() {
+    use chat_bridge::http::{HttpState, router};
+    use chat_bridge::store::conversations::{self, Key};
+    daemon_client::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("api.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let mut ids = Vec::new();
+    {
+        let mut c = store.conn().await.expect("conn");
+        for (i, project) in ["api", "web", "default"].iter().enumerate() {
+            let thread = i.to_string();
+            let k = Key {
+                platform: "discord",
+                workspace: "G",
+                channel: "98765",
+                thread: &thread,
+            };
+            let (conv, _) =
+                conversations::find_or_create_in(&mut c, &k, project, "U1", "t", 1000 + i as i64)
+                    .await
+                    .expect("conv");
+            ids.push(conv.id);
+        }
+    }
+    let state = HttpState::new(store, Arc::default(), Some("api-secret-0123".into()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = reqwest::Client::new();
+    let list = |query: &str| {
+        let r = http
+            .get(format!("{base}/api/v1/conversations{query}"))
+            .header("authorization", "Bearer api-secret-0123")
+            .send();
+        async move {
+            let r = r.await.expect("list");
+            assert_eq!(r.status(), 200);
+            let page: Value = r.json().await.expect("json");
+            page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|i| {
+                    (
+                        i["id"].as_str().expect("id").to_owned(),
+                        i["project"].as_str().expect("project").to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        list("?project=api").await,
+        [(ids[0].clone(), "api".to_owned())]
+    );
+    assert_eq!(
+        list("?project=web&platform=discord").await,
+        [(ids[1].clone(), "web".to_owned())]
+    );
+    assert_eq!(
+        list("?project=default").await,
+        [(ids[2].clone(), "default".to_owned())]
+    );
+    assert!(list("?project=nope").await.is_empty());
+    assert_eq!(list("").await.len(), 3, "no filter: every project");
+    server.abort();
+}

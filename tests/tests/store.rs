@@ -356,6 +356,31 @@ on_both! {
         assert!(matches!(bad, Err(HistoryError::BadCursor(_))), "{bad:?}");
     }
 
+    async fn issue17_conversations_belong_to_a_project_and_history_filters_by_it(db) {
+        let mut c = db.store.conn().await.expect("conn");
+        let (old, _) = conversations::find_or_create(&mut c, &key("0.1"), "U1", "t", T0).await.expect("default");
+        assert_eq!(old.project, conversations::DEFAULT_PROJECT, "the one-project case");
+        let k = |thread| Key { platform: "discord", workspace: "G", channel: "98765", thread };
+        let (a, created) = conversations::find_or_create_in(&mut c, &k("1"), "api", "U1", "t", T0 + 1).await.expect("api");
+        assert!(created);
+        let (web, _) = conversations::find_or_create_in(&mut c, &k("2"), "web", "U1", "t", T0 + 2).await.expect("web");
+        let (again, created) = conversations::find_or_create_in(&mut c, &k("1"), "web", "U2", "t", T0 + 3).await.expect("again");
+        assert!(!created && again.id == a.id && again.project == "api", "a conversation keeps its project");
+        let ids = |page: history::Page| page.items.into_iter().map(|i| (i.id, i.project)).collect::<Vec<_>>();
+        let api = history::list(&mut c, &Filter { project: Some("api".into()), ..Filter::default() }).await.expect("f");
+        assert_eq!(ids(api), [(a.id.clone(), "api".to_owned())]);
+        let web_page = history::list(&mut c, &Filter { project: Some("web".into()), platform: Some("discord".into()), ..Filter::default() }).await.expect("f");
+        assert_eq!(ids(web_page), [(web.id.clone(), "web".to_owned())]);
+        let default = history::list(&mut c, &Filter { project: Some(conversations::DEFAULT_PROJECT.into()), ..Filter::default() }).await.expect("f");
+        assert_eq!(ids(default), [(old.id.clone(), "default".to_owned())]);
+        let all = history::list(&mut c, &Filter::default()).await.expect("f");
+        assert_eq!(all.items.len(), 3, "no filter: every project");
+        let none = history::list(&mut c, &Filter { project: Some("nope".into()), ..Filter::default() }).await.expect("f");
+        assert!(none.items.is_empty());
+        let detail = history::detail(&mut c, &web.id).await.expect("detail").expect("found");
+        assert_eq!(detail.conversation.project, "web");
+    }
+
     async fn history_detail_and_search_give_the_same_results_on_both_backends(db) {
         let conv = conversation(&db.store, "a").await;
         let mut c = db.store.conn().await.expect("conn");

@@ -180,6 +180,14 @@ impl Config {
                         return Err(ConfigError::SecretInFile(name));
                     }
                 }
+                let projects = t.get("projects").and_then(toml::Value::as_array);
+                for (i, p) in projects.into_iter().flatten().enumerate() {
+                    if p.get("daemon").and_then(|d| d.get("token")).is_some() {
+                        return Err(ConfigError::Refused(vec![format!(
+                            "projects[{i}].daemon.token is a secret and may not be in the config file: put the token in a file and set projects[{i}].daemon.token_file (its value is not shown)"
+                        )]));
+                    }
+                }
                 t
             }
             None => toml::Table::new(),
@@ -257,6 +265,7 @@ impl Config {
             }
             cfg.daemon.token = Some(SecretString::from(token.to_owned()));
         }
+        cfg.read_project_tokens()?;
         cfg.validate()?;
         Ok(cfg)
     }

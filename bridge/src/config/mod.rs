@@ -22,6 +22,7 @@
 //!   `access.open = true`.
 
 mod load;
+mod projects;
 pub mod secret;
 mod sections;
 #[cfg(test)]
@@ -39,6 +40,7 @@ pub use crate::channel::discord::config::Discord;
 pub use crate::channel::slack::config::{Slack, SlackMode};
 use crate::core::OnStall;
 pub use load::{Flags, OTHER_VARIABLES, check_variable_names};
+pub use projects::{ChannelRef, IMPLICIT_PROJECT, Project, ProjectAccess, ResolvedProject, Routes};
 pub use secret::required;
 use secret::secret_env_var;
 pub use sections::{Section, Sections};
@@ -416,6 +418,11 @@ pub struct Config {
     pub http: Http,
     /// `[service]`.
     pub service: Service,
+    /// `default_project`: the project of every channel no `[[projects]]` entry names; unset, such
+    /// channels are ignored.
+    pub default_project: Option<String>,
+    /// `[[projects]]`; empty: the implicit one-project case (`[daemon]` and friends).
+    pub projects: Vec<Project>,
     /// Each registered platform's own section (`[slack]`, `[discord]`, …): see
     /// [`crate::platform::PlatformConfig`].
     #[serde(flatten)]
@@ -437,6 +444,8 @@ struct Core {
     render: Render,
     http: Http,
     service: Service,
+    default_project: Option<String>,
+    projects: Vec<Project>,
 }
 
 impl TryFrom<toml::Table> for Config {
@@ -473,6 +482,8 @@ impl TryFrom<toml::Table> for Config {
             render: core.render,
             http: core.http,
             service: core.service,
+            default_project: core.default_project,
+            projects: core.projects,
             platforms,
         })
     }

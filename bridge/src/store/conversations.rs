@@ -27,6 +27,8 @@ pub struct Conversation {
     pub id: String,
     /// Platform.
     pub platform: String,
+    /// The project it belongs to (`default` in the one-project configuration).
+    pub project: String,
     /// Workspace or guild.
     pub workspace: String,
     /// Channel.
@@ -49,9 +51,13 @@ pub struct Conversation {
     pub updated_at: i64,
 }
 
-pub(crate) const COLUMNS: &str = "id, platform, workspace, channel, thread, daemon_session, cwd, started_by, title, status, created_at, updated_at";
+pub(crate) const COLUMNS: &str = "id, platform, project, workspace, channel, thread, daemon_session, cwd, started_by, title, status, created_at, updated_at";
 
-/// Finds the conversation for `key`, creating it if needed; `true` when it was created.
+/// The project of conversations in the one-project configuration (and of rows from before projects).
+pub const DEFAULT_PROJECT: &str = crate::config::IMPLICIT_PROJECT;
+
+/// Finds the conversation for `key`, creating it if needed (in [`DEFAULT_PROJECT`]); `true` when it
+/// was created.
 ///
 /// # Errors
 /// Database errors.
@@ -62,9 +68,24 @@ pub async fn find_or_create(
     title: &str,
     now: i64,
 ) -> Result<(Conversation, bool)> {
+    find_or_create_in(c, key, DEFAULT_PROJECT, started_by, title, now).await
+}
+
+/// [`find_or_create`] for a conversation of `project` (a conversation found keeps its project).
+///
+/// # Errors
+/// Database errors.
+pub async fn find_or_create_in(
+    c: &mut AnyConnection,
+    key: &Key<'_>,
+    project: &str,
+    started_by: &str,
+    title: &str,
+    now: i64,
+) -> Result<(Conversation, bool)> {
     let inserted = sqlx::query(
-        "INSERT INTO conversations (id, platform, workspace, channel, thread, started_by, title, status, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8)
+        "INSERT INTO conversations (id, platform, workspace, channel, thread, started_by, title, status, created_at, updated_at, project)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $8, $9)
          ON CONFLICT (platform, workspace, channel, thread) DO NOTHING",
     )
     .arg(new_id())
@@ -75,6 +96,7 @@ pub async fn find_or_create(
     .arg(started_by)
     .arg(title)
     .arg(now)
+    .arg(project)
     .execute(&mut *c)
     .await?
     .rows_affected()

@@ -17,6 +17,8 @@ use super::{Result, StoreError};
 pub struct Filter {
     /// `slack`, `discord`, `console`.
     pub platform: Option<String>,
+    /// The project (`default` in the one-project configuration).
+    pub project: Option<String>,
     /// Channel id.
     pub channel: Option<String>,
     /// Who started the conversation.
@@ -68,7 +70,7 @@ pub async fn list(c: &mut AnyConnection, f: &Filter) -> Result<Page, HistoryErro
         None => (None, None),
     };
     let mut items = sqlx::query_as::<_, Conversation>(
-        "SELECT id, platform, workspace, channel, thread, daemon_session, cwd, started_by, title, status, created_at, updated_at
+        "SELECT id, platform, project, workspace, channel, thread, daemon_session, cwd, started_by, title, status, created_at, updated_at
          FROM conversations
          WHERE ($1 IS NULL OR platform = $1)
            AND ($2 IS NULL OR channel = $2)
@@ -77,6 +79,7 @@ pub async fn list(c: &mut AnyConnection, f: &Filter) -> Result<Page, HistoryErro
            AND ($5 IS NULL OR created_at < $5)
            AND ($6 IS NULL OR status = $6)
            AND ($7 IS NULL OR created_at < $7 OR (created_at = $7 AND id < $8))
+           AND ($10 IS NULL OR project = $10)
          ORDER BY created_at DESC, id DESC
          LIMIT $9",
     )
@@ -89,6 +92,7 @@ pub async fn list(c: &mut AnyConnection, f: &Filter) -> Result<Page, HistoryErro
     .arg(cursor_at)
     .arg(cursor_id)
     .arg(limit + 1)
+    .arg(f.project.as_deref())
     .fetch_all(c)
     .await
     .map_err(StoreError::from)?;

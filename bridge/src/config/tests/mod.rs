@@ -1,6 +1,7 @@
 //! The configuration's rules: layering and S3 here; S1, S2 and A1 in `trust.rs`.
 
 mod platforms;
+mod projects;
 mod trust;
 
 use super::load::{env_name, key_defaults, unknown_variable};
