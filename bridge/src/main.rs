@@ -265,10 +265,11 @@ fn check_config(cfg: &Config) -> anyhow::Result<()> {
         platform.name(),
         platform.access(cfg),
         mask_url(&cfg.database.url),
-        cfg.daemon
-            .url
-            .as_deref()
-            .map_or_else(|| "the built-in shell agent".to_owned(), mask_url),
+        match (&cfg.daemon.url, &cfg.daemon.command) {
+            (_, Some(argv)) => format!("the child agent {}", argv.join(" ")),
+            (Some(url), None) => mask_url(url),
+            (None, None) => "the built-in shell agent".to_owned(),
+        },
         cfg.http.listen.as_deref().unwrap_or("off"),
     );
     Ok(())

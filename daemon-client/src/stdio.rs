@@ -14,8 +14,8 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -56,7 +56,9 @@ impl fmt::Debug for AgentCommand {
 
 /// An empty command line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the agent command is empty: give the program and its arguments, e.g. [\"qwen\", \"--acp\"]")]
+#[error(
+    "the agent command is empty: give the program and its arguments, e.g. [\"qwen\", \"--acp\"]"
+)]
 pub struct EmptyCommand;
 
 impl AgentCommand {
@@ -164,11 +166,7 @@ pub(crate) enum Read {
     Ended(String),
 }
 
-async fn read_lines(
-    mut stdout: BufReader<ChildStdout>,
-    max_line: usize,
-    tx: mpsc::Sender<Read>,
-) {
+async fn read_lines(mut stdout: BufReader<ChildStdout>, max_line: usize, tx: mpsc::Sender<Read>) {
     loop {
         let read = read_line(&mut stdout, max_line).await;
         let ended = matches!(read, Read::Ended(_));
@@ -326,7 +324,8 @@ mod tests {
     #[test]
     fn debug_shows_env_names_not_values() {
         let mut c = AgentCommand::new(vec!["agent".into()]).expect("valid");
-        c.env.push(("OPENAI_API_KEY".into(), "sk-secret-value".into()));
+        c.env
+            .push(("OPENAI_API_KEY".into(), "sk-secret-value".into()));
         let shown = format!("{c:?}");
         assert!(shown.contains("OPENAI_API_KEY"));
         assert!(!shown.contains("sk-secret-value"));
@@ -376,8 +375,11 @@ mod tests {
         // The grandchild was our child's child: once killed it is reaped by init, so it vanishes.
         let mut gone = false;
         for _ in 0..100 {
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            });
             if zombie || nix::sys::signal::kill(Pid::from_raw(pid), None).is_err() {
                 gone = true;
                 break;

@@ -210,7 +210,10 @@ impl Link {
                 }
                 crate::stdio::Read::Line(l) => Incoming::Line(l),
                 crate::stdio::Read::TooLong(n) => {
-                    tracing::warn!(bytes = n, "a line from the agent longer than the frame limit was skipped");
+                    tracing::warn!(
+                        bytes = n,
+                        "a line from the agent longer than the frame limit was skipped"
+                    );
                     Incoming::Nothing
                 }
                 crate::stdio::Read::Ended(why) => Incoming::Ended(why),

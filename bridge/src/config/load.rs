@@ -204,6 +204,8 @@ impl Config {
             // other keys read TOML (`true`, `5`, `["U1"]`, `90` seconds).
             let value = match keys.get(&(section.clone(), key.clone())) {
                 _ if secret => toml::Value::String(value),
+                // An optional list: unset by default, so its default does not say it is one.
+                _ if (section.as_str(), key.as_str()) == ("daemon", "command") => env_value(&value),
                 Some(serde_json::Value::String(_) | serde_json::Value::Null) => {
                     toml::Value::String(value)
                 }
