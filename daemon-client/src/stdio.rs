@@ -96,8 +96,9 @@ impl AgentCommand {
     }
 }
 
-/// A running child agent.
-pub(crate) struct StdioLink {
+/// A running child agent: lines in, lines out. The client drives it through its connection loop;
+/// `chat-bridge agent-host` serves it over WebSocket.
+pub struct StdioLink {
     child: Child,
     pgid: Option<Pid>,
     stdin: Option<ChildStdin>,
@@ -106,7 +107,10 @@ pub(crate) struct StdioLink {
 }
 
 /// Starts the child in its own process group, stdio piped, stderr to the log.
-pub(crate) fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
+///
+/// # Errors
+/// [`Error::Spawn`] when the program cannot be started.
+pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
     let mut c = Command::new(cmd.program());
     c.args(&cmd.argv[1..])
         .stdin(StdStdio::piped())
@@ -157,7 +161,7 @@ pub(crate) fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Er
 
 /// What one read from the child gave.
 #[derive(Debug)]
-pub(crate) enum Read {
+pub enum Read {
     /// One line (without its newline).
     Line(Vec<u8>),
     /// A line longer than the limit was skipped; its length.
@@ -213,9 +217,21 @@ async fn read_line(stdout: &mut BufReader<ChildStdout>, max_line: usize) -> Read
     Read::Line(line)
 }
 
+impl fmt::Debug for StdioLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StdioLink")
+            .field("agent", &self.label)
+            .field("pgid", &self.pgid.map(Pid::as_raw))
+            .finish_non_exhaustive()
+    }
+}
+
 impl StdioLink {
     /// Writes one message and its newline. JSON from `serde_json` never contains a raw newline.
-    pub(crate) async fn send(&mut self, text: &str) -> Result<(), String> {
+    ///
+    /// # Errors
+    /// The write's failure, in words: the child is gone.
+    pub async fn send(&mut self, text: &str) -> Result<(), String> {
         let stdin = self.stdin.as_mut().ok_or("the agent's stdin is closed")?;
         let mut line = Vec::with_capacity(text.len() + 1);
         line.extend_from_slice(text.as_bytes());
@@ -231,7 +247,7 @@ impl StdioLink {
     }
 
     /// The next line from the child; cancel-safe.
-    pub(crate) async fn recv(&mut self) -> Read {
+    pub async fn recv(&mut self) -> Read {
         match self.lines.recv().await {
             Some(Read::Ended(why)) if !why.is_empty() => Read::Ended(why),
             Some(Read::Ended(_)) | None => Read::Ended(self.exit_reason().await),
@@ -249,7 +265,7 @@ impl StdioLink {
 
     /// Ends the child and everything it started: stdin closed, `SIGTERM` to the group, `SIGKILL`
     /// after a grace, then reaped — no zombie is left.
-    pub(crate) async fn close(&mut self) {
+    pub async fn close(&mut self) {
         drop(self.stdin.take());
         if let Some(pgid) = self.pgid {
             let _ = killpg(pgid, Signal::SIGTERM);

@@ -37,10 +37,11 @@ impl fmt::Debug for Flags {
 /// `CHAT_BRIDGE_*` variables the product and its scripts read outside the configuration: the config
 /// file's path, the log filter, the standalone shell-agent's token, and the test and chart scripts'
 /// own settings.
-pub const OTHER_VARIABLES: [&str; 6] = [
+pub const OTHER_VARIABLES: [&str; 7] = [
     "CHAT_BRIDGE_CONFIG",
     "CHAT_BRIDGE_LOG",
     "CHAT_BRIDGE_SHELL_AGENT_TOKEN",
+    "CHAT_BRIDGE_AGENT_HOST_TOKEN",
     "CHAT_BRIDGE_SHARED_DIR",
     "CHAT_BRIDGE_BIN",
     "CHAT_BRIDGE_CHART_VENV",
