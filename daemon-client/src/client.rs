@@ -495,10 +495,29 @@ impl Shared {
     }
 
     async fn send(&self, msg: Value) -> Result<(), Error> {
-        let tx = lock(&self.out).clone().ok_or(Error::ConnectionLost)?;
+        let tx = self.sender().await?;
         tx.send(msg.to_string())
             .await
             .map_err(|_| Error::ConnectionLost)
+    }
+
+    /// The current connection's writer. While a child agent is being started again (a matter of a
+    /// backoff step and a spawn), a call waits for it up to `connect_timeout` rather than failing:
+    /// a message sent just after the child died runs on the next one.
+    async fn sender(&self) -> Result<mpsc::Sender<String>, Error> {
+        let deadline = Instant::now() + self.cfg.connect_timeout;
+        loop {
+            if let Some(tx) = lock(&self.out).clone() {
+                return Ok(tx);
+            }
+            if !self.child.load(Ordering::SeqCst)
+                || self.shutdown.is_cancelled()
+                || Instant::now() >= deadline
+            {
+                return Err(Error::ConnectionLost);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     async fn call(
