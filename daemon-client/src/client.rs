@@ -482,7 +482,8 @@ impl Shared {
     async fn open(&self) -> Result<Link, Error> {
         let c = &self.cfg;
         if let Some(command) = &c.command {
-            return crate::stdio::spawn(command, c.max_frame_size).map(Link::Stdio);
+            return crate::stdio::spawn(command, c.max_frame_size)
+                .map(|l| Link::Stdio(Box::new(l)));
         }
         transport::connect(
             &c.url,

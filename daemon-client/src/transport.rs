@@ -118,7 +118,7 @@ pub(crate) enum Link {
     /// A WebSocket to a daemon's `/acp`.
     Ws(Box<Ws>),
     /// A child process speaking newline-delimited JSON-RPC on stdio.
-    Stdio(crate::stdio::StdioLink),
+    Stdio(Box<crate::stdio::StdioLink>),
 }
 
 /// One inbound event of a [`Link`].

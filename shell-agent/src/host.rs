@@ -229,7 +229,7 @@ async fn run_child(
                     }
                 }
                 read = link.recv() => match read {
-                    Read::Line(line) => hub.from_child(&line).await,
+                    Read::Line(line) => hub.on_child_line(&line).await,
                     Read::TooLong(n) => tracing::warn!(bytes = n, "a line from the agent longer than the frame limit was skipped"),
                     Read::Ended(why) => break why,
                 },
@@ -254,7 +254,7 @@ impl Hub {
 
     /// One line from the child: an answer goes to the client that asked, everything else to the
     /// client that owns its session.
-    async fn from_child(&self, line: &[u8]) {
+    async fn on_child_line(&self, line: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(line) else {
             tracing::warn!(
                 bytes = line.len(),
@@ -315,7 +315,7 @@ impl Hub {
     }
 
     /// One frame from a client: its calls get host ids; answers and notifications pass as they are.
-    async fn from_client(&self, conn: u64, bytes: &[u8]) {
+    async fn on_client_frame(&self, conn: u64, bytes: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(bytes) else {
             self.send_to(
                 conn,
@@ -457,8 +457,8 @@ async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), St
             f = stream.next() => f,
         };
         match frame {
-            Some(Ok(Message::Text(text))) => hub.from_client(conn, text.as_bytes()).await,
-            Some(Ok(Message::Binary(bytes))) => hub.from_client(conn, &bytes).await,
+            Some(Ok(Message::Text(text))) => hub.on_client_frame(conn, text.as_bytes()).await,
+            Some(Ok(Message::Binary(bytes))) => hub.on_client_frame(conn, &bytes).await,
             Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
             Some(Ok(_)) => {}
         }
