@@ -140,6 +140,13 @@ struct AgentHostArgs {
     /// The agent's working directory (its repository).
     #[arg(long)]
     cwd: Option<std::path::PathBuf>,
+    /// One agent process per session instead of one for all; each is ended after `--idle` without
+    /// traffic and started again (the session reloaded) at its next message.
+    #[arg(long)]
+    per_session: bool,
+    /// With `--per-session`: how long a session's agent process may sit idle.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    idle: Duration,
     /// The agent's command line, after `--`: `-- qwen --acp`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -153,7 +160,12 @@ async fn agent_host(args: AgentHostArgs) -> anyhow::Result<()> {
     let token = args.token.map(|t| t.expose_secret().to_owned());
     let mut command = daemon_client::AgentCommand::new(args.command)?;
     command.cwd = args.cwd;
-    let host = shell_agent::AgentHost::start(args.listen, token, command)
+    let mode = if args.per_session {
+        shell_agent::host::Mode::PerSession { idle: args.idle }
+    } else {
+        shell_agent::host::Mode::Shared
+    };
+    let host = shell_agent::AgentHost::start_with(args.listen, token, command, mode)
         .await
         .context("starting agent-host")?;
     println!("agent-host listening on {}", host.url());

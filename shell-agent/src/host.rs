@@ -7,6 +7,11 @@
 //! bridge that reconnects finds its sessions (and running turns) where it left them. When the child
 //! exits, the calls in flight are answered with an error naming the exit, the connections are closed
 //! (their clients `session/load` on reconnecting), and the child is started again with backoff.
+//!
+//! With `--per-session` ([`Mode::PerSession`]) every session gets its own child instead, started for
+//! its `session/new` (or for a session the host has no child for: then initialised and
+//! `session/load`ed behind the client's back), and ended when it has been idle for a while; its next
+//! message starts a child again and reloads the session. A crash then interrupts one session only.
 //! The listener follows the shell-agent's rules: bearer token, loopback unless a token is given,
 //! an empty token refused — and, since this one serves an arbitrary agent, a short one too.
 
@@ -21,8 +26,9 @@ use futures_util::{SinkExt, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, http};
@@ -57,27 +63,66 @@ pub enum HostError {
     },
 }
 
-/// A call from a client, waiting for the child's answer.
+/// How agent-host maps sessions to children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One child for every session and connection (the default), restarted when it exits.
+    Shared,
+    /// One child per session, ended after `idle` without traffic and started again (with a
+    /// `session/load`) at the session's next message.
+    PerSession {
+        /// How long a session's child may sit idle.
+        idle: Duration,
+    },
+}
+
+/// The shared child's id.
+const SHARED: u64 = 0;
+
+/// A call from a client, waiting for a child's answer.
 struct Call {
     conn: u64,
     id: Value,
     method: String,
+    child: u64,
+}
+
+/// A request from a child, waiting for a client's answer.
+struct AgentCall {
+    child: u64,
+    id: Value,
 }
 
 #[derive(Default)]
 struct Routes {
     conns: HashMap<u64, mpsc::Sender<Message>>,
     calls: HashMap<String, Call>,
+    agent_calls: HashMap<String, AgentCall>,
     owners: HashMap<String, u64>,
+    /// Which child serves a session (per-session mode).
+    session_child: HashMap<String, u64>,
+    /// The cwd of each session, to load it into a new child.
+    cwds: HashMap<String, Value>,
     /// The child's answer to `initialize`, given to later clients without asking it again.
     initialized: Option<Value>,
+    /// The first client's `initialize` params, sent to every child started later.
+    init_params: Option<Value>,
     /// Clients waiting for the first `initialize` answer.
     initializing: Vec<(u64, Value)>,
 }
 
+struct Slot {
+    tx: mpsc::Sender<String>,
+    last: Instant,
+    stop: CancellationToken,
+}
+
 struct Hub {
     routes: Mutex<Routes>,
-    to_child: mpsc::Sender<String>,
+    children: Mutex<HashMap<u64, Slot>>,
+    internal: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    command: AgentCommand,
+    mode: Mode,
     next: AtomicU64,
     shutdown: CancellationToken,
 }
@@ -93,7 +138,7 @@ pub struct AgentHost {
 }
 
 impl AgentHost {
-    /// Starts the child and serves it on `listen` (`/acp`).
+    /// Starts one shared child and serves it on `listen` (`/acp`).
     ///
     /// # Errors
     /// [`HostError`]: a weak token, a non-loopback address without one, a bind failure, or a
@@ -102,6 +147,19 @@ impl AgentHost {
         listen: SocketAddr,
         token: Option<String>,
         command: AgentCommand,
+    ) -> Result<Self, HostError> {
+        Self::start_with(listen, token, command, Mode::Shared).await
+    }
+
+    /// Like [`AgentHost::start`], with the session-to-child mapping `mode`.
+    ///
+    /// # Errors
+    /// As [`AgentHost::start`].
+    pub async fn start_with(
+        listen: SocketAddr,
+        token: Option<String>,
+        command: AgentCommand,
+        mode: Mode,
     ) -> Result<Self, HostError> {
         if token
             .as_deref()
@@ -114,7 +172,8 @@ impl AgentHost {
         }
         let generated_token = token.is_none();
         let token = token.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-        let child = stdio::spawn(&command, 16 << 20)?;
+        // Started once here in both modes, so a command that cannot start fails at start-up.
+        let first = stdio::spawn(&command, 16 << 20)?;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|source| HostError::Bind {
@@ -126,18 +185,26 @@ impl AgentHost {
             source,
         })?;
         let shutdown = CancellationToken::new();
-        let (to_child, from_clients) = mpsc::channel(256);
         let hub = Arc::new(Hub {
             routes: Mutex::new(Routes::default()),
-            to_child,
+            children: Mutex::new(HashMap::new()),
+            internal: Mutex::new(HashMap::new()),
+            command,
+            mode,
             next: AtomicU64::new(1),
             shutdown: shutdown.clone(),
         });
-        let tasks = vec![
-            tokio::spawn(run_child(hub.clone(), command, child, from_clients)),
-            tokio::spawn(accept_loop(listener, hub, token.clone())),
-        ];
-        tracing::info!(%addr, "agent-host listening on /acp");
+        let mut tasks = Vec::new();
+        match mode {
+            Mode::Shared => tasks.push(tokio::spawn(run_shared(hub.clone(), first))),
+            Mode::PerSession { idle } => {
+                let mut first = first;
+                first.close().await;
+                tasks.push(tokio::spawn(reap(hub.clone(), idle)));
+            }
+        }
+        tasks.push(tokio::spawn(accept_loop(listener, hub, token.clone())));
+        tracing::info!(%addr, ?mode, "agent-host listening on /acp");
         Ok(Self {
             addr,
             token: SecretString::from(token),
@@ -171,7 +238,7 @@ impl AgentHost {
         self.generated_token
     }
 
-    /// Stops accepting, closes connections, ends the child and its process group.
+    /// Stops accepting, closes connections, ends every child and its process group.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         for t in self.tasks {
@@ -180,71 +247,108 @@ impl AgentHost {
     }
 }
 
-/// Runs the child, restarting it with backoff when it exits, until shutdown.
-async fn run_child(
-    hub: Arc<Hub>,
-    command: AgentCommand,
-    first: StdioLink,
-    mut from_clients: mpsc::Receiver<String>,
-) {
-    let mut child = Some(first);
-    let mut attempt = 0u32;
+/// Pumps one child until it ends, is stopped, or the host shuts down; returns why it ended, or
+/// `None` when it was ended on purpose.
+async fn pump(
+    hub: &Arc<Hub>,
+    id: u64,
+    link: &mut StdioLink,
+    rx: &mut mpsc::Receiver<String>,
+    stop: &CancellationToken,
+) -> Option<String> {
     loop {
-        let mut link = match child.take() {
-            Some(l) => l,
-            None => {
-                let delay = daemon_client::client::backoff_delay(
-                    Duration::from_millis(250),
-                    Duration::from_secs(30),
-                    attempt,
-                );
-                attempt = attempt.saturating_add(1);
-                tokio::select! {
-                    () = hub.shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                match stdio::spawn(&command, 16 << 20) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::warn!(error = %e, attempt, "could not restart the agent");
-                        continue;
-                    }
+        tokio::select! {
+            () = hub.shutdown.cancelled() => return None,
+            () = stop.cancelled() => return None,
+            msg = rx.recv() => {
+                let msg = msg?;
+                if let Err(e) = link.send(&msg).await {
+                    return Some(e);
                 }
             }
-        };
-        let started = tokio::time::Instant::now();
-        let reason = loop {
-            tokio::select! {
-                () = hub.shutdown.cancelled() => {
-                    link.close().await;
-                    return;
-                }
-                msg = from_clients.recv() => {
-                    let Some(msg) = msg else {
-                        link.close().await;
-                        return;
-                    };
-                    if let Err(e) = link.send(&msg).await {
-                        break e;
-                    }
-                }
-                read = link.recv() => match read {
-                    Read::Line(line) => hub.on_child_line(&line).await,
-                    Read::TooLong(n) => tracing::warn!(bytes = n, "a line from the agent longer than the frame limit was skipped"),
-                    Read::Ended(why) => break why,
-                },
-            }
-        };
-        link.close().await;
-        if started.elapsed() > Duration::from_secs(60) {
-            attempt = 0;
+            read = link.recv() => match read {
+                Read::Line(line) => hub.on_child_line(id, &line).await,
+                Read::TooLong(n) => tracing::warn!(bytes = n, "a line from the agent longer than the frame limit was skipped"),
+                Read::Ended(why) => return Some(why),
+            },
         }
-        tracing::warn!(%reason, "the agent exited; restarting it");
-        hub.child_exited(&reason).await;
     }
 }
 
 impl Hub {
+    fn register(&self, id: u64) -> (mpsc::Receiver<String>, CancellationToken) {
+        let (tx, rx) = mpsc::channel(256);
+        let stop = CancellationToken::new();
+        lock(&self.children).insert(
+            id,
+            Slot {
+                tx,
+                last: Instant::now(),
+                stop: stop.clone(),
+            },
+        );
+        (rx, stop)
+    }
+
+    /// Starts a child for one session (per-session mode), initialised with the first client's
+    /// `initialize` params.
+    async fn spawn_session_child(self: &Arc<Self>) -> Result<u64, String> {
+        let mut link = stdio::spawn(&self.command, 16 << 20).map_err(|e| e.to_string())?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (mut rx, stop) = self.register(id);
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let ended = pump(&hub, id, &mut link, &mut rx, &stop).await;
+            link.close().await;
+            hub.child_gone(id, ended.as_deref()).await;
+        });
+        let params = lock(&self.routes)
+            .init_params
+            .clone()
+            .unwrap_or(Value::Null);
+        self.internal_call(id, "initialize", params).await?;
+        Ok(id)
+    }
+
+    /// A call of the host's own to child `id` (never seen by a client).
+    async fn internal_call(
+        &self,
+        child: u64,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        let host_id = format!("i{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        lock(&self.internal).insert(Value::String(host_id.clone()).to_string(), tx);
+        let msg = json!({"jsonrpc": "2.0", "id": host_id, "method": method, "params": params});
+        self.to_child(child, msg.to_string()).await;
+        let answer = tokio::time::timeout(Duration::from_secs(60), rx)
+            .await
+            .map_err(|_| format!("the agent did not answer {method} within 60 s"))?
+            .map_err(|_| format!("the agent exited before answering {method}"))?;
+        match answer.get("error") {
+            Some(e) => Err(e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("error")
+                .to_owned()),
+            None => Ok(answer.get("result").cloned().unwrap_or(Value::Null)),
+        }
+    }
+
+    async fn to_child(&self, child: u64, msg: String) {
+        let tx = {
+            let mut children = lock(&self.children);
+            children.get_mut(&child).map(|s| {
+                s.last = Instant::now();
+                s.tx.clone()
+            })
+        };
+        if let Some(tx) = tx {
+            let _ = tx.send(msg).await;
+        }
+    }
+
     async fn send_to(&self, conn: u64, msg: &Value) {
         let tx = lock(&self.routes).conns.get(&conn).cloned();
         if let Some(tx) = tx {
@@ -252,9 +356,9 @@ impl Hub {
         }
     }
 
-    /// One line from the child: an answer goes to the client that asked, everything else to the
-    /// client that owns its session.
-    async fn on_child_line(&self, line: &[u8]) {
+    /// One line from child `child`: an answer goes to whoever asked, everything else to the client
+    /// that owns its session.
+    async fn on_child_line(&self, child: u64, line: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(line) else {
             tracing::warn!(
                 bytes = line.len(),
@@ -262,10 +366,17 @@ impl Hub {
             );
             return;
         };
+        if let Some(slot) = lock(&self.children).get_mut(&child) {
+            slot.last = Instant::now();
+        }
         let is_answer = msg.get("method").is_none()
             && (msg.get("result").is_some() || msg.get("error").is_some());
         if is_answer {
             let key = msg.get("id").map(Value::to_string).unwrap_or_default();
+            if let Some(tx) = lock(&self.internal).remove(&key) {
+                let _ = tx.send(msg);
+                return;
+            }
             let targets: Vec<(u64, Value)> = {
                 let mut routes = lock(&self.routes);
                 let Some(call) = routes.calls.remove(&key) else {
@@ -275,6 +386,7 @@ impl Hub {
                     && let Some(s) = msg.pointer("/result/sessionId").and_then(Value::as_str)
                 {
                     routes.owners.insert(s.to_owned(), call.conn);
+                    routes.session_child.insert(s.to_owned(), call.child);
                 }
                 if call.method == "initialize" {
                     if msg.get("result").is_some() {
@@ -293,6 +405,15 @@ impl Hub {
                 self.send_to(conn, &msg).await;
             }
             return;
+        }
+        if let Some(id) = msg.get("id").cloned() {
+            // The agent's own request: its id is the host's, so two children's ids never collide.
+            let host_id = format!("a{}", self.next.fetch_add(1, Ordering::Relaxed));
+            lock(&self.routes).agent_calls.insert(
+                Value::String(host_id.clone()).to_string(),
+                AgentCall { child, id },
+            );
+            msg["id"] = Value::String(host_id);
         }
         let session = msg
             .pointer("/params/sessionId")
@@ -314,8 +435,50 @@ impl Hub {
         }
     }
 
-    /// One frame from a client: its calls get host ids; answers and notifications pass as they are.
-    async fn on_client_frame(&self, conn: u64, bytes: &[u8]) {
+    /// The child that serves `session` now, started (and the session loaded) if it has none.
+    async fn child_for(
+        self: &Arc<Self>,
+        session: Option<&str>,
+        method: &str,
+    ) -> Result<u64, String> {
+        if self.mode == Mode::Shared {
+            return Ok(SHARED);
+        }
+        let Some(session) = session else {
+            return self.spawn_session_child().await;
+        };
+        let known = lock(&self.routes).session_child.get(session).copied();
+        if let Some(c) = known
+            && lock(&self.children).contains_key(&c)
+        {
+            return Ok(c);
+        }
+        let child = self.spawn_session_child().await?;
+        if method != "session/load" {
+            let cwd = lock(&self.routes)
+                .cwds
+                .get(session)
+                .cloned()
+                .unwrap_or_else(|| Value::String(".".into()));
+            let params = json!({"sessionId": session, "cwd": cwd, "mcpServers": []});
+            if let Err(e) = self.internal_call(child, "session/load", params).await {
+                if let Some(slot) = lock(&self.children).get(&child) {
+                    slot.stop.cancel();
+                }
+                return Err(format!(
+                    "the session could not be loaded into a new agent process: {e}"
+                ));
+            }
+        }
+        lock(&self.routes)
+            .session_child
+            .insert(session.to_owned(), child);
+        Ok(child)
+    }
+
+    /// One frame from a client: its calls get host ids; answers go back to the child that asked;
+    /// notifications to their session's child.
+    async fn on_client_frame(self: &Arc<Self>, conn: u64, bytes: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(bytes) else {
             self.send_to(
                 conn,
@@ -324,69 +487,215 @@ impl Hub {
             .await;
             return;
         };
-        if let (Some(method), Some(id)) = (
-            msg.get("method").and_then(Value::as_str).map(str::to_owned),
-            msg.get("id").cloned(),
-        ) {
-            let cached = {
-                let mut routes = lock(&self.routes);
-                let mut cached = None;
-                if method == "initialize" {
-                    if let Some(result) = routes.initialized.clone() {
-                        cached = Some(Some(result));
-                    } else if routes.calls.values().any(|c| c.method == "initialize") {
-                        // The first client asks the child; others wait for its answer.
-                        routes.initializing.push((conn, id.clone()));
-                        cached = Some(None);
-                    }
-                }
-                if method == "session/load"
-                    && let Some(s) = msg.pointer("/params/sessionId").and_then(Value::as_str)
-                {
-                    routes.owners.insert(s.to_owned(), conn);
-                }
-                cached
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        let session = msg
+            .pointer("/params/sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let Some(method) = method else {
+            // An answer to an agent's request: back to the child that asked, under its own id.
+            let key = msg.get("id").map(Value::to_string).unwrap_or_default();
+            let Some(call) = lock(&self.routes).agent_calls.remove(&key) else {
+                return;
             };
-            match cached {
-                Some(Some(result)) => {
-                    self.send_to(conn, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
-                        .await;
-                    return;
-                }
-                Some(None) => return,
-                None => {}
+            msg["id"] = call.id;
+            self.to_child(call.child, msg.to_string()).await;
+            return;
+        };
+        let Some(id) = msg.get("id").cloned() else {
+            // A notification (session/cancel): to the session's child, if it has one.
+            let child = match (self.mode, &session) {
+                (Mode::Shared, _) => Some(SHARED),
+                (_, Some(s)) => lock(&self.routes).session_child.get(s).copied(),
+                _ => None,
+            };
+            if let Some(child) = child {
+                self.to_child(child, msg.to_string()).await;
             }
-            let host_id = format!("h{}", self.next.fetch_add(1, Ordering::Relaxed));
-            lock(&self.routes).calls.insert(
-                Value::String(host_id.clone()).to_string(),
-                Call { conn, id, method },
-            );
-            msg["id"] = Value::String(host_id);
+            return;
+        };
+        let cached = {
+            let mut routes = lock(&self.routes);
+            let mut cached = None;
+            if method == "initialize" {
+                if routes.init_params.is_none() {
+                    routes.init_params = msg.get("params").cloned();
+                }
+                if let Some(result) = routes.initialized.clone() {
+                    cached = Some(Some(result));
+                } else if routes.calls.values().any(|c| c.method == "initialize") {
+                    // The first client asks the child; others wait for its answer.
+                    routes.initializing.push((conn, id.clone()));
+                    cached = Some(None);
+                }
+            }
+            if let Some(s) = &session {
+                if method == "session/load" {
+                    routes.owners.insert(s.clone(), conn);
+                }
+                if let Some(cwd) = msg.pointer("/params/cwd") {
+                    routes.cwds.insert(s.clone(), cwd.clone());
+                }
+            }
+            cached
+        };
+        match cached {
+            Some(Some(result)) => {
+                self.send_to(conn, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                    .await;
+                return;
+            }
+            Some(None) => return,
+            None => {}
         }
-        let _ = self.to_child.send(msg.to_string()).await;
+        let child = if method == "initialize" && self.mode != Mode::Shared {
+            // Per-session: a child answers for the agent's capabilities, then is ended (idle).
+            match stdio::spawn(&self.command, 16 << 20) {
+                Ok(link) => {
+                    let cid = self.next.fetch_add(1, Ordering::Relaxed);
+                    let (mut rx, stop) = self.register(cid);
+                    let hub = self.clone();
+                    let mut link = link;
+                    tokio::spawn(async move {
+                        let ended = pump(&hub, cid, &mut link, &mut rx, &stop).await;
+                        link.close().await;
+                        hub.child_gone(cid, ended.as_deref()).await;
+                    });
+                    Ok(cid)
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            self.child_for(session.as_deref(), &method).await
+        };
+        let child = match child {
+            Ok(c) => c,
+            Err(reason) => {
+                self.send_to(
+                    conn,
+                    &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": reason}}),
+                )
+                .await;
+                return;
+            }
+        };
+        let host_id = format!("h{}", self.next.fetch_add(1, Ordering::Relaxed));
+        lock(&self.routes).calls.insert(
+            Value::String(host_id.clone()).to_string(),
+            Call {
+                conn,
+                id,
+                method,
+                child,
+            },
+        );
+        msg["id"] = Value::String(host_id);
+        self.to_child(child, msg.to_string()).await;
     }
 
-    /// The child is gone: its calls are answered with the reason, and every connection is closed so
-    /// its client reconnects and loads its sessions into the next child.
-    async fn child_exited(&self, reason: &str) {
+    /// Child `id` is gone. Its calls are answered with the reason (`None`: ended on purpose, idle).
+    /// The shared child takes every connection with it, so each client reconnects and reloads its
+    /// sessions into the next one; a session's own child takes only its sessions.
+    async fn child_gone(&self, id: u64, reason: Option<&str>) {
+        if id != SHARED {
+            lock(&self.children).remove(&id);
+        }
+        let reason = reason.unwrap_or("the agent process was ended");
         let (calls, conns) = {
             let mut routes = lock(&self.routes);
-            routes.initialized = None;
-            routes.initializing.clear();
-            routes.owners.clear();
-            (
-                std::mem::take(&mut routes.calls),
-                std::mem::take(&mut routes.conns),
-            )
+            let ids: Vec<String> = routes
+                .calls
+                .iter()
+                .filter(|(_, c)| c.child == id)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let calls: Vec<Call> = ids.iter().filter_map(|k| routes.calls.remove(k)).collect();
+            routes.agent_calls.retain(|_, c| c.child != id);
+            routes.session_child.retain(|_, c| *c != id);
+            let conns = if id == SHARED {
+                routes.initialized = None;
+                routes.initializing.clear();
+                routes.owners.clear();
+                std::mem::take(&mut routes.conns)
+            } else {
+                routes.conns.clone()
+            };
+            (calls, conns)
         };
-        for call in calls.into_values() {
+        lock(&self.internal).retain(|_, tx| !tx.is_closed());
+        for call in calls {
             if let Some(tx) = conns.get(&call.conn) {
                 let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again")}});
                 let _ = tx.send(Message::text(answer.to_string())).await;
             }
         }
-        // Dropping the senders ends each connection's writer, which closes its socket.
+        // For the shared child, dropping the senders ends each connection's writer, which closes
+        // its socket.
         drop(conns);
+    }
+}
+
+/// Runs the shared child, restarting it with backoff when it exits, until shutdown.
+async fn run_shared(hub: Arc<Hub>, first: StdioLink) {
+    let mut child = Some(first);
+    let mut attempt = 0u32;
+    // One channel for the life of the host: what clients send while the child restarts waits for
+    // the next one.
+    let (mut rx, stop) = hub.register(SHARED);
+    loop {
+        let mut link = match child.take() {
+            Some(l) => l,
+            None => {
+                let delay = daemon_client::client::backoff_delay(
+                    Duration::from_millis(250),
+                    Duration::from_secs(30),
+                    attempt,
+                );
+                attempt = attempt.saturating_add(1);
+                tokio::select! {
+                    () = hub.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                match stdio::spawn(&hub.command, 16 << 20) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::warn!(error = %e, attempt, "could not restart the agent");
+                        continue;
+                    }
+                }
+            }
+        };
+        let started = Instant::now();
+        let ended = pump(&hub, SHARED, &mut link, &mut rx, &stop).await;
+        link.close().await;
+        let Some(reason) = ended else {
+            hub.child_gone(SHARED, None).await;
+            return;
+        };
+        if started.elapsed() > Duration::from_secs(60) {
+            attempt = 0;
+        }
+        tracing::warn!(%reason, "the agent exited; restarting it");
+        hub.child_gone(SHARED, Some(&reason)).await;
+    }
+}
+
+/// Ends per-session children idle for `idle` with no call in flight.
+async fn reap(hub: Arc<Hub>, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            () = hub.shutdown.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let busy: std::collections::HashSet<u64> =
+            lock(&hub.routes).calls.values().map(|c| c.child).collect();
+        for (id, slot) in lock(&hub.children).iter() {
+            if !busy.contains(id) && slot.last.elapsed() >= idle {
+                tracing::info!(child = id, "ending an idle agent process");
+                slot.stop.cancel();
+            }
+        }
     }
 }
 

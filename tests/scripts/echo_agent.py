@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A minimal stdio ACP agent for transport tests: `initialize`, `session/new` (ids s1, s2, …),
-`session/load` (known sessions), and `session/prompt`, which streams the prompt's text back as one
+`session/load` (any id it could have made: sessions "persist"), and `session/prompt`, which streams the prompt's text back as one
 `agent_message_chunk` and ends the turn. A prompt `sleep N` waits N seconds first; `exit` makes the
 process exit mid-turn. Its pid is written to the file named by $ECHO_AGENT_PIDFILE, if set."""
 import json, os, sys, time
@@ -19,10 +19,10 @@ for line in sys.stdin:
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}})
     elif method == "session/new":
-        sid = "s%d" % (len(sessions) + 1); sessions.add(sid)
+        sid = "s%d-%d" % (os.getpid(), len(sessions) + 1); sessions.add(sid)
         send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": sid}})
     elif method == "session/load":
-        if params.get("sessionId") in sessions:
+        if str(params.get("sessionId", "")).startswith("s"):
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
         else:
             send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "unknown session"}})

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chat_bridge_tests::init_tracing;
 use daemon_client::{AgentCommand, ClientConfig, DaemonClient, DaemonEvent, Error, EventStream};
+use shell_agent::host::Mode;
 use shell_agent::{AgentHost, HostError};
 
 const TOKEN: &str = "a-long-enough-test-token";
@@ -183,4 +184,82 @@ async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serv
             });
         assert!(!alive, "agent {pid} outlived agent-host");
     }
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+}
+
+fn pids_in(file: &std::path::Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn per_session_gives_each_session_its_own_child_reaps_idle_ones_and_reloads_on_the_next_message()
+ {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let pidfile = dir.path().join("pids");
+    let host = AgentHost::start_with(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(Some(&pidfile)),
+        Mode::PerSession {
+            idle: Duration::from_millis(400),
+        },
+    )
+    .await
+    .expect("starts");
+    let (client, info, mut events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("connect");
+    assert!(info.load_session, "the agent's capabilities pass through");
+    let sa = client.new_session("/tmp").await.expect("a").session;
+    let sb = client.new_session("/tmp").await.expect("b").session;
+    let pid_of = |s: &daemon_client::SessionId| -> String {
+        s.as_str().split('-').next().unwrap_or_default().to_owned()
+    };
+    assert_ne!(
+        pid_of(&sa),
+        pid_of(&sb),
+        "two sessions, two agent processes: {sa} {sb}"
+    );
+    client.prompt(&sa, "one").await.expect("a's prompt");
+    assert_eq!(text_of(&mut events).await, "one");
+    // Idle children are ended, none left running.
+    let mut reaped = false;
+    for _ in 0..100 {
+        if pids_in(&pidfile).into_iter().all(|p| !alive(p)) {
+            reaped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reaped, "idle children were reaped: {:?}", pids_in(&pidfile));
+    let before = pids_in(&pidfile).len();
+    // The next message starts a child again, which loads the session behind the client's back.
+    client.prompt(&sa, "two").await.expect("a's next prompt");
+    assert_eq!(text_of(&mut events).await, "two");
+    assert_eq!(
+        pids_in(&pidfile).len(),
+        before + 1,
+        "one new child for the session"
+    );
+    client.close();
+    host.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let left: Vec<i32> = pids_in(&pidfile)
+        .into_iter()
+        .filter(|p| alive(*p))
+        .collect();
+    assert!(left.is_empty(), "children outlived agent-host: {left:?}");
 }
