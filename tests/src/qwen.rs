@@ -280,6 +280,20 @@ impl QwenStdio {
     }
 }
 
+impl QwenStdio {
+    /// Waits up to 3 s for every agent process of this instance to be gone (a process killed with
+    /// its group may take a moment to leave `/proc`); returns those still there.
+    pub async fn agent_pids_after_exit(&self) -> Vec<i32> {
+        for _ in 0..60 {
+            if self.agent_pids().is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        self.agent_pids()
+    }
+}
+
 impl Drop for QwenStdio {
     fn drop(&mut self) {
         let _ = self.model.kill();

@@ -170,11 +170,8 @@ async fn stdio_child_qwen_acp_silent_command_timeout_approval_and_text() {
     let Some(qwen) = qwen() else { return };
     let dir = tempfile::tempdir().expect("tmp");
     scenario(child_config(&dir, &qwen)).await;
-    assert!(
-        qwen.agent_pids().is_empty(),
-        "the child ended with the bridge: {:?}",
-        qwen.agent_pids()
-    );
+    let left = qwen.agent_pids_after_exit().await;
+    assert!(left.is_empty(), "the child ended with the bridge: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +185,13 @@ async fn agent_host_qwen_acp_silent_command_timeout_approval_and_text() {
     cfg.daemon.token = Some(host.token().to_owned().into());
     scenario(cfg).await;
     host.shutdown().await;
-    assert!(qwen.agent_pids().is_empty(), "agent-host ended its child");
+    let left: Vec<String> = qwen
+        .agent_pids_after_exit()
+        .await
+        .iter()
+        .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+        .collect();
+    assert!(left.is_empty(), "agent-host ended its child: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,5 +263,6 @@ async fn killing_the_stdio_child_mid_command_says_so_once_restarts_it_and_the_ne
         "the child was started again once"
     );
     app.shutdown().await;
-    assert!(qwen.agent_pids().is_empty(), "no agent process left");
+    let left = qwen.agent_pids_after_exit().await;
+    assert!(left.is_empty(), "no agent process left: {left:?}");
 }
