@@ -120,7 +120,8 @@ struct Slot {
 struct Hub {
     routes: Mutex<Routes>,
     children: Mutex<HashMap<u64, Slot>>,
-    internal: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// The host's own calls (initialize, session/load of a new per-session child), by host id.
+    internal: Mutex<HashMap<String, (u64, oneshot::Sender<Value>)>>,
     command: AgentCommand,
     mode: Mode,
     next: AtomicU64,
@@ -319,7 +320,7 @@ impl Hub {
     ) -> Result<Value, String> {
         let host_id = format!("i{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
-        lock(&self.internal).insert(Value::String(host_id.clone()).to_string(), tx);
+        lock(&self.internal).insert(Value::String(host_id.clone()).to_string(), (child, tx));
         let msg = json!({"jsonrpc": "2.0", "id": host_id, "method": method, "params": params});
         self.to_child(child, msg.to_string()).await;
         let answer = tokio::time::timeout(Duration::from_secs(60), rx)
@@ -373,7 +374,7 @@ impl Hub {
             && (msg.get("result").is_some() || msg.get("error").is_some());
         if is_answer {
             let key = msg.get("id").map(Value::to_string).unwrap_or_default();
-            if let Some(tx) = lock(&self.internal).remove(&key) {
+            if let Some((_, tx)) = lock(&self.internal).remove(&key) {
                 let _ = tx.send(msg);
                 return;
             }
@@ -622,7 +623,8 @@ impl Hub {
             };
             (calls, conns)
         };
-        lock(&self.internal).retain(|_, tx| !tx.is_closed());
+        // The host's own calls to it fail now ("exited before answering"), not after a timeout.
+        lock(&self.internal).retain(|_, (child, _)| *child != id);
         for call in calls {
             if let Some(tx) = conns.get(&call.conn) {
                 let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again")}});
@@ -688,8 +690,11 @@ async fn reap(hub: Arc<Hub>, idle: Duration) {
             () = hub.shutdown.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let busy: std::collections::HashSet<u64> =
+        // A child with a call in flight — a client's or the host's own (a child still starting is
+        // being initialised) — is never idle.
+        let mut busy: std::collections::HashSet<u64> =
             lock(&hub.routes).calls.values().map(|c| c.child).collect();
+        busy.extend(lock(&hub.internal).values().map(|(child, _)| *child));
         for (id, slot) in lock(&hub.children).iter() {
             if !busy.contains(id) && slot.last.elapsed() >= idle {
                 tracing::info!(child = id, "ending an idle agent process");
@@ -760,14 +765,29 @@ async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), St
         }
         let _ = sink.close().await;
     });
+    // Frames are handled in order on their own task, so this loop keeps reading (and answering the
+    // client's pings) while a frame waits for a per-session child to start.
+    let (frames, mut queue) = mpsc::channel::<Vec<u8>>(256);
+    let worker = {
+        let hub = hub.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = queue.recv().await {
+                hub.on_client_frame(conn, &frame).await;
+            }
+        })
+    };
     loop {
         let frame = tokio::select! {
             () = hub.shutdown.cancelled() => break,
             f = stream.next() => f,
         };
         match frame {
-            Some(Ok(Message::Text(text))) => hub.on_client_frame(conn, text.as_bytes()).await,
-            Some(Ok(Message::Binary(bytes))) => hub.on_client_frame(conn, &bytes).await,
+            Some(Ok(Message::Text(text))) => {
+                let _ = frames.send(text.as_bytes().to_vec()).await;
+            }
+            Some(Ok(Message::Binary(bytes))) => {
+                let _ = frames.send(bytes.to_vec()).await;
+            }
             Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
             Some(Ok(_)) => {}
         }
@@ -776,6 +796,8 @@ async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), St
             break;
         }
     }
+    drop(frames);
+    worker.abort();
     lock(&hub.routes).conns.remove(&conn);
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     Ok(())
