@@ -530,6 +530,44 @@ check("secrets.values lacks CHAT_BRIDGE_SLACK__APP_TOKEN, CHAT_BRIDGE_DATABASE__
       "secrets.values without the app token: NOTES.txt names what is missing")
 check("WARNING: no token" not in chart_notes(prod), "an existingSecret: no token warning (the chart cannot see it)")
 
+print("chart: a sidecar agent through agent-host")
+sidecar = copy.deepcopy(with_users)
+sidecar["agent"] = {"enabled": True, "image": {"repository": "ghcr.io/example/qwen-code", "tag": "0.24.4"},
+                    "command": ["qwen", "--acp"], "env": [{"name": "OPENAI_MODEL", "value": "qwen3-coder"}]}
+lint(sidecar, "agent sidecar")
+docs = render(sidecar, "agent sidecar")
+validate_k8s(docs, "agent sidecar")
+deployment_is_hardened(docs, "agent sidecar", sidecar)
+pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+agent = [c for c in pod["containers"] if c["name"] == "agent"]
+check(len(agent) == 1 and agent[0]["command"][:5] == ["/opt/agent-host/chat-bridge", "agent-host", "--listen", "127.0.0.1:7071", "--cwd"]
+      and agent[0]["command"][-3:] == ["--", "qwen", "--acp"],
+      "agent sidecar: agent-host on loopback runs the agent's command")
+token = [e for e in agent[0]["env"] if e["name"] == "CHAT_BRIDGE_AGENT_HOST_TOKEN"] if agent else []
+check(token and token[0]["valueFrom"]["secretKeyRef"]["key"] == "CHAT_BRIDGE_DAEMON__TOKEN",
+      "agent sidecar: agent-host's token is the bridge's CHAT_BRIDGE_DAEMON__TOKEN")
+mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in pod["containers"]}
+check(mounts.get("agent", {}).get("work") == "/work" and mounts["chat-bridge"].get("work") == "/work",
+      "agent sidecar: the workspace volume is shared at /work")
+check([c["name"] for c in pod.get("initContainers", [])] == ["agent-host-binary"],
+      "agent sidecar: an init container copies the chat-bridge binary for agent-host")
+config = by_kind(docs, "ConfigMap")[0]["data"]["config.toml"]
+check('url = "ws://127.0.0.1:7071/acp"' in config, "agent sidecar: the bridge's daemon.url is agent-host on loopback")
+config_is_accepted_by_the_binary(docs, "agent sidecar", {**slack_tokens, "CHAT_BRIDGE_DAEMON__TOKEN": "a-long-enough-token-for-the-host"})
+both = copy.deepcopy(sidecar)
+both["config"]["daemon"]["url"] = "ws://elsewhere:4000/acp"
+render_fails(both, "agent.enabled with config.daemon.url", "leave config.daemon.url and config.daemon.command unset")
+no_image = copy.deepcopy(sidecar)
+no_image["agent"]["image"]["repository"] = ""
+try:
+    chart.validate_schema(no_image)
+    check(False, "schema refuses agent.enabled without an image")
+except helm.HelmError:
+    check(True, "schema refuses agent.enabled without an image")
+print("chart: no sidecar by default")
+check(all(c["name"] != "agent" for c in by_kind(render(with_users, "default"), "Deployment")[0]["spec"]["template"]["spec"]["containers"]),
+      "defaults: no agent sidecar")
+
 print("docs/openapi.json")
 with open(os.path.join(ROOT, "docs", "openapi.json")) as f:
     spec = json.load(f)

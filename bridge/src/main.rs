@@ -39,6 +39,9 @@ struct Cli {
 enum Command {
     /// Run the built-in ACP daemon: each prompt is a shell command run in a PTY.
     ShellAgent(ShellAgentArgs),
+    /// Serve a stdio ACP agent (`-- qwen --acp`) over WebSocket `/acp` with a bearer token, so it can
+    /// run next to the repository while the bridge runs elsewhere.
+    AgentHost(AgentHostArgs),
     /// Apply the database migrations (also done at start-up); safe to run again.
     Migrate,
     /// Reads the configuration (file, environment, flags) and says what it would run; exits 1 with
@@ -126,6 +129,55 @@ struct ShellAgentArgs {
     /// Output kept per command, in bytes (the tail is kept).
     #[arg(long, default_value_t = 1 << 20)]
     output_cap: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct AgentHostArgs {
+    /// Address to listen on; a non-loopback address needs a token.
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Bearer token clients must send, at least 16 characters; generated and printed when not given
+    /// (loopback only).
+    #[arg(long, env = AGENT_HOST_TOKEN, hide_env_values = true, value_parser = secret)]
+    token: Option<SecretString>,
+    /// The agent's working directory (its repository).
+    #[arg(long)]
+    cwd: Option<std::path::PathBuf>,
+    /// One agent process per session instead of one for all; each is ended after `--idle` without
+    /// traffic and started again (the session reloaded) at its next message.
+    #[arg(long)]
+    per_session: bool,
+    /// With `--per-session`: how long a session's agent process may sit idle.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    idle: Duration,
+    /// The agent's command line, after `--`: `-- qwen --acp`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// The agent-host subcommand's token variable (read outside the configuration).
+const AGENT_HOST_TOKEN: &str = "CHAT_BRIDGE_AGENT_HOST_TOKEN";
+
+async fn agent_host(args: AgentHostArgs) -> anyhow::Result<()> {
+    chat_bridge::config::check_variable_names(env().iter().map(|(k, _)| k.as_str()))?;
+    let token = args.token.map(|t| t.expose_secret().to_owned());
+    let mut command = daemon_client::AgentCommand::new(args.command)?;
+    command.cwd = args.cwd;
+    let mode = if args.per_session {
+        shell_agent::host::Mode::PerSession { idle: args.idle }
+    } else {
+        shell_agent::host::Mode::Shared
+    };
+    let host = shell_agent::AgentHost::start_with(args.listen, token, command, mode)
+        .await
+        .context("starting agent-host")?;
+    println!("agent-host listening on {}", host.url());
+    if host.token_was_generated() {
+        println!("token: {}", host.token());
+    }
+    shutdown_signal().cancelled().await;
+    host.shutdown().await;
+    Ok(())
 }
 
 /// A secret flag: kept as a [`SecretString`], so the parsed command line never prints it (S2).
@@ -277,10 +329,11 @@ fn check_config(cfg: &Config) -> anyhow::Result<()> {
     println!(
         "configuration ok: {label} {names}; access {access}; database {}; daemon {}; http {}",
         mask_url(&cfg.database.url),
-        cfg.daemon
-            .url
-            .as_deref()
-            .map_or_else(|| "the built-in shell agent".to_owned(), mask_url),
+        match (&cfg.daemon.url, &cfg.daemon.command) {
+            (_, Some(argv)) => format!("the child agent {}", argv.join(" ")),
+            (Some(url), None) => mask_url(url),
+            (None, None) => "the built-in shell agent".to_owned(),
+        },
         cfg.http.listen.as_deref().unwrap_or("off"),
     );
     Ok(())
@@ -371,6 +424,7 @@ async fn run() -> ExitCode {
     let result = match cli.command.take() {
         // The standalone agent reads its flags, not the bridge's configuration.
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
+        Some(Command::AgentHost(args)) => agent_host(args).await,
         command => match load_config(&cli) {
             Ok(cfg) => run_command(&cfg, command).await,
             Err(e) => Err(e),
@@ -399,6 +453,7 @@ async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<(
             chat_bridge::startup::run(cfg, shutdown_signal()).await
         }
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
+        Some(Command::AgentHost(args)) => agent_host(args).await,
         Some(Command::Migrate) => migrate(cfg).await,
         Some(Command::CheckConfig) => check_config(cfg),
         Some(Command::History(cmd)) => history(cfg, cmd).await,

@@ -77,5 +77,50 @@ fn whole_captures(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, heartbeat, whole_captures);
+/// P1 with the stdio framing: heartbeats as newline-delimited lines in the child's stdout buffer,
+/// each read out with `read_until` (a copy into the line buffer, as `stdio::read_line` does) and then
+/// decoded. Both sides pay the same framing; the ratio is what the transport leaves of P1.
+fn stdio_heartbeat(c: &mut Criterion) {
+    use std::io::BufRead;
+    let frames = capture("shell-heartbeat-completed.jsonl");
+    let hb = frames
+        .iter()
+        .find(|f| std::str::from_utf8(f).is_ok_and(|s| s.contains("shellProgress")))
+        .cloned()
+        .unwrap_or_default();
+    const LINES: usize = 64;
+    let mut stream = Vec::with_capacity((hb.len() + 1) * LINES);
+    for _ in 0..LINES {
+        stream.extend_from_slice(&hb);
+        stream.push(b'\n');
+    }
+    let mut g = c.benchmark_group("stdio_heartbeat");
+    g.throughput(Throughput::Bytes(stream.len() as u64));
+    g.bench_function("lines_value_parse_baseline", |b| {
+        b.iter(|| {
+            let mut reader = std::io::BufReader::new(black_box(&stream[..]));
+            let mut line = Vec::with_capacity(512);
+            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                line.pop();
+                black_box(serde_json::from_slice::<serde_json::Value>(&line).ok());
+                line.clear();
+            }
+        });
+    });
+    let mut classifier = Classifier::new();
+    g.bench_function("lines_classify", |b| {
+        b.iter(|| {
+            let mut reader = std::io::BufReader::new(black_box(&stream[..]));
+            let mut line = Vec::with_capacity(512);
+            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                line.pop();
+                black_box(classifier.classify(&line));
+                line.clear();
+            }
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, heartbeat, whole_captures, stdio_heartbeat);
 criterion_main!(benches);

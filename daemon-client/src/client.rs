@@ -1,11 +1,15 @@
 //! The daemon client: JSON-RPC correlation, typed ACP calls, and the reconnecting connection.
 //!
-//! One [`DaemonClient`] holds one WebSocket to the daemon and multiplexes any number of sessions over
+//! One [`DaemonClient`] holds one connection to the daemon — a WebSocket, or a child process's stdio
+//! (the transport seam is `transport::Link`) — and multiplexes any number of sessions over
 //! it. Inbound frames are classified in arrival order and delivered on one [`EventStream`]; responses
 //! to our requests resolve the awaiting call. A `session/prompt` in flight when the connection drops
 //! is kept: after reconnecting, the client re-initialises, `session/load`s every session with an open
 //! turn and reports [`DaemonEvent::Reconnected`]; the turn then ends with the daemon's vendor
-//! "turn complete" notification, or fails with [`Error::SessionLost`].
+//! "turn complete" notification, or fails with [`Error::SessionLost`]. A child agent that exits takes
+//! its turns with it: their prompts fail with [`Error::AgentExited`], the child is started again with
+//! the same backoff, and sessions are `session/load`ed lazily before their next prompt (L6) when the
+//! agent can load sessions.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -13,21 +17,20 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use rand::Rng;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::classify::{Classifier, ClassifierStats, Inbound, parse_stop_reason};
 use crate::error::Error;
 use crate::event::{DaemonEvent, PermissionOutcome, PermissionRequest, StopReason};
 use crate::ids::{RequestId, SessionId};
-use crate::transport::{self, Token, Ws};
+use crate::stdio::AgentCommand;
+use crate::transport::{self, Incoming, Link, Token};
 
 /// ACP protocol version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -40,8 +43,10 @@ pub type PermissionPolicy =
 /// How to reach the daemon and how patient to be.
 #[derive(Clone)]
 pub struct ClientConfig {
-    /// `ws://host:port/acp` or `wss://…`.
+    /// `ws://host:port/acp` or `wss://…`; for a child agent, its label (`stdio:<program>`).
     pub url: String,
+    /// A child agent spoken to over stdio; when set, `url` and `token` are not used.
+    pub command: Option<AgentCommand>,
     /// Bearer token, if the daemon requires one.
     pub token: Option<Token>,
     /// Largest frame accepted (qwen sends a ~570 kB skills list); default 16 MiB.
@@ -72,6 +77,7 @@ impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientConfig")
             .field("url", &crate::mask::mask_url(&self.url))
+            .field("command", &self.command)
             .field("token", &self.token)
             .field("max_frame_size", &self.max_frame_size)
             .field("request_timeout", &self.request_timeout)
@@ -89,6 +95,7 @@ impl ClientConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            command: None,
             token: None,
             max_frame_size: 16 << 20,
             connect_timeout: Duration::from_secs(10),
@@ -101,6 +108,14 @@ impl ClientConfig {
             permission_policy: None,
             session_mode: None,
         }
+    }
+
+    /// Defaults for a child agent on stdio.
+    #[must_use]
+    pub fn stdio(command: AgentCommand) -> Self {
+        let mut cfg = Self::new(command.label());
+        cfg.command = Some(command);
+        cfg
     }
 
     /// Sets the bearer token.
@@ -273,7 +288,11 @@ struct Shared {
     generation: AtomicU64,
     replays: Mutex<Replays>,
     replay_end: Mutex<ReplayEnd>,
-    out: Mutex<Option<mpsc::Sender<Message>>>,
+    out: Mutex<Option<mpsc::Sender<String>>>,
+    /// What the last `initialize` said: capabilities gate `session/load`.
+    agent: Mutex<Option<AgentInfo>>,
+    /// Whether the current connection is a child process (its exit ends its turns).
+    child: std::sync::atomic::AtomicBool,
     events: mpsc::Sender<DaemonEvent>,
     reconnects: AtomicU64,
     shutdown: CancellationToken,
@@ -317,12 +336,14 @@ impl DaemonClient {
             replays: Mutex::new(Replays::default()),
             replay_end: Mutex::new(ReplayEnd::WithResponse),
             out: Mutex::new(None),
+            agent: Mutex::new(None),
+            child: std::sync::atomic::AtomicBool::new(false),
             events,
             reconnects: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
         });
-        let ws = shared.open().await?;
-        let io = Shared::spawn_connection(&shared, ws);
+        let link = shared.open().await?;
+        let io = Shared::spawn_connection(&shared, link);
         let client = Self {
             shared: shared.clone(),
         };
@@ -500,8 +521,12 @@ fn permission_answer(id: &RequestId, outcome: &PermissionOutcome) -> Value {
 }
 
 impl Shared {
-    async fn open(&self) -> Result<Ws, Error> {
+    async fn open(&self) -> Result<Link, Error> {
         let c = &self.cfg;
+        if let Some(command) = &c.command {
+            return crate::stdio::spawn(command, c.max_frame_size)
+                .map(|l| Link::Stdio(Box::new(l)));
+        }
         transport::connect(
             &c.url,
             c.token.as_ref(),
@@ -509,13 +534,33 @@ impl Shared {
             c.connect_timeout,
         )
         .await
+        .map(|ws| Link::Ws(Box::new(ws)))
     }
 
     async fn send(&self, msg: Value) -> Result<(), Error> {
-        let tx = lock(&self.out).clone().ok_or(Error::ConnectionLost)?;
-        tx.send(Message::text(msg.to_string()))
+        let tx = self.sender().await?;
+        tx.send(msg.to_string())
             .await
             .map_err(|_| Error::ConnectionLost)
+    }
+
+    /// The current connection's writer. While a child agent is being started again (a matter of a
+    /// backoff step and a spawn), a call waits for it up to `connect_timeout` rather than failing:
+    /// a message sent just after the child died runs on the next one.
+    async fn sender(&self) -> Result<mpsc::Sender<String>, Error> {
+        let deadline = Instant::now() + self.cfg.connect_timeout;
+        loop {
+            if let Some(tx) = lock(&self.out).clone() {
+                return Ok(tx);
+            }
+            if !self.child.load(Ordering::SeqCst)
+                || self.shutdown.is_cancelled()
+                || Instant::now() >= deadline
+            {
+                return Err(Error::ConnectionLost);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     async fn call(
@@ -593,16 +638,26 @@ impl Shared {
         } else {
             ReplayEnd::WithResponse
         };
-        Ok(AgentInfo {
+        let info = AgentInfo {
             protocol_version,
             load_session,
             images,
             workspace,
-        })
+        };
+        *lock(&self.agent) = Some(info.clone());
+        Ok(info)
     }
 
     /// `session/load`; its replay is marked as such from the moment the request is sent (L6).
     async fn load(&self, session: &SessionId, cwd: &std::path::Path) -> Result<(), Error> {
+        if lock(&self.agent).as_ref().is_some_and(|a| !a.load_session) {
+            // Asking would only earn a "method not found": answer as the agent would.
+            return Err(Error::Rpc {
+                method: "session/load",
+                code: -32601,
+                message: "the agent cannot load sessions (no loadSession capability)".into(),
+            });
+        }
         lock(&self.replays).active.insert(session.clone());
         let loaded = self
             .call(
@@ -678,24 +733,26 @@ impl Shared {
         let _ = self.events.send(event).await;
     }
 
-    fn spawn_connection(this: &Arc<Self>, ws: Ws) -> JoinHandle<String> {
+    fn spawn_connection(this: &Arc<Self>, link: Link) -> JoinHandle<String> {
         let (tx, rx) = mpsc::channel(256);
+        this.child.store(link.is_child(), Ordering::SeqCst);
         this.generation.fetch_add(1, Ordering::SeqCst);
         *lock(&this.replays) = Replays::default();
         *lock(&this.out) = Some(tx);
-        tokio::spawn(Self::run_connection(this.clone(), ws, rx))
+        tokio::spawn(Self::run_connection(this.clone(), link, rx))
     }
 
     /// Reads and writes one connection until it ends; returns why it ended.
     async fn run_connection(
         self: Arc<Self>,
-        mut ws: Ws,
-        mut out: mpsc::Receiver<Message>,
+        mut link: Link,
+        mut out: mpsc::Receiver<String>,
     ) -> String {
         let mut ping = tokio::time::interval_at(
             Instant::now() + self.cfg.ping_interval,
             self.cfg.ping_interval,
         );
+        let pings = link.pings();
         let mut pong_deadline: Option<Instant> = None;
         loop {
             let pong_wait = async {
@@ -706,32 +763,35 @@ impl Shared {
             };
             tokio::select! {
                 () = self.shutdown.cancelled() => {
-                    let _ = ws.close(None).await;
+                    link.close().await;
                     return "client closed".into();
                 }
                 msg = out.recv() => {
-                    let Some(msg) = msg else { return "client closed".into() };
-                    if let Err(e) = ws.send(msg).await {
-                        return format!("send failed: {e}");
+                    let Some(msg) = msg else {
+                        link.close().await;
+                        return "client closed".into();
+                    };
+                    if let Err(e) = link.send(msg).await {
+                        link.close().await;
+                        return e;
                     }
                 }
-                frame = ws.next() => match frame {
-                    Some(Ok(Message::Text(text))) => self.handle_frame(text.as_bytes()).await,
-                    Some(Ok(Message::Binary(bytes))) => self.handle_frame(&bytes).await,
-                    Some(Ok(Message::Pong(_))) => pong_deadline = None,
-                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => {}
-                    Some(Ok(Message::Close(frame))) => {
-                        return match frame {
-                            Some(f) => format!("the daemon closed the connection ({}: {})", f.code, f.reason),
-                            None => "the daemon closed the connection".into(),
-                        };
+                incoming = link.next() => match incoming {
+                    Incoming::Pong => pong_deadline = None,
+                    Incoming::Nothing => {}
+                    Incoming::Ended(reason) => {
+                        link.close().await;
+                        return reason;
                     }
-                    Some(Err(e)) => return format!("connection error: {e}"),
-                    None => return "the connection ended".into(),
+                    frame => {
+                        if let Some(bytes) = frame.bytes() {
+                            self.handle_frame(bytes).await;
+                        }
+                    }
                 },
-                _ = ping.tick() => {
-                    if let Err(e) = ws.send(Message::Ping(Vec::new().into())).await {
-                        return format!("ping failed: {e}");
+                _ = ping.tick(), if pings => {
+                    if let Err(e) = link.ping().await {
+                        return e;
                     }
                     pong_deadline.get_or_insert(Instant::now() + self.cfg.pong_timeout);
                 }
@@ -838,13 +898,21 @@ impl Shared {
         }
     }
 
-    /// Fails in-flight calls when a connection ends; prompts become orphans that wait for the turn.
-    fn on_disconnect(&self) {
+    /// Fails in-flight calls when a connection ends; prompts become orphans that wait for the turn —
+    /// unless the connection was a child process: its turns ended with it, and their prompts fail
+    /// with [`Error::AgentExited`].
+    fn on_disconnect(&self, reason: &str) {
         *lock(&self.out) = None;
         let pending: Vec<_> = lock(&self.pending).drain().collect();
+        let child = self.child.load(Ordering::SeqCst);
         let mut orphans = lock(&self.orphans);
         for (_, p) in pending {
             match (p.method, p.session) {
+                ("session/prompt", Some(_)) if child && !self.shutdown.is_cancelled() => {
+                    let _ = p.tx.send(Err(Error::AgentExited {
+                        reason: reason.to_owned(),
+                    }));
+                }
                 ("session/prompt", Some(session)) => {
                     orphans.insert(session, Orphan { tx: p.tx });
                 }
@@ -896,7 +964,7 @@ impl Shared {
             let reason = (&mut io)
                 .await
                 .unwrap_or_else(|e| format!("connection task failed: {e}"));
-            self.on_disconnect();
+            self.on_disconnect(&reason);
             if self.shutdown.is_cancelled() {
                 self.fail_orphans(|| Error::Closed);
                 self.emit(DaemonEvent::Closed { reason }).await;
@@ -917,14 +985,14 @@ impl Shared {
                     () = tokio::time::sleep(delay) => {}
                 }
                 match self.open().await {
-                    Ok(ws) => {
-                        let io = Self::spawn_connection(&self, ws);
+                    Ok(link) => {
+                        let io = Self::spawn_connection(&self, link);
                         match self.resume().await {
                             Ok(()) => break io,
                             Err(e) => {
                                 tracing::warn!(error = %e, attempt, "re-initialising the daemon connection failed");
                                 io.abort();
-                                self.on_disconnect();
+                                self.on_disconnect("re-initialising failed");
                             }
                         }
                     }

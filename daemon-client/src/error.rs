@@ -66,6 +66,21 @@ pub enum Error {
         /// The daemon's message.
         message: String,
     },
+    /// Retry later: the agent's command could not be started (not installed, not executable).
+    #[error("cannot start the agent {command}: {reason}")]
+    Spawn {
+        /// `stdio:<program>`.
+        command: String,
+        /// The operating system's words.
+        reason: String,
+    },
+    /// The agent process exited while the call was in flight and took its turn with it; the client
+    /// is starting it again.
+    #[error("{reason}; it was restarted")]
+    AgentExited {
+        /// How it ended (exit status or signal).
+        reason: String,
+    },
     /// The client was closed (shutdown, or a fatal connection error).
     #[error("the daemon client is closed")]
     Closed,
@@ -77,7 +92,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unreachable { .. } | Self::ConnectionLost | Self::Timeout { .. }
+            Self::Unreachable { .. }
+                | Self::ConnectionLost
+                | Self::Timeout { .. }
+                | Self::Spawn { .. }
+                | Self::AgentExited { .. }
         )
     }
 }

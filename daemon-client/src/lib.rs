@@ -1,6 +1,7 @@
 //! `daemon-client`: the bridge's only way to talk to an agent daemon.
 //!
-//! ACP (the Agent Client Protocol) over a WebSocket, as JSON-RPC 2.0 text frames in both directions.
+//! ACP (the Agent Client Protocol) over a WebSocket, as JSON-RPC 2.0 text frames in both directions,
+//! or over a child process's stdin/stdout, one JSON-RPC message per line.
 //! The layers stack the way the protocol does, and each is testable without the one above:
 //! the transport opens the socket, [`wire`] reads frames leniently, [`classify`] turns each frame
 //! into exactly one [`DaemonEvent`] (the F-rules of DESIGN.md §2), and [`client`] correlates
@@ -12,7 +13,9 @@
 //! - [`wire`]: borrowed serde types for the envelope and the ACP shapes we read.
 //! - [`event`]: `DaemonEvent` and the owned types it carries.
 //! - [`classify`]: bytes → `Inbound`, with the per-session F4 state.
-//! - `transport`: tungstenite + rustls (ring), bearer auth, frame limits.
+//! - `transport`: tungstenite + rustls (ring), bearer auth, frame limits; `Link`, the seam every
+//!   transport sits behind.
+//! - [`stdio`]: a child agent's newline-delimited JSON-RPC on stdin/stdout, its process group.
 //! - [`client`]: `DaemonClient` — JSON-RPC correlation, typed calls, ping/pong, reconnect.
 //! - [`liveness`]: idle/wall limits per turn, heartbeat-fed, clock-injected.
 //! - [`error`]: `Error`, named for what the caller does next.
@@ -25,6 +28,7 @@ pub mod event;
 pub mod ids;
 pub mod liveness;
 pub mod mask;
+pub mod stdio;
 mod transport;
 pub mod wire;
 
@@ -41,4 +45,5 @@ pub use event::{
 pub use ids::{RequestId, SessionId, ToolCallId};
 pub use liveness::{EndCause, Liveness, LivenessConfig, Stall, StallKind};
 pub use mask::mask_url;
+pub use stdio::{AgentCommand, EmptyCommand};
 pub use transport::{Token, install_crypto_provider};

@@ -110,3 +110,124 @@ pub(crate) async fn connect(
         }),
     }
 }
+
+/// One open connection to an agent, whichever way it is reached: the seam below JSON-RPC. The
+/// client's connection loop speaks only to this, so correlation, classification, liveness and
+/// reconnect are one code path for every transport.
+pub(crate) enum Link {
+    /// A WebSocket to a daemon's `/acp`.
+    Ws(Box<Ws>),
+    /// A child process speaking newline-delimited JSON-RPC on stdio.
+    Stdio(Box<crate::stdio::StdioLink>),
+}
+
+/// One inbound event of a [`Link`].
+pub(crate) enum Incoming {
+    /// A WebSocket text or binary frame.
+    Message(tungstenite::Message),
+    /// One line from a child's stdout.
+    Line(Vec<u8>),
+    /// Nothing for the layers above (a ping, a skipped oversized line).
+    Nothing,
+    /// The answer to our ping.
+    Pong,
+    /// The link ended; why.
+    Ended(String),
+}
+
+impl Incoming {
+    /// The JSON-RPC bytes this carries, if any.
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Message(tungstenite::Message::Text(t)) => Some(t.as_bytes()),
+            Self::Message(tungstenite::Message::Binary(b)) => Some(b),
+            Self::Line(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+impl Link {
+    /// Whether the link is pinged (L4). A child's liveness is its process: it ends with its stdout.
+    pub(crate) fn pings(&self) -> bool {
+        matches!(self, Self::Ws(_))
+    }
+
+    /// Whether losing this link loses the agent's running turns (a child that exited took them
+    /// with it), rather than only our view of them (a daemon across a network keeps running).
+    pub(crate) fn is_child(&self) -> bool {
+        matches!(self, Self::Stdio(_))
+    }
+
+    pub(crate) async fn send(&mut self, text: String) -> Result<(), String> {
+        match self {
+            Self::Ws(ws) => {
+                use futures_util::SinkExt;
+                ws.send(tungstenite::Message::text(text))
+                    .await
+                    .map_err(|e| format!("send failed: {e}"))
+            }
+            Self::Stdio(child) => child.send(&text).await,
+        }
+    }
+
+    pub(crate) async fn ping(&mut self) -> Result<(), String> {
+        match self {
+            Self::Ws(ws) => {
+                use futures_util::SinkExt;
+                ws.send(tungstenite::Message::Ping(Vec::new().into()))
+                    .await
+                    .map_err(|e| format!("ping failed: {e}"))
+            }
+            Self::Stdio(_) => Ok(()),
+        }
+    }
+
+    /// The next inbound event; cancel-safe.
+    pub(crate) async fn next(&mut self) -> Incoming {
+        use tungstenite::Message;
+        match self {
+            Self::Ws(ws) => {
+                use futures_util::StreamExt;
+                match ws.next().await {
+                    Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => Incoming::Message(m),
+                    Some(Ok(Message::Pong(_))) => Incoming::Pong,
+                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => Incoming::Nothing,
+                    Some(Ok(Message::Close(frame))) => Incoming::Ended(match frame {
+                        Some(f) => format!(
+                            "the daemon closed the connection ({}: {})",
+                            f.code, f.reason
+                        ),
+                        None => "the daemon closed the connection".into(),
+                    }),
+                    Some(Err(e)) => Incoming::Ended(format!("connection error: {e}")),
+                    None => Incoming::Ended("the connection ended".into()),
+                }
+            }
+            Self::Stdio(child) => match child.recv().await {
+                crate::stdio::Read::Line(l) if l.iter().all(u8::is_ascii_whitespace) => {
+                    Incoming::Nothing
+                }
+                crate::stdio::Read::Line(l) => Incoming::Line(l),
+                crate::stdio::Read::TooLong(n) => {
+                    tracing::warn!(
+                        bytes = n,
+                        "a line from the agent longer than the frame limit was skipped"
+                    );
+                    Incoming::Nothing
+                }
+                crate::stdio::Read::Ended(why) => Incoming::Ended(why),
+            },
+        }
+    }
+
+    /// Ends the link: a WebSocket close, or the child and its process group ended and reaped.
+    pub(crate) async fn close(&mut self) {
+        match self {
+            Self::Ws(ws) => {
+                let _ = ws.close(None).await;
+            }
+            Self::Stdio(child) => child.close().await,
+        }
+    }
+}

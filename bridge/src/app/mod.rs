@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use daemon_client::{ClientConfig, DaemonClient, LivenessConfig};
+use daemon_client::{AgentCommand, ClientConfig, DaemonClient, LivenessConfig};
 use secrecy::ExposeSecret;
 use shell_agent::{AgentConfig, ShellAgent};
 use tokio::sync::Notify;
@@ -170,7 +170,22 @@ impl Application {
                 tracing::info!(released, "released outbox claims left by a previous run");
             }
         }
+        let command = match &cfg.daemon.command {
+            Some(argv) => {
+                let mut c = AgentCommand::new(argv.clone()).context("daemon.command")?;
+                c.env = cfg
+                    .daemon
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                c.cwd.clone_from(&cfg.daemon.cwd);
+                Some(c)
+            }
+            None => None,
+        };
         let (agent, url, token) = match &cfg.daemon.url {
+            _ if command.is_some() => (None, String::new(), None),
             Some(url) => (
                 None,
                 url.clone(),
@@ -193,7 +208,11 @@ impl Application {
                 (Some(agent), url, Some(token))
             }
         };
-        let mut client_cfg = ClientConfig::new(&url);
+        let mut client_cfg = match command {
+            Some(c) => ClientConfig::stdio(c),
+            None => ClientConfig::new(&url),
+        };
+        let url = client_cfg.url.clone();
         if let Some(t) = token {
             client_cfg = client_cfg.with_token(t);
         }

@@ -37,10 +37,11 @@ impl fmt::Debug for Flags {
 /// `CHAT_BRIDGE_*` variables the product and its scripts read outside the configuration: the config
 /// file's path, the log filter, the standalone shell-agent's token, and the test and chart scripts'
 /// own settings.
-pub const OTHER_VARIABLES: [&str; 6] = [
+pub const OTHER_VARIABLES: [&str; 7] = [
     "CHAT_BRIDGE_CONFIG",
     "CHAT_BRIDGE_LOG",
     "CHAT_BRIDGE_SHELL_AGENT_TOKEN",
+    "CHAT_BRIDGE_AGENT_HOST_TOKEN",
     "CHAT_BRIDGE_SHARED_DIR",
     "CHAT_BRIDGE_BIN",
     "CHAT_BRIDGE_CHART_VENV",
@@ -214,6 +215,8 @@ impl Config {
             // other keys read TOML (`true`, `5`, `["U1"]`, `90` seconds).
             let value = match keys.get(&(section.clone(), key.clone())) {
                 _ if secret => toml::Value::String(value),
+                // An optional list: unset by default, so its default does not say it is one.
+                _ if (section.as_str(), key.as_str()) == ("daemon", "command") => env_value(&value),
                 Some(serde_json::Value::String(_) | serde_json::Value::Null) => {
                     toml::Value::String(value)
                 }

@@ -89,8 +89,14 @@ impl Default for Database {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Daemon {
-    /// The daemon's `/acp` URL; unset runs the built-in shell agent in-process.
+    /// The daemon's `/acp` URL; unset (with no `command`) runs the built-in shell agent in-process.
     pub url: Option<String>,
+    /// A stdio ACP agent the bridge runs as its child, program and arguments (`["qwen", "--acp"]`);
+    /// exclusive with `url`.
+    pub command: Option<Vec<String>>,
+    /// Variables added to the child's environment (`command` only). Not for secrets: the child
+    /// inherits the bridge's environment (minus `CHAT_BRIDGE_*`), which is where API keys belong.
+    pub env: std::collections::BTreeMap<String, String>,
     /// Bearer token (environment only: `CHAT_BRIDGE_DAEMON__TOKEN`).
     #[serde(with = "secret::optional")]
     pub token: Option<SecretString>,
@@ -98,7 +104,8 @@ pub struct Daemon {
     pub token_file: Option<PathBuf>,
     /// Sent with `session/set_mode` for new sessions (qwen: `yolo`, `default`, …).
     pub mode: Option<String>,
-    /// Working directory for new sessions; default the current directory.
+    /// Working directory for new sessions (and of a `command` agent); default the current
+    /// directory.
     pub cwd: Option<PathBuf>,
 }
 

@@ -103,6 +103,27 @@ impl Config {
                 mask_url(&self.database.url)
             ));
         }
+        match (&self.daemon.url, &self.daemon.command) {
+            (Some(_), Some(_)) => problems.push(
+                "daemon.url and daemon.command are exclusive: set daemon.url for an agent reached over WebSocket, or daemon.command for one the bridge runs over stdio".into(),
+            ),
+            (None, Some(argv)) => {
+                if argv.first().is_none_or(|p| p.trim().is_empty()) {
+                    problems.push(
+                        "daemon.command is empty: give the agent's program and its arguments, e.g. [\"qwen\", \"--acp\"]".into(),
+                    );
+                }
+                if self.daemon.token.is_some() || self.daemon.token_file.is_some() {
+                    problems.push(
+                        "daemon.token and daemon.token_file are for daemon.url; an agent run with daemon.command needs none: unset them".into(),
+                    );
+                }
+            }
+            (_, None) if !self.daemon.env.is_empty() => problems.push(
+                "daemon.env is the environment of a daemon.command agent; without daemon.command it has no effect: unset it".into(),
+            ),
+            _ => {}
+        }
         if let Some(url) = &self.daemon.url {
             let lower = url.to_ascii_lowercase();
             let host = lower

@@ -59,6 +59,10 @@ pub enum PromptEnd {
     Answered,
     /// The daemon no longer has the session (it restarted while the connection was down).
     SessionLost(String),
+    /// The agent process (a `daemon.command` child) exited and took the turn with it; it is being
+    /// started again. The session stays: it is loaded again before the next prompt when the agent
+    /// can load sessions, else a new one is opened.
+    AgentExited(String),
     /// The bridge is stopping and closed the connection: the turn stays open for the next start (D3).
     Stopping,
     /// Any other failure, in words for the thread.

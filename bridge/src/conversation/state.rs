@@ -386,6 +386,25 @@ impl State {
                     Effect::EndTurnAs(TurnStatus::Interrupted),
                 ]
             }
+            PromptEnd::AgentExited(reason) => {
+                let tools = self
+                    .interrupt_tools()
+                    .into_iter()
+                    .map(|(call, title)| (scoped_id(self.session.as_ref(), &call), title))
+                    .collect();
+                // The restarted agent has not loaded the session yet (L6).
+                self.session_ready = false;
+                vec![
+                    Effect::InterruptTools(tools),
+                    Effect::Notice(
+                        crate::channel::Tone::Error,
+                        format!(
+                            "The agent stopped during this turn ({reason}) and is being started again; the turn was interrupted. Send the message again if it still matters."
+                        ),
+                    ),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ]
+            }
             PromptEnd::Failed(e) => vec![
                 Effect::Notice(
                     crate::channel::Tone::Error,

@@ -122,6 +122,13 @@ with the reason instead of rendering a release whose pods crash-loop. */}}
 {{- fail (printf "config.%s: secrets belong in secrets.values or existingSecret, never in config (set it as %s)" . (printf "CHAT_BRIDGE_%s__%s" (index $parts 0) (index $parts 1) | upper)) }}
 {{- end }}
 {{- end }}
+{{- /* A sidecar agent is reached through agent-host: the daemon's address is the chart's to set. */}}
+{{- if .Values.agent.enabled }}
+{{- $daemon := default dict $config.daemon }}
+{{- if or (hasKey $daemon "url") (hasKey $daemon "command") }}
+{{- fail "agent.enabled: the chart wires the sidecar agent through agent-host on loopback; leave config.daemon.url and config.daemon.command unset" }}
+{{- end }}
+{{- end }}
 {{- /* SIGTERM drains the outbox for drain_timeout; the shutdown then needs up to 3 s more. */}}
 {{- $drain := dig "service" "drain_timeout" "20s" $config }}
 {{- $drainMs := include "chat-bridge.milliseconds" $drain | int64 }}

@@ -337,3 +337,68 @@ fn s3_check_config_refuses_database_urls_start_up_could_not_read_and_clashing_po
     .expect_err("same port");
     assert!(err.to_string().contains("same port"), "{err}");
 }
+
+#[test]
+fn daemon_command_runs_a_stdio_agent_with_its_env_and_is_exclusive_with_url() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("cb.toml");
+    std::fs::write(
+        &path,
+        "[daemon]\ncommand = [\"qwen\", \"--acp\"]\ncwd = \"/srv/repo\"\n[daemon.env]\nQWEN_MODEL = \"m\"\n",
+    )
+    .expect("write");
+    let c = Config::load(Some(&path), env(&[]), &Flags::default()).expect("load");
+    assert_eq!(
+        c.daemon.command.as_deref(),
+        Some(&["qwen".to_owned(), "--acp".to_owned()][..])
+    );
+    assert_eq!(
+        c.daemon.env.get("QWEN_MODEL").map(String::as_str),
+        Some("m")
+    );
+    let from_env = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_DAEMON__COMMAND", "[\"goose\", \"acp\"]")]),
+        &Flags::default(),
+    )
+    .expect("an environment override");
+    assert_eq!(from_env.daemon.command.map(|c| c.len()), Some(2));
+
+    let both = Config::load(
+        Some(&path),
+        env(&[("CHAT_BRIDGE_DAEMON__URL", "ws://127.0.0.1:1/acp")]),
+        &Flags::default(),
+    )
+    .expect_err("url and command together");
+    assert!(
+        both.to_string()
+            .contains("daemon.url and daemon.command are exclusive"),
+        "{both}"
+    );
+    let empty = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_DAEMON__COMMAND", "[]")]),
+        &Flags::default(),
+    )
+    .expect_err("an empty command");
+    assert!(
+        empty.to_string().contains("daemon.command is empty"),
+        "{empty}"
+    );
+    let token = Config::load(
+        Some(&path),
+        env(&[("CHAT_BRIDGE_DAEMON__TOKEN", "s3cret")]),
+        &Flags::default(),
+    )
+    .expect_err("a token with a command");
+    assert!(token.to_string().contains("needs none"), "{token}");
+    assert!(!token.to_string().contains("s3cret"));
+    let stray = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_DAEMON__ENV", "{\"A\" = \"1\"}")]),
+        &Flags::default(),
+    );
+    if let Err(e) = stray {
+        assert!(e.to_string().contains("daemon.env"), "{e}");
+    }
+}

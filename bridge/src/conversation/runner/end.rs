@@ -182,6 +182,7 @@ impl Runner {
             Err(daemon_client::Error::SessionLost { message, .. }) => {
                 PromptEnd::SessionLost(message)
             }
+            Err(daemon_client::Error::AgentExited { reason }) => PromptEnd::AgentExited(reason),
             // Our own connection closing at shutdown.
             Err(_) if self.core.shutdown.is_cancelled() => PromptEnd::Stopping,
             Err(e) => PromptEnd::Failed(e.to_string()),

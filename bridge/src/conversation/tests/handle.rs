@@ -313,6 +313,36 @@ fn l6_a_lost_session_interrupts_the_running_calls_under_their_stored_ids_and_for
 }
 
 #[test]
+fn an_agent_process_that_exits_interrupts_the_turn_once_and_keeps_the_session_for_a_reload() {
+    use crate::conversation::event::{PromptEnd, TurnStatus};
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "make".into(), clock.now(), true);
+    let effects = s.handle(
+        done(
+            1,
+            PromptEnd::AgentExited("the agent process exited (signal: 9)".into()),
+        ),
+        clock.now(),
+        &c,
+    );
+    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert_eq!(
+        effects[0],
+        Effect::InterruptTools(vec![("s1/call-1".into(), "make".into())])
+    );
+    assert!(
+        matches!(&effects[1], Effect::Notice(crate::channel::Tone::Error, t) if t.contains("signal: 9") && t.contains("started again"))
+    );
+    assert_eq!(effects[2], Effect::EndTurnAs(TurnStatus::Interrupted));
+    assert!(
+        s.session.is_some() && !s.session_ready,
+        "the session is loaded again before the next prompt"
+    );
+}
+
+#[test]
 fn a_prompt_the_agent_could_not_run_ends_the_turn_failed() {
     use crate::conversation::event::{PromptEnd, TurnStatus};
     let c = cfg();

@@ -1,0 +1,265 @@
+//! `chat-bridge agent-host` with a scripted stdio agent (`tests/scripts/echo_agent.py`): its
+//! listener's trust rules (S1: bearer token, no weak token, loopback unless a token is given), one
+//! child shared by several clients whose request ids collide, each getting only its own session's
+//! events, and a child that exits mid-turn: the call is answered with the exit, the client
+//! reconnects and the restarted child serves the next prompt.
+
+use std::time::Duration;
+
+use chat_bridge_tests::init_tracing;
+use daemon_client::{AgentCommand, ClientConfig, DaemonClient, DaemonEvent, Error, EventStream};
+use shell_agent::host::Mode;
+use shell_agent::{AgentHost, HostError};
+
+const TOKEN: &str = "a-long-enough-test-token";
+
+fn echo_agent(pidfile: Option<&std::path::Path>) -> AgentCommand {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/echo_agent.py");
+    let mut c =
+        AgentCommand::new(vec!["python3".into(), script.display().to_string()]).expect("argv");
+    if let Some(p) = pidfile {
+        c.env
+            .push(("ECHO_AGENT_PIDFILE".into(), p.display().to_string()));
+    }
+    c
+}
+
+async fn host() -> AgentHost {
+    AgentHost::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(None),
+    )
+    .await
+    .expect("starts")
+}
+
+fn client_config(host: &AgentHost) -> ClientConfig {
+    let mut cfg = ClientConfig::new(host.url()).with_token(TOKEN);
+    cfg.backoff_base = Duration::from_millis(20);
+    cfg.backoff_cap = Duration::from_millis(200);
+    cfg
+}
+
+async fn text_of(events: &mut EventStream) -> String {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("an event")
+            .expect("open");
+        if let DaemonEvent::AgentText { text, .. } = e {
+            return text;
+        }
+    }
+}
+
+#[tokio::test]
+async fn s1_agent_host_refuses_a_weak_token_and_a_public_address_without_one() {
+    for weak in ["", "   ", "short-token"] {
+        let e = AgentHost::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            Some(weak.into()),
+            echo_agent(None),
+        )
+        .await
+        .expect_err("a weak token");
+        assert!(matches!(e, HostError::WeakToken), "{e}");
+        assert!(
+            !e.to_string().contains("short-token"),
+            "the token is not echoed"
+        );
+    }
+    let e = AgentHost::start("0.0.0.0:0".parse().expect("addr"), None, echo_agent(None))
+        .await
+        .expect_err("public without a token");
+    assert!(matches!(e, HostError::TokenRequired(_)), "{e}");
+    let missing = AgentCommand::new(vec!["/nonexistent/agent".into()]).expect("argv");
+    let e = AgentHost::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        missing,
+    )
+    .await
+    .expect_err("a command that cannot start");
+    assert!(e.to_string().contains("cannot start the agent"), "{e}");
+}
+
+#[tokio::test]
+async fn s1_agent_host_refuses_a_wrong_token() {
+    init_tracing();
+    let host = host().await;
+    let cfg = ClientConfig::new(host.url()).with_token("the-wrong-token-entirely");
+    let e = DaemonClient::connect(cfg).await.expect_err("refused");
+    assert!(matches!(e, Error::Unauthorized { status: 401, .. }), "{e}");
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_child_serves_two_clients_whose_ids_collide_each_with_only_its_own_events() {
+    init_tracing();
+    let host = host().await;
+    let (a, info, mut a_events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("a");
+    assert!(info.load_session);
+    let (b, _, mut b_events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("b");
+    let sa = a.new_session("/tmp").await.expect("a's session").session;
+    let sb = b.new_session("/tmp").await.expect("b's session").session;
+    assert_ne!(sa, sb, "one child, two sessions");
+    let (ra, rb) = tokio::join!(a.prompt(&sa, "from a"), b.prompt(&sb, "from b"));
+    ra.expect("a's prompt");
+    rb.expect("b's prompt");
+    assert_eq!(text_of(&mut a_events).await, "from a");
+    assert_eq!(text_of(&mut b_events).await, "from b");
+    a.close();
+    b.close();
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serves_the_next() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let pidfile = dir.path().join("pids");
+    let host = AgentHost::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(Some(&pidfile)),
+    )
+    .await
+    .expect("starts");
+    let (client, _, mut events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("connect");
+    let s = client.new_session("/tmp").await.expect("session").session;
+    let e = client
+        .prompt(&s, "exit")
+        .await
+        .expect_err("the child exited");
+    assert!(
+        matches!(&e, Error::Rpc { message, .. } if message.contains("exit status: 7")),
+        "the call names the exit: {e}"
+    );
+    // The host closed the connection: the client reconnects to the restarted child.
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("reconnects")
+            .expect("open");
+        if matches!(ev, DaemonEvent::Reconnected { .. }) {
+            break;
+        }
+    }
+    assert!(
+        !client.is_bound(&s),
+        "the session must be loaded again (L6)"
+    );
+    // The new child does not know s1; the bridge opens a new session, as it would.
+    let s2 = client
+        .new_session("/tmp")
+        .await
+        .expect("a new session")
+        .session;
+    client
+        .prompt(&s2, "again")
+        .await
+        .expect("the next prompt runs");
+    assert_eq!(text_of(&mut events).await, "again");
+    client.close();
+    host.shutdown().await;
+    let pids: Vec<i32> = std::fs::read_to_string(&pidfile)
+        .expect("pids")
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "started twice: {pids:?}");
+    for pid in pids {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            });
+        assert!(!alive, "agent {pid} outlived agent-host");
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+}
+
+fn pids_in(file: &std::path::Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn per_session_gives_each_session_its_own_child_reaps_idle_ones_and_reloads_on_the_next_message()
+ {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let pidfile = dir.path().join("pids");
+    let host = AgentHost::start_with(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(Some(&pidfile)),
+        Mode::PerSession {
+            idle: Duration::from_millis(400),
+        },
+    )
+    .await
+    .expect("starts");
+    let (client, info, mut events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("connect");
+    assert!(info.load_session, "the agent's capabilities pass through");
+    let sa = client.new_session("/tmp").await.expect("a").session;
+    let sb = client.new_session("/tmp").await.expect("b").session;
+    let pid_of = |s: &daemon_client::SessionId| -> String {
+        s.as_str().split('-').next().unwrap_or_default().to_owned()
+    };
+    assert_ne!(
+        pid_of(&sa),
+        pid_of(&sb),
+        "two sessions, two agent processes: {sa} {sb}"
+    );
+    client.prompt(&sa, "one").await.expect("a's prompt");
+    assert_eq!(text_of(&mut events).await, "one");
+    // Idle children are ended, none left running.
+    let mut reaped = false;
+    for _ in 0..100 {
+        if pids_in(&pidfile).into_iter().all(|p| !alive(p)) {
+            reaped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reaped, "idle children were reaped: {:?}", pids_in(&pidfile));
+    let before = pids_in(&pidfile).len();
+    // The next message starts a child again, which loads the session behind the client's back.
+    client.prompt(&sa, "two").await.expect("a's next prompt");
+    assert_eq!(text_of(&mut events).await, "two");
+    assert_eq!(
+        pids_in(&pidfile).len(),
+        before + 1,
+        "one new child for the session"
+    );
+    client.close();
+    host.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let left: Vec<i32> = pids_in(&pidfile)
+        .into_iter()
+        .filter(|p| alive(*p))
+        .collect();
+    assert!(left.is_empty(), "children outlived agent-host: {left:?}");
+}
