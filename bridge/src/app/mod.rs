@@ -223,6 +223,14 @@ impl Application {
             output_cap: channel.capabilities().output_cap,
             buttons: channel.capabilities().has_buttons,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
+                cfg.http
+                    .ui_url
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim_end_matches('/')
+                    .to_owned()
+            }),
             actor_idle: cfg.service.conversation_idle,
             ..CoreConfig::default()
         };
