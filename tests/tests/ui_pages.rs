@@ -285,9 +285,11 @@ async fn ui_trusted_proxy_header_is_honoured_only_when_configured() {
     let url = format!("sqlite://{}", dir.path().join("ui.db").display());
     let store = chat_bridge::store::Store::open(&url).await.expect("store");
     let serve = |header: Option<&str>| {
-        let mut http_cfg = chat_bridge::config::Http::default();
-        http_cfg.ui = true;
-        http_cfg.ui_auth_header = header.map(str::to_owned);
+        let http_cfg = chat_bridge::config::Http {
+            ui: true,
+            ui_auth_header: header.map(str::to_owned),
+            ..Default::default()
+        };
         let ui = chat_bridge::ui::Ui::new(
             &http_cfg,
             chat_bridge::core::redact::Redactor::default(),

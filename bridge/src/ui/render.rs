@@ -491,6 +491,24 @@ impl Item<'_> {
     }
 }
 
+/// A turn's tool calls and approvals, in time order.
+fn turn_items<'a>(d: &'a Detail, approvals: &'a [PermissionRow], turn: &Turn) -> Vec<Item<'a>> {
+    let mut items: Vec<Item<'a>> = d
+        .tool_calls
+        .iter()
+        .filter(|t| t.turn_id.as_deref() == Some(&turn.id))
+        .map(Item::Tool)
+        .chain(
+            approvals
+                .iter()
+                .filter(|p| p.turn_id.as_deref() == Some(&turn.id))
+                .map(Item::Approval),
+        )
+        .collect();
+    items.sort_by_key(Item::at);
+    items
+}
+
 fn turn_block(r: &Redactor, turn: &Turn, items: &[Item<'_>], now: i64) -> Markup {
     let error = turn_is_error(&turn.status);
     html! {
@@ -560,10 +578,7 @@ pub fn conversation(
             @if let Some(link) = permalink(c) { " · " a href=(link) rel="noopener noreferrer" target="_blank" { "open the thread" } }
         }
         @for turn in &d.turns {
-            @let mut items: Vec<Item<'_>> = d.tool_calls.iter().filter(|t| t.turn_id.as_deref() == Some(&turn.id)).map(Item::Tool)
-                .chain(approvals.iter().filter(|p| p.turn_id.as_deref() == Some(&turn.id)).map(Item::Approval)).collect();
-            @let _ = items.sort_by_key(Item::at);
-            (turn_block(r, turn, &items, chrome.now))
+            (turn_block(r, turn, &turn_items(d, approvals, turn), chrome.now))
         }
         @if !orphans.is_empty() {
             section.turn { h2 { "Tool calls outside a turn" } ol.items { @for t in &orphans { (tool_item(r, t, chrome.now)) } } }
@@ -748,39 +763,54 @@ fn day_label(day: i64) -> String {
 const W: f64 = 640.0;
 const H: f64 = 160.0;
 
+/// One named series of a bar chart: a value per day.
+type Series<'a> = (&'a str, Vec<f64>);
+
+/// Stacked bars, one per day, with a tooltip per segment.
 fn bars_svg(
     label: &str,
     days: &[Day],
-    series: &[(&str, &dyn Fn(&Day) -> f64)],
+    series: &[Series<'_>],
     unit: &dyn Fn(f64) -> String,
 ) -> Markup {
-    let max = days
-        .iter()
-        .map(|d| series.iter().map(|(_, f)| f(d)).sum::<f64>())
+    let max = (0..days.len())
+        .map(|i| {
+            series
+                .iter()
+                .map(|(_, v)| v.get(i).copied().unwrap_or(0.0))
+                .sum::<f64>()
+        })
         .fold(0.0_f64, f64::max);
     let n = days.len().max(1) as f64;
     let bw = (W - 40.0) / n;
+    // Each segment as (series, x, y, height, value), stacked bottom-up.
+    let mut rects = Vec::new();
+    for (i, d) in days.iter().enumerate() {
+        let x = 40.0 + i as f64 * bw;
+        let mut y = H;
+        for (j, (_, values)) in series.iter().enumerate() {
+            let v = values.get(i).copied().unwrap_or(0.0);
+            let h = if max > 0.0 { v / max * (H - 10.0) } else { 0.0 };
+            y -= h;
+            if v > 0.0 {
+                rects.push((j, d.day, x, y, h, v));
+            }
+        }
+    }
     html! {
         figure {
             svg.chart viewBox={ "0 0 " (W) " " (H + 20.0) } role="img" aria-label=(label) {
                 title { (label) }
                 line.axis x1="40" y1=(H) x2=(W) y2=(H) {}
                 text.tick x="0" y="12" { (unit(max)) }
-                @for (i, d) in days.iter().enumerate() {
-                    @let x = 40.0 + i as f64 * bw;
-                    @let mut y = H;
-                    @for (j, (name, f)) in series.iter().enumerate() {
-                        @let v = f(d);
-                        @let h = if max > 0.0 { v / max * (H - 10.0) } else { 0.0 };
-                        @let _ = { y -= h; };
-                        @if v > 0.0 {
-                            rect class={ "s" (j) } x=(format!("{x:.1}")) y=(format!("{y:.1}")) width=(format!("{:.1}", (bw - 2.0).max(1.0))) height=(format!("{h:.1}")) {
-                                title { (day_label(d.day)) " " (name) ": " (unit(v)) }
-                            }
-                        }
+                @for (j, day, x, y, h, v) in rects {
+                    rect class={ "s" (j) } x=(format!("{x:.1}")) y=(format!("{y:.1}")) width=(format!("{:.1}", (bw - 2.0).max(1.0))) height=(format!("{h:.1}")) {
+                        title { (day_label(day)) " " (series[j].0) ": " (unit(v)) }
                     }
+                }
+                @for (i, d) in days.iter().enumerate() {
                     @if days.len() <= 16 || i % (days.len() / 8).max(1) == 0 {
-                        text.tick x=(format!("{x:.1}")) y=(H + 14.0) { (day_label(d.day)) }
+                        text.tick x=(format!("{:.1}", 40.0 + i as f64 * bw)) y=(H + 14.0) { (day_label(d.day)) }
                     }
                 }
             }
@@ -797,23 +827,20 @@ fn bars_svg(
 pub fn overview(chrome: Chrome<'_>, o: &Overview) -> Markup {
     let count = |v: f64| format!("{v:.0}");
     let ms = |v: f64| duration(v as i64);
-    let outcome_series: Vec<(&str, Box<dyn Fn(&Day) -> f64>)> = OUTCOMES
+    let per_day = |f: &dyn Fn(&Day) -> f64| o.days.iter().map(f).collect::<Vec<f64>>();
+    let outcome_series: Vec<Series<'_>> = OUTCOMES
         .iter()
         .enumerate()
-        .map(|(k, name)| {
-            (
-                *name,
-                Box::new(move |d: &Day| d.outcomes[k] as f64) as Box<dyn Fn(&Day) -> f64>,
-            )
-        })
+        .map(|(k, name)| (*name, per_day(&|d: &Day| d.outcomes[k] as f64)))
         .collect();
-    let outcome_refs: Vec<(&str, &dyn Fn(&Day) -> f64)> = outcome_series
-        .iter()
-        .map(|(n, f)| (*n, f.as_ref()))
-        .collect();
-    let p50 = |d: &Day| d.p50_ms.unwrap_or(0) as f64;
-    let p95 = |d: &Day| (d.p95_ms.unwrap_or(0) - d.p50_ms.unwrap_or(0)).max(0) as f64;
-    let stalls = |d: &Day| d.stalls as f64;
+    let duration_series: [Series<'_>; 2] = [
+        ("p50", per_day(&|d: &Day| d.p50_ms.unwrap_or(0) as f64)),
+        (
+            "p95",
+            per_day(&|d: &Day| (d.p95_ms.unwrap_or(0) - d.p50_ms.unwrap_or(0)).max(0) as f64),
+        ),
+    ];
+    let stall_series: [Series<'_>; 1] = [("stalls", per_day(&|d: &Day| d.stalls as f64))];
     let totals: [u64; 5] = o.days.iter().fold([0; 5], |mut acc, d| {
         for (a, v) in acc.iter_mut().zip(d.outcomes) {
             *a += v;
@@ -825,9 +852,9 @@ pub fn overview(chrome: Chrome<'_>, o: &Overview) -> Markup {
         p.meta { "Last " (o.days.len()) " days (UTC). "
             @for (k, name) in OUTCOMES.iter().enumerate() { (name.replace('_', " ")) ": " strong { (totals[k]) } " · " }
             "stalled turns: " strong { (o.days.iter().map(|d| d.stalls).sum::<u64>()) } }
-        (bars_svg("Tool calls by outcome per day", &o.days, &outcome_refs, &count))
-        (bars_svg("Tool durations per day: p50, and p95 above it", &o.days, &[("p50", &p50), ("p95", &p95)], &ms))
-        (bars_svg("Stalled turns per day", &o.days, &[("stalls", &stalls)], &count))
+        (bars_svg("Tool calls by outcome per day", &o.days, &outcome_series, &count))
+        (bars_svg("Tool durations per day: p50, and p95 above it", &o.days, &duration_series, &ms))
+        (bars_svg("Stalled turns per day", &o.days, &stall_series, &count))
         h2 { "Dead letters" }
         @let dmax = o.dead_outbox.max(o.dead_inbound).max(1) as f64;
         svg.chart.dead viewBox="0 0 640 60" role="img" aria-label="dead letters" {
