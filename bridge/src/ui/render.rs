@@ -482,15 +482,6 @@ enum Item<'a> {
     Approval(&'a PermissionRow),
 }
 
-impl Item<'_> {
-    fn at(&self) -> i64 {
-        match self {
-            Item::Tool(t) => t.started_at,
-            Item::Approval(p) => p.created_at,
-        }
-    }
-}
-
 /// A turn's tool calls and approvals, in time order.
 fn turn_items<'a>(d: &'a Detail, approvals: &'a [PermissionRow], turn: &Turn) -> Vec<Item<'a>> {
     let mut items: Vec<Item<'a>> = d
@@ -505,7 +496,21 @@ fn turn_items<'a>(d: &'a Detail, approvals: &'a [PermissionRow], turn: &Turn) ->
                 .map(Item::Approval),
         )
         .collect();
-    items.sort_by_key(Item::at);
+    // An approval goes just before the call it gated (the agent may announce the call first).
+    let gated_at = |p: &PermissionRow| {
+        p.call_id
+            .as_deref()
+            .and_then(|id| {
+                d.tool_calls
+                    .iter()
+                    .find(|t| t.call_id == id && t.turn_id == p.turn_id)
+            })
+            .map_or(p.created_at, |t| t.started_at.min(p.created_at))
+    };
+    items.sort_by_key(|it| match it {
+        Item::Tool(t) => (t.started_at, 1),
+        Item::Approval(p) => (gated_at(p), 0),
+    });
     items
 }
 
