@@ -278,6 +278,7 @@ async fn bench(label: &str, store: Store, runs: usize) -> bool {
 
 #[tokio::main]
 async fn main() {
+    daemon_client::install_crypto_provider();
     let full = std::env::args().any(|a| a == "--bench");
     let runs = if full { 30 } else { 2 };
     let dir = tempfile::tempdir().expect("tmp");

@@ -631,6 +631,7 @@ pub struct Running {
 #[must_use]
 pub fn running_fragment(r: &Redactor, now: i64, run: &Running) -> Markup {
     html! {
+        p.meta #live-at { "As of " (time(now)) "." }
         h2 { "Open turns (" (run.turns.len()) ")" }
         @if run.turns.is_empty() { p.empty #no-turns { "Nothing is running." } } @else {
             table.list #open-turns {
@@ -670,7 +671,7 @@ fn first_line(s: &str, max: usize) -> String {
 pub fn running(r: &Redactor, chrome: Chrome<'_>, run: &Running) -> Markup {
     let body = html! {
         h1 { "Running now" }
-        p.meta { "Updated live from the bridge; elapsed times as of " span #live-at { (time(chrome.now)) } "." }
+        p.meta { "Updated live from the bridge every second, without a reload." }
         div #live data-src="/ui/running/events" { (running_fragment(r, chrome.now, run)) }
     };
     layout("Running now", chrome, body)
