@@ -19,7 +19,7 @@ const TOKEN: &str = "bench-token-0123456789";
 const T0: i64 = 1_796_083_200_000;
 
 fn output(i: usize) -> String {
-    let lines = if i % 10 == 0 { 120 } else { 25 };
+    let lines = if i.is_multiple_of(10) { 120 } else { 25 };
     (0..lines)
         .map(|l| format!("\u{1b}[32m   Compiling\u{1b}[0m crate-{i}-{l} v0.1.0 (/work/crate-{l}) <ok> & done\n"))
         .collect()
@@ -99,7 +99,7 @@ async fn seed(store: &Store) -> String {
             tool_calls::finish(tx.conn(), &conv, &call_id, &f, started + 1500 + call as i64)
                 .await
                 .expect("finish");
-            if call % 10 == 0 {
+            if call.is_multiple_of(10) {
                 let req = permissions::NewRequest {
                     conversation_id: &conv,
                     turn_id: Some(&turn.id),
@@ -228,7 +228,7 @@ async fn bench(label: &str, store: Store, runs: usize) -> bool {
         .and_then(|v| v.split(';').next())
         .expect("cookie")
         .to_owned();
-    let mut request = |path: String| {
+    let request = |path: String| {
         let (http, cookie) = (http.clone(), cookie.clone());
         async move {
             let mut v = Vec::new();
