@@ -382,6 +382,29 @@ spread = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["topologySpr
 check([t["topologyKey"] for t in spread] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
       "everything: the node spread and the zone spread both apply")
 
+print("chart: the history UI (ui.enabled, its own Ingress with an auth-proxy annotation)")
+ui = copy.deepcopy(with_users)
+ui["ui"] = {"enabled": True, "ingress": {"enabled": True, "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/auth-url": "https://oauth2.example.com/oauth2/auth",
+                            "nginx.ingress.kubernetes.io/auth-response-headers": "X-Auth-Request-Email"},
+            "hosts": [{"host": "bridge.example.com"}], "tls": [{"secretName": "ui-tls", "hosts": ["bridge.example.com"]}]}}
+ui["config"]["http"]["ui_auth_header"] = "X-Auth-Request-Email"
+ui["config"]["http"]["ui_url"] = "https://bridge.example.com"
+docs = renders(ui, "ui-with-ingress")
+if docs is not None:
+    cm = next(d for d in by_kind(docs, "ConfigMap") if "config.toml" in d.get("data", {}))
+    toml_text = cm["data"]["config.toml"]
+    check("ui = true" in toml_text and 'ui_auth_header = "X-Auth-Request-Email"' in toml_text,
+          "ui.enabled sets http.ui in config.toml (with the proxy header)")
+    ui_ing = [i for i in by_kind(docs, "Ingress") if i["metadata"]["name"].endswith("-ui")]
+    check(len(ui_ing) == 1 and ui_ing[0]["metadata"]["annotations"]["nginx.ingress.kubernetes.io/auth-url"].startswith("https://oauth2"),
+          "the UI gets its own Ingress carrying the auth-proxy annotations")
+    paths = [p["path"] for p in ui_ing[0]["spec"]["rules"][0]["http"]["paths"]] if ui_ing else []
+    check(paths == ["/ui"], f"the UI Ingress routes /ui only, never /api or /metrics ({paths})")
+    check(not any(i["metadata"]["name"].endswith("-ui") for i in by_kind(renders(with_users, "ui-off") or [], "Ingress")),
+          "no UI Ingress while ui.enabled is false")
+    config_is_accepted_by_the_binary(docs, "ui-with-ingress", slack_tokens)
+
 print("chart: production-like values")
 lint(prod, "production")
 docs = render(prod, "production")
@@ -426,12 +449,9 @@ for label, mutate in [
         check(True, f"schema refuses {label} ({str(e).splitlines()[0][:80]})")
 
 print("chart: the render refuses what the binary would refuse")
-ui = copy.deepcopy(with_users)
-ui["ui"] = {"enabled": True}
-render_fails(ui, "ui.enabled=true", "the history UI is not in this version of chat-bridge; leave ui.enabled false")
-ui_config = copy.deepcopy(with_users)
-ui_config["config"]["http"]["ui"] = True
-render_fails(ui_config, "config.http.ui=true", "the history UI is not in this version of chat-bridge")
+ui_ing_only = copy.deepcopy(with_users)
+ui_ing_only["ui"] = {"enabled": False, "ingress": {"enabled": True, "hosts": [{"host": "x.example.com"}]}}
+render_fails(ui_ing_only, "ui.ingress without ui.enabled", "ui.ingress.enabled needs ui.enabled")
 for key in ("daemon.token", "slack.bot_token", "slack.app_token", "slack.signing_secret", "discord.token", "http.api_token"):
     bad = copy.deepcopy(with_users)
     section, name = key.split(".")

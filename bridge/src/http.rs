@@ -34,6 +34,7 @@ pub struct HttpState {
     status: Arc<Status>,
     api_token: Option<SecretString>,
     clock: Arc<dyn Clock>,
+    ui: Option<Arc<crate::ui::Ui>>,
 }
 
 impl HttpState {
@@ -46,7 +47,27 @@ impl HttpState {
             status,
             api_token,
             clock: Arc::new(SystemClock),
+            ui: None,
         }
+    }
+
+    /// The same state serving the history pages under `/ui/`.
+    #[must_use]
+    pub fn with_ui(mut self, ui: crate::ui::Ui) -> Self {
+        self.ui = Some(Arc::new(ui));
+        self
+    }
+
+    pub(crate) fn ui(&self) -> Option<&crate::ui::Ui> {
+        self.ui.as_deref()
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// The same state reading "now" (for the outbox's age figures) from `clock`.
@@ -346,12 +367,19 @@ pub fn router(state: HttpState) -> Router {
         .method_not_allowed_fallback(api_method_not_allowed)
         // Last, so it wraps the routes, the fallback and the 405s alike.
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let ui = if state.ui.is_some() {
+        crate::ui::router(&state)
+    } else {
+        Router::new()
+    };
     Router::new()
         .route("/healthz", axum::routing::get(healthz))
         .route("/readyz", axum::routing::get(readyz))
         .route("/metrics", axum::routing::get(prometheus))
         .route("/api/v1/openapi.json", axum::routing::get(openapi))
         .nest("/api", api)
+        .merge(ui)
         .fallback(not_found)
+        .layer(middleware::from_fn(crate::ui::security_headers))
         .with_state(state)
 }

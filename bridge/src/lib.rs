@@ -14,6 +14,7 @@
 //! - [`clock`]: wall-clock time, injected where tests need to control it.
 //! - [`history_cli`]: `chat-bridge history`.
 //! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
+//! - [`ui`]: the read-only history pages under `/ui/` (off unless `http.ui = true`).
 //! - [`metrics`]: the Prometheus recorder and every metric family, registered at start-up.
 
 pub mod app;
@@ -30,3 +31,4 @@ pub mod platform;
 pub mod replica;
 pub mod startup;
 pub mod store;
+pub mod ui;

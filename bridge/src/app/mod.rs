@@ -246,6 +246,14 @@ impl Application {
             buttons: channel.capabilities().has_buttons,
             announce_connection: !channel.capabilities().has_threads,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
+                cfg.http
+                    .ui_url
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim_end_matches('/')
+                    .to_owned()
+            }),
             actor_idle: cfg.service.conversation_idle,
             files: cfg.attachments.limits(info.images),
             answer_len: channel.capabilities().answer_len,

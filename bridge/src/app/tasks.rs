@@ -68,19 +68,22 @@ impl Http {
             .await
             .with_context(|| format!("http.listen {listen}"))?;
         let addr = listener.local_addr()?;
-        let router = crate::http::router(crate::http::HttpState::new(
-            store.clone(),
-            status.clone(),
-            cfg.http.api_token.clone(),
-        ));
         let stop = CancellationToken::new();
+        let mut state =
+            crate::http::HttpState::new(store.clone(), status.clone(), cfg.http.api_token.clone());
+        if cfg.http.ui {
+            let redactor = crate::core::redact::Redactor::new(&cfg.redact.patterns)
+                .context("redact.patterns")?;
+            state = state.with_ui(crate::ui::Ui::new(&cfg.http, redactor, stop.clone())?);
+        }
+        let router = crate::http::router(state);
         let stop_http = stop.clone();
         let task = tracker.spawn(async move {
             let _ = axum::serve(listener, router)
                 .with_graceful_shutdown(async move { stop_http.cancelled().await })
                 .await;
         });
-        tracing::info!(%addr, "HTTP listening: /healthz /readyz /metrics /api/v1");
+        tracing::info!(%addr, ui = cfg.http.ui, "HTTP listening: /healthz /readyz /metrics /api/v1");
         Ok(Some((Self { stop, task }, addr)))
     }
 

@@ -226,8 +226,8 @@ pub struct Access {
     pub threads: ThreadAccess,
 }
 
-/// `[http]`: health, readiness and the history API.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// `[http]`: health, readiness, the history API and the history pages.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Http {
     /// Where to listen (`0.0.0.0:8080`); unset: no HTTP server.
@@ -235,6 +235,30 @@ pub struct Http {
     /// Bearer token for `/api/v1` (environment only); unset: the API answers 401.
     #[serde(with = "secret::optional")]
     pub api_token: Option<SecretString>,
+    /// Serve the read-only history pages under `/ui/` (off by default). Sign-in: the API token on
+    /// `/ui/login`, or `ui_auth_header` behind a trusted proxy.
+    pub ui: bool,
+    /// A header a trusted auth proxy (oauth2-proxy) sets to the signed-in user's identity; honoured
+    /// only when set here, and only the proxy must be able to reach the listener.
+    pub ui_auth_header: Option<String>,
+    /// The address people reach the UI at (`https://bridge.example.com`): chat's "full output"
+    /// pointer then links to the tool call's page there. Unset: the pointer names the `/ui/` path.
+    pub ui_url: Option<String>,
+    /// How long a UI sign-in lasts, in minutes (default 720: 12 hours).
+    pub ui_session_minutes: u64,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            api_token: None,
+            ui: false,
+            ui_auth_header: None,
+            ui_url: None,
+            ui_session_minutes: 720,
+        }
+    }
 }
 
 /// `service.platform`: `auto` or the name of a registered platform ([`crate::platform::REGISTRY`]),

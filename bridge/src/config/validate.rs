@@ -143,6 +143,36 @@ impl Config {
                 "http.listen must be an address with a port (0.0.0.0:8080), not {listen:?}"
             ));
         }
+        if self.http.ui {
+            if self.http.listen.is_none() {
+                problems.push(
+                    "http.ui = true needs http.listen: the pages are served on the HTTP listener"
+                        .into(),
+                );
+            }
+            if self.http.api_token.is_none() && self.http.ui_auth_header.is_none() {
+                problems.push(
+                    "http.ui = true needs a way to sign in: set CHAT_BRIDGE_HTTP__API_TOKEN (the /ui/login token) or http.ui_auth_header (a trusted auth proxy)".into(),
+                );
+            }
+            if self.http.ui_session_minutes == 0 {
+                problems.push("http.ui_session_minutes must be at least 1".into());
+            }
+        }
+        if let Some(h) = &self.http.ui_auth_header
+            && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
+        {
+            problems.push(format!(
+                "http.ui_auth_header must be a header name (X-Forwarded-Email), not {h:?}"
+            ));
+        }
+        if let Some(u) = &self.http.ui_url
+            && !(u.starts_with("https://") || u.starts_with("http://"))
+        {
+            problems.push(format!(
+                "http.ui_url must be the http(s):// address people reach the UI at, not {u:?}"
+            ));
+        }
         check_ids(
             "approvals.approvers",
             &self.approvals.approvers,

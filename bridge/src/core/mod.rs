@@ -85,6 +85,9 @@ pub struct CoreConfig {
     /// The HTTP API answers (`http.listen` and `http.api_token` set): the full-output pointer names
     /// its address too.
     pub api_pointer: bool,
+    /// The history pages answer (`http.ui`): the pointer leads to the tool call's page, at this
+    /// base address (`http.ui_url`; empty: the path alone).
+    pub ui_pointer: Option<String>,
     /// How long the daemon has to end a turn after `/cancel` before the bridge ends it itself.
     pub cancel_grace: Duration,
     /// An idle conversation's runner is let go after this (see `service.conversation_idle`).
@@ -133,6 +136,7 @@ impl Default for CoreConfig {
             output_cap: render::CHAT_OUTPUT_CAP,
             buttons: true,
             api_pointer: true,
+            ui_pointer: None,
             cancel_grace: Duration::from_secs(10),
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,

@@ -69,6 +69,21 @@ pub fn without_api_pointer(mut m: Message) -> Message {
     m
 }
 
+/// `m` with the HTTP API half of its full-output pointer replaced by the tool call's page in the
+/// history UI (`base` is `http.ui_url`, or empty for the path alone).
+#[must_use]
+pub fn with_ui_pointer(mut m: Message, base: &str) -> Message {
+    if let Some(f) = m.footer.as_mut()
+        && let Some(at) = f.find(API_POINTER)
+    {
+        let id = f[at + API_POINTER.len()..].to_owned();
+        f.truncate(at);
+        f.push_str(" · ");
+        f.push_str(&crate::ui::Ui::tool_call_url(Some(base), &id));
+    }
+    m
+}
+
 /// The message of a finished tool (R2, R3).
 #[must_use]
 pub fn tool_finished(
@@ -462,6 +477,27 @@ mod tests {
         assert_eq!(
             m.footer.as_deref(),
             Some("full output: `chat-bridge history show tc-1`")
+        );
+    }
+
+    #[test]
+    fn r3_with_the_ui_the_pointer_leads_to_the_tool_calls_page() {
+        let m = with_ui_pointer(
+            tool_finished(
+                &Redactor::default(),
+                "sleep 30",
+                &result(Outcome::TimedOut, "partial\n"),
+                None,
+                "tc-1",
+                CHAT_OUTPUT_CAP,
+            ),
+            "https://bridge.example.com",
+        );
+        assert_eq!(
+            m.footer.as_deref(),
+            Some(
+                "full output: `chat-bridge history show tc-1` · https://bridge.example.com/ui/tool-calls/tc-1"
+            )
         );
     }
 }

@@ -151,3 +151,19 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<PermissionRow
     .fetch_optional(c)
     .await?)
 }
+
+/// Every request of `conversation`, in the order asked (the UI's timeline shows who decided what).
+///
+/// # Errors
+/// Database errors.
+pub async fn of_conversation(
+    c: &mut AnyConnection,
+    conversation: &str,
+) -> Result<Vec<PermissionRow>> {
+    Ok(sqlx::query_as::<_, PermissionRow>(sql(format!(
+        "SELECT {COLUMNS} FROM permission_requests WHERE conversation_id = $1 ORDER BY created_at, id"
+    )))
+    .arg(conversation)
+    .fetch_all(c)
+    .await?)
+}

@@ -200,3 +200,32 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     .fetch_all(c)
     .await?)
 }
+
+/// Every call still running, oldest first (the UI's "running now").
+///
+/// # Errors
+/// Database errors.
+pub async fn running(c: &mut AnyConnection) -> Result<Vec<ToolCall>> {
+    Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
+        "SELECT {COLUMNS} FROM tool_calls WHERE status = 'running' ORDER BY started_at, id"
+    )))
+    .fetch_all(c)
+    .await?)
+}
+
+/// `(status, started_at, finished_at)` of every call started at or after `since` (unix ms), for the
+/// UI's overview: outcomes over time and duration percentiles, without the output.
+///
+/// # Errors
+/// Database errors.
+pub async fn timings_since(
+    c: &mut AnyConnection,
+    since: i64,
+) -> Result<Vec<(String, i64, Option<i64>)>> {
+    Ok(sqlx::query_as(
+        "SELECT status, started_at, finished_at FROM tool_calls WHERE started_at >= $1 ORDER BY started_at",
+    )
+    .arg(since)
+    .fetch_all(c)
+    .await?)
+}

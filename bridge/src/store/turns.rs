@@ -145,3 +145,17 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     .fetch_all(c)
     .await?)
 }
+
+/// `(status, ended_at)` of every turn that ended at or after `since` (unix ms): the UI's overview
+/// counts stalls per day from it.
+///
+/// # Errors
+/// Database errors.
+pub async fn endings_since(c: &mut AnyConnection, since: i64) -> Result<Vec<(String, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT status, ended_at FROM turns WHERE ended_at IS NOT NULL AND ended_at >= $1 ORDER BY ended_at",
+    )
+    .arg(since)
+    .fetch_all(c)
+    .await?)
+}

@@ -110,9 +110,13 @@ daemon.token slack.bot_token slack.app_token slack.signing_secret discord.token 
 with the reason instead of rendering a release whose pods crash-loop. */}}
 {{- define "chat-bridge.validate" -}}
 {{- $config := .Values.config }}
-{{- /* The history UI is not in this version: the binary refuses config http.ui (unknown field). */}}
-{{- if or .Values.ui.enabled (hasKey (default dict $config.http) "ui") }}
-{{- fail "the history UI is not in this version of chat-bridge; leave ui.enabled false (and config.http.ui unset)" }}
+{{- /* The history UI is served on the HTTP listener (config.http.listen). */}}
+{{- $http := default dict $config.http }}
+{{- if and (or .Values.ui.enabled (eq (toString (get $http "ui")) "true")) (not (get $http "listen")) }}
+{{- fail "ui.enabled needs config.http.listen: the history pages are served on the HTTP listener" }}
+{{- end }}
+{{- if and .Values.ui.ingress.enabled (not .Values.ui.enabled) }}
+{{- fail "ui.ingress.enabled needs ui.enabled: the Ingress would route /ui to pages that are off" }}
 {{- end }}
 {{- /* Secrets never in the config (the binary refuses them there too). */}}
 {{- range splitList " " (include "chat-bridge.secretKeys" .) }}

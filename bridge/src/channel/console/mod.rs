@@ -57,7 +57,7 @@ impl Pointer {
         let default = crate::config::Config::default().database.url;
         Self {
             database_url: (cfg.database.url != default).then(|| cfg.database.url.clone()),
-            api: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+            api: cfg.http.listen.is_some() && (cfg.http.api_token.is_some() || cfg.http.ui),
         }
     }
 

@@ -244,7 +244,7 @@ fn secret_keys_are_exactly_the_secret_typed_fields() {
 fn s3_check_config_refuses_what_startup_refuses() {
     // One path: `load` validates, and start-up and `check-config` both call it. Each bad
     // setting is refused with a message naming it.
-    let bad: [(&[(&str, &str)], &str); 11] = [
+    let bad: [(&[(&str, &str)], &str); 16] = [
         (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
         (
             &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
@@ -273,6 +273,34 @@ fn s3_check_config_refuses_what_startup_refuses() {
         (
             &[("CHAT_BRIDGE_SERVICE__OUTBOX_WORKERS", "0")],
             "service.outbox_workers",
+        ),
+        (
+            &[("CHAT_BRIDGE_HTTP__UI", "true")],
+            "http.ui = true needs http.listen",
+        ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+            ],
+            "http.ui = true needs a way to sign in",
+        ),
+        (
+            &[("CHAT_BRIDGE_HTTP__UI_AUTH_HEADER", "not a header")],
+            "http.ui_auth_header",
+        ),
+        (
+            &[("CHAT_BRIDGE_HTTP__UI_URL", "bridge.example.com")],
+            "http.ui_url",
+        ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+                ("CHAT_BRIDGE_HTTP__API_TOKEN", "t0ken-t0ken-t0ken"),
+                ("CHAT_BRIDGE_HTTP__UI_SESSION_MINUTES", "0"),
+            ],
+            "http.ui_session_minutes",
         ),
     ];
     for (extra, names) in bad {

@@ -188,10 +188,10 @@ impl Runner {
             &db_id,
             self.core.cfg.output_cap,
         );
-        let msg = if self.core.cfg.api_pointer {
-            msg
-        } else {
-            render::without_api_pointer(msg)
+        let msg = match (&self.core.cfg.ui_pointer, self.core.cfg.api_pointer) {
+            (Some(base), _) => render::with_ui_pointer(msg, base),
+            (None, true) => msg,
+            (None, false) => render::without_api_pointer(msg),
         };
         let key = MessageKey::Tool(scoped);
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))

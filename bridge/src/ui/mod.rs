@@ -1,0 +1,644 @@
+//! The read-only history pages under `/ui/` (issue 19): the conversation list, one conversation's
+//! timeline, one tool call's full output, what is running now (live, server-sent events) and an
+//! overview with server-rendered SVG. Server-rendered HTML (maud), one small stylesheet and a few
+//! lines of script, all built into the binary.
+//!
+//! Off unless `http.ui = true`. Sign-in: the API token posted to `/ui/login` sets a signed,
+//! expiring session cookie (`HttpOnly`, `SameSite=Strict`, `Secure` behind TLS); or a trusted
+//! proxy's header (`http.ui_auth_header`), honoured only when configured. Every response carries a
+//! strict Content-Security-Policy (set for the whole listener in [`crate::http`]); every piece of
+//! user text is redacted (R7) and escaped.
+//!
+//! # Layout
+//! - [`ansi`]: terminal output → inert HTML (colours kept, cursor moves and controls defused).
+//! - [`render`]: the pages as pure functions (what the benchmark measures).
+//! - [`session`]: the signed session cookie.
+
+pub mod ansi;
+pub mod render;
+pub mod session;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::Markup;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use self::render::{Chrome, ListQuery, Listing};
+use self::session::Sessions;
+use crate::core::redact::Redactor;
+use crate::http::HttpState;
+use crate::store::history::{self, Filter, HistoryError};
+use crate::store::{permissions, tool_calls, turns};
+
+/// The Content-Security-Policy of every response: nothing inline, nothing from elsewhere.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const CSS: &str = include_str!("assets/ui.css");
+const JS: &str = include_str!("assets/ui.js");
+
+/// The UI's settings and what its pages share.
+pub struct Ui {
+    redactor: Redactor,
+    sessions: Sessions,
+    login_token: Option<SecretString>,
+    auth_header: Option<HeaderName>,
+    base_url: Option<String>,
+    live_every: Duration,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Ui {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ui")
+            .field("token_login", &self.login_token.is_some())
+            .field("auth_header", &self.auth_header)
+            .field("live_every", &self.live_every)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ui {
+    /// The UI over `http` settings: `login_token` is the API token (sign-in on `/ui/login`),
+    /// `redactor` R7's; the live view ends its streams when `stop` is cancelled.
+    ///
+    /// # Errors
+    /// `http.ui_auth_header` that is not a header name (the configuration check refuses it first).
+    pub fn new(
+        http: &crate::config::Http,
+        redactor: Redactor,
+        stop: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let auth_header = http
+            .ui_auth_header
+            .as_deref()
+            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+            .transpose()
+            .map_err(|_| anyhow::anyhow!("http.ui_auth_header is not a header name"))?;
+        let ttl_ms = i64::try_from(http.ui_session_minutes.max(1).saturating_mul(60_000))
+            .unwrap_or(i64::MAX);
+        Ok(Self {
+            redactor,
+            sessions: Sessions::new(http.api_token.as_ref(), ttl_ms),
+            login_token: http.api_token.clone(),
+            auth_header,
+            base_url: http
+                .ui_url
+                .as_ref()
+                .map(|u| u.trim_end_matches('/').to_owned()),
+            live_every: Duration::from_secs(1),
+            stop,
+        })
+    }
+
+    /// The live view's refresh interval (tests make it short).
+    #[must_use]
+    pub fn with_live_every(mut self, every: Duration) -> Self {
+        self.live_every = every;
+        self
+    }
+
+    /// Where a tool call's page is, for chat's "full output" pointer.
+    #[must_use]
+    pub fn tool_call_url(base: Option<&str>, id: &str) -> String {
+        format!("{}/ui/tool-calls/{}", base.unwrap_or(""), render::seg(id))
+    }
+}
+
+/// Who is looking (set by [`require_viewer`]).
+#[derive(Debug, Clone)]
+struct Viewer(String);
+
+fn ui(state: &HttpState) -> &Ui {
+    // The UI routes exist only when the state has a UI; `router` checks.
+    state
+        .ui()
+        .expect("the UI routes are mounted only with a UI")
+}
+
+/// An HTML page with the headers every UI page has.
+fn page(status: StatusCode, m: Markup) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        m.into_string(),
+    )
+        .into_response()
+}
+
+fn error_page(state: &HttpState, viewer: &Viewer, status: StatusCode, msg: &str) -> Response {
+    let chrome = Chrome {
+        who: &viewer.0,
+        now: state.now_ms(),
+    };
+    page(status, render::list_error(chrome, msg))
+}
+
+fn store_failed(state: &HttpState, viewer: &Viewer, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "history pages: store failure");
+    error_page(
+        state,
+        viewer,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The store is not answering; try again.",
+    )
+}
+
+/// Whether the request came over TLS (directly or through a proxy that says so).
+fn over_tls(ui: &Ui, headers: &HeaderMap) -> bool {
+    ui.base_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("https://"))
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"))
+}
+
+/// In front of every page but the sign-in form and the assets: a trusted proxy's header (when
+/// configured) or a valid session cookie; otherwise the sign-in form (or 401 for the event stream).
+async fn require_viewer(
+    State(state): State<HttpState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let ui = ui(&state);
+    let headers = request.headers();
+    let who = ui
+        .auth_header
+        .as_ref()
+        .and_then(|h| headers.get(h))
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            session::cookie(headers)
+                .filter(|c| ui.sessions.check(c, state.now_ms()))
+                .map(|_| "API token".to_owned())
+        });
+    match who {
+        Some(who) => {
+            request.extensions_mut().insert(Viewer(who));
+            next.run(request).await
+        }
+        None if request.uri().path().ends_with("/events") => {
+            (StatusCode::UNAUTHORIZED, "sign in at /ui/login").into_response()
+        }
+        None => Redirect::to("/ui/login").into_response(),
+    }
+}
+
+async fn login_form(State(state): State<HttpState>) -> Response {
+    page(
+        StatusCode::OK,
+        render::login(None, ui(&state).login_token.is_some()),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    token: String,
+}
+
+async fn login(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let ui = ui(&state);
+    let Some(expected) = &ui.login_token else {
+        return page(
+            StatusCode::FORBIDDEN,
+            render::login(Some("Signing in with a token is off."), false),
+        );
+    };
+    let given = form.map(|Form(f)| f.token).unwrap_or_default();
+    if !shell_agent::auth::tokens_match(given.trim(), expected.expose_secret())
+        || given.trim().is_empty()
+    {
+        tracing::warn!("UI sign-in refused: wrong token");
+        return page(
+            StatusCode::UNAUTHORIZED,
+            render::login(Some("Wrong token."), true),
+        );
+    }
+    let value = ui.sessions.issue(state.now_ms());
+    let cookie = session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, over_tls(ui, &headers));
+    tracing::info!("UI sign-in with the API token");
+    let mut r = Redirect::to("/ui/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+async fn logout(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    let mut r = Redirect::to("/ui/login").into_response();
+    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(over_tls(ui(&state), &headers))) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        CSS,
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        JS,
+    )
+        .into_response()
+}
+
+fn some(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+async fn list(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let ui = ui(&state);
+    let chrome = Chrome {
+        who: &viewer.0,
+        now: state.now_ms(),
+    };
+    let Ok(Query(q)) = q else {
+        return error_page(
+            &state,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            "Those filters do not parse.",
+        );
+    };
+    let mut error = None;
+    let mut time = |s: &str, what: &str| match some(s) {
+        None => None,
+        Some(s) => render::parse_time(&s).or_else(|| {
+            error = Some(format!(
+                "{what} is not a time (use the picker, or unix ms); ignored."
+            ));
+            None
+        }),
+    };
+    let since = time(&q.since, "From");
+    let until = time(&q.until, "Until");
+    let limit = match some(&q.limit).map(|l| l.parse::<i64>()) {
+        None => 50,
+        Some(Ok(l)) if (1..=500).contains(&l) => l,
+        Some(_) => {
+            error = Some("The page size must be between 1 and 500; showing 50.".into());
+            50
+        }
+    };
+    let mut c = match state.store().conn().await {
+        Ok(c) => c,
+        Err(e) => return store_failed(&state, &viewer, &e),
+    };
+    if let Some(text) = some(&q.q) {
+        return match history::search(&mut c, &text, limit).await {
+            Ok(hits) => page(
+                StatusCode::OK,
+                render::list(
+                    &ui.redactor,
+                    chrome,
+                    &q,
+                    &Listing::Hits(&hits),
+                    error.as_deref(),
+                ),
+            ),
+            Err(e) => store_failed(&state, &viewer, &e),
+        };
+    }
+    let filter = Filter {
+        platform: some(&q.platform),
+        project: some(&q.project),
+        channel: some(&q.channel),
+        user: some(&q.user),
+        since,
+        until,
+        status: some(&q.status),
+        cursor: some(&q.cursor),
+        limit: Some(limit),
+    };
+    match history::list(&mut c, &filter).await {
+        Ok(p) => page(
+            StatusCode::OK,
+            render::list(
+                &ui.redactor,
+                chrome,
+                &q,
+                &Listing::Page(&p),
+                error.as_deref(),
+            ),
+        ),
+        Err(HistoryError::BadCursor(_)) => error_page(
+            &state,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            "That page link is not valid (a cursor this bridge did not issue).",
+        ),
+        Err(HistoryError::Store(e)) => store_failed(&state, &viewer, &e),
+    }
+}
+
+async fn conversation(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return error_page(
+            &state,
+            &viewer,
+            StatusCode::BAD_REQUEST,
+            "That address does not decode.",
+        );
+    };
+    let mut c = match state.store().conn().await {
+        Ok(c) => c,
+        Err(e) => return store_failed(&state, &viewer, &e),
+    };
+    let detail = match history::detail(&mut c, &id).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return error_page(
+                &state,
+                &viewer,
+                StatusCode::NOT_FOUND,
+                "No such conversation.",
+            );
+        }
+        Err(e) => return store_failed(&state, &viewer, &e),
+    };
+    let approvals = match permissions::of_conversation(&mut c, &id).await {
+        Ok(a) => a,
+        Err(e) => return store_failed(&state, &viewer, &e),
+    };
+    let chrome = Chrome {
+        who: &viewer.0,
+        now: state.now_ms(),
+    };
+    page(
+        StatusCode::OK,
+        render::conversation(&ui(&state).redactor, chrome, &detail, &approvals),
+    )
+}
+
+async fn load_call(
+    state: &HttpState,
+    viewer: &Viewer,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<tool_calls::ToolCall, Response> {
+    let Ok(Path(id)) = id else {
+        return Err(error_page(
+            state,
+            viewer,
+            StatusCode::BAD_REQUEST,
+            "That address does not decode.",
+        ));
+    };
+    let mut c = state
+        .store()
+        .conn()
+        .await
+        .map_err(|e| store_failed(state, viewer, &e))?;
+    match tool_calls::get(&mut c, &id).await {
+        Ok(Some(call)) => Ok(call),
+        Ok(None) => Err(error_page(
+            state,
+            viewer,
+            StatusCode::NOT_FOUND,
+            "No such tool call.",
+        )),
+        Err(e) => Err(store_failed(state, viewer, &e)),
+    }
+}
+
+async fn tool_call(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    match load_call(&state, &viewer, id).await {
+        Ok(call) => {
+            let chrome = Chrome {
+                who: &viewer.0,
+                now: state.now_ms(),
+            };
+            page(
+                StatusCode::OK,
+                render::tool_call(&ui(&state).redactor, chrome, &call),
+            )
+        }
+        Err(r) => r,
+    }
+}
+
+/// The full output as a text file (redacted like the page; colours kept as escape codes).
+async fn tool_output(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    match load_call(&state, &viewer, id).await {
+        Ok(call) => {
+            let text = ui(&state)
+                .redactor
+                .redact(call.output.as_deref().unwrap_or(""));
+            let name = format!("tool-call-{}.txt", render::seg(&call.id));
+            (
+                [
+                    (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        format!("attachment; filename=\"{name}\""),
+                    ),
+                    (header::CACHE_CONTROL, "no-store".to_owned()),
+                ],
+                text,
+            )
+                .into_response()
+        }
+        Err(r) => r,
+    }
+}
+
+async fn load_running(state: &HttpState) -> Result<render::Running, crate::store::StoreError> {
+    let mut c = state.store().conn().await?;
+    Ok(render::Running {
+        turns: turns::open(&mut c).await?,
+        calls: tool_calls::running(&mut c).await?,
+    })
+}
+
+async fn running(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+) -> Response {
+    match load_running(&state).await {
+        Ok(run) => {
+            let chrome = Chrome {
+                who: &viewer.0,
+                now: state.now_ms(),
+            };
+            page(
+                StatusCode::OK,
+                render::running(&ui(&state).redactor, chrome, &run),
+            )
+        }
+        Err(e) => store_failed(&state, &viewer, &e),
+    }
+}
+
+/// `/ui/running/events`: the live part of the page, re-rendered every `live_every` until the
+/// client goes or the bridge stops.
+async fn running_events(State(state): State<HttpState>) -> Response {
+    let stop = ui(&state).stop.clone();
+    let every = ui(&state).live_every;
+    let stream = futures_util::stream::unfold(
+        (state, stop, tokio::time::interval(every)),
+        |(state, stop, mut tick)| async move {
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                _ = tick.tick() => {}
+            }
+            let html = match load_running(&state).await {
+                Ok(run) => render::running_fragment(&ui(&state).redactor, state.now_ms(), &run)
+                    .into_string(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "live view: store failure");
+                    "<p class=\"error\">The store is not answering; retrying.</p>".to_owned()
+                }
+            };
+            let event = Event::default().event("running").data(html);
+            Some((Ok::<_, Infallible>(event), (state, stop, tick)))
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct OverviewQuery {
+    days: Option<i64>,
+}
+
+async fn overview(
+    State(state): State<HttpState>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    q: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let days = q
+        .ok()
+        .and_then(|Query(q)| q.days)
+        .unwrap_or(14)
+        .clamp(1, 90);
+    let now = state.now_ms();
+    let today = now.div_euclid(86_400_000);
+    let first = today - days + 1;
+    let since = first * 86_400_000;
+    let figures = async {
+        let mut c = state.store().conn().await?;
+        let calls = tool_calls::timings_since(&mut c, since).await?;
+        let endings = turns::endings_since(&mut c, since).await?;
+        let dead_outbox = crate::store::outbox::stats(&mut c, now).await?.dead;
+        let dead_inbound = crate::store::inbound::dead_count(&mut c).await?;
+        Ok::<_, crate::store::StoreError>(render::Overview {
+            days: render::Overview::build(first, today, &calls, &endings),
+            dead_outbox,
+            dead_inbound,
+        })
+    };
+    match figures.await {
+        Ok(o) => page(
+            StatusCode::OK,
+            render::overview(
+                Chrome {
+                    who: &viewer.0,
+                    now,
+                },
+                &o,
+            ),
+        ),
+        Err(e) => store_failed(&state, &viewer, &e),
+    }
+}
+
+/// The UI's routes (mounted by [`crate::http::router`] when the state has a UI).
+pub fn router(state: &HttpState) -> Router<HttpState> {
+    let pages = Router::new()
+        .route("/ui/", axum::routing::get(list))
+        .route("/ui/conversations/{id}", axum::routing::get(conversation))
+        .route("/ui/tool-calls/{id}", axum::routing::get(tool_call))
+        .route(
+            "/ui/tool-calls/{id}/output.txt",
+            axum::routing::get(tool_output),
+        )
+        .route("/ui/running", axum::routing::get(running))
+        .route("/ui/running/events", axum::routing::get(running_events))
+        .route("/ui/overview", axum::routing::get(overview))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_viewer,
+        ));
+    Router::new()
+        .route(
+            "/ui",
+            axum::routing::get(|| async { Redirect::permanent("/ui/") }),
+        )
+        .route("/ui/login", axum::routing::get(login_form).post(login))
+        .route("/ui/logout", axum::routing::post(logout))
+        .route("/ui/assets/ui.css", axum::routing::get(css))
+        .route("/ui/assets/ui.js", axum::routing::get(js))
+        .merge(pages)
+}
+
+/// Sets the security headers on every response of the listener: the strict CSP, no sniffing, no
+/// framing, no referrer.
+pub async fn security_headers(request: Request, next: Next) -> Response {
+    let mut r = next.run(request).await;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    r
+}

@@ -1,0 +1,157 @@
+//! The UI's session cookie: `<expiry ms>.<nonce>.<HMAC-SHA256>` under a key derived from the API
+//! token — nothing stored, valid on every replica, checked in constant time, and void once it
+//! expires or the token is rotated.
+
+use axum::http::HeaderMap;
+use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The cookie's name.
+pub const COOKIE: &str = "chat_bridge_ui";
+
+/// Issues and checks session cookies.
+pub struct Sessions {
+    key: [u8; 32],
+    ttl_ms: i64,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("ttl_ms", &self.ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn mac(key: &[u8], msg: &[u8]) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    m.update(msg);
+    m
+}
+
+impl Sessions {
+    /// Sessions signed under a key derived from `token` (a random key when there is none: then
+    /// no cookie is ever issued), lasting `ttl_ms`.
+    #[must_use]
+    pub fn new(token: Option<&SecretString>, ttl_ms: i64) -> Self {
+        let key = match token {
+            Some(t) => mac(t.expose_secret().as_bytes(), b"chat-bridge ui session v1")
+                .finalize()
+                .into_bytes()
+                .into(),
+            None => rand::random(),
+        };
+        Self { key, ttl_ms }
+    }
+
+    /// How long a session lasts, ms.
+    #[must_use]
+    pub fn ttl_ms(&self) -> i64 {
+        self.ttl_ms
+    }
+
+    /// A new session's cookie value, valid until `now + ttl`.
+    #[must_use]
+    pub fn issue(&self, now: i64) -> String {
+        let nonce: [u8; 16] = rand::random();
+        let payload = format!("{}.{}", now.saturating_add(self.ttl_ms), hex::encode(nonce));
+        let sig = mac(&self.key, payload.as_bytes()).finalize().into_bytes();
+        format!("{payload}.{}", hex::encode(sig))
+    }
+
+    /// Whether `value` is a cookie we issued that has not expired at `now`.
+    #[must_use]
+    pub fn check(&self, value: &str, now: i64) -> bool {
+        let Some((payload, sig)) = value.rsplit_once('.') else {
+            return false;
+        };
+        let Ok(sig) = hex::decode(sig) else {
+            return false;
+        };
+        if mac(&self.key, payload.as_bytes())
+            .verify_slice(&sig)
+            .is_err()
+        {
+            return false;
+        }
+        payload
+            .split_once('.')
+            .and_then(|(exp, _)| exp.parse::<i64>().ok())
+            .is_some_and(|exp| now < exp && exp - now <= self.ttl_ms)
+    }
+}
+
+/// The session cookie's value in a request, if any.
+#[must_use]
+pub fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (k, v) = pair.trim().split_once('=')?;
+            (k == COOKIE).then_some(v)
+        })
+}
+
+/// The `Set-Cookie` value that starts a session.
+#[must_use]
+pub fn set_cookie(value: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{COOKIE}={value}; Path=/ui; Max-Age={max_age_s}; HttpOnly; SameSite=Strict{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The `Set-Cookie` value that ends it.
+#[must_use]
+pub fn clear_cookie(secure: bool) -> String {
+    set_cookie("", 0, secure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s1_session_cookies_verify_expire_and_resist_tampering() {
+        let token: SecretString = "api-token-0123".into();
+        let s = Sessions::new(Some(&token), 60_000);
+        let v = s.issue(1_000);
+        assert!(s.check(&v, 1_000) && s.check(&v, 60_999));
+        assert!(!s.check(&v, 61_000), "expired");
+        // Another token (rotated) voids it; so does any change to the payload or the signature.
+        assert!(!Sessions::new(Some(&"other-token".into()), 60_000).check(&v, 1_000));
+        let (payload, sig) = v.rsplit_once('.').expect("shape");
+        let longer = payload.replacen(&61_000.to_string(), "99999999", 1);
+        assert!(!s.check(&format!("{longer}.{sig}"), 1_000));
+        let mut flipped = sig.to_owned().into_bytes();
+        flipped[0] = if flipped[0] == b'0' { b'1' } else { b'0' };
+        let flipped = String::from_utf8(flipped).expect("hex");
+        assert!(!s.check(&format!("{payload}.{flipped}"), 1_000));
+        for junk in ["", ".", "x.y.z", "1.2", &format!("{payload}.")] {
+            assert!(!s.check(junk, 1_000), "{junk}");
+        }
+        // Without a token the key is random: nothing verifies but what this process issued.
+        assert!(!Sessions::new(None, 60_000).check(&v, 1_000));
+    }
+
+    #[test]
+    fn the_cookie_is_http_only_same_site_strict_and_secure_behind_tls() {
+        assert_eq!(
+            set_cookie("v", 60, true),
+            "chat_bridge_ui=v; Path=/ui; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+        );
+        assert!(!set_cookie("v", 60, false).contains("Secure"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "cookie",
+            "a=b; chat_bridge_ui=xyz; c=d".parse().expect("value"),
+        );
+        assert_eq!(cookie(&h), Some("xyz"));
+    }
+}

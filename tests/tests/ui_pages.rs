@@ -1,0 +1,363 @@
+//! Issue 19: the history pages under `/ui/` over real HTTP, on both backends — the gate, the
+//! sign-in and its cookie, the strict CSP, every page with real data from the built-in shell agent
+//! (a completed tool, a timeout, an approval), hostile text rendered inert, R7 on what pages show,
+//! the live view's server-sent events, and chat's pointer leading to the tool call's page.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{Inbound, InboundKind, Tone, console};
+use chat_bridge_tests::bridge::{config, settle};
+use chat_bridge_tests::on_both;
+use chat_bridge_tests::recorder::Recorder;
+
+const TOKEN: &str = "ui-secret-token-0123";
+
+fn said(line: &str, user: &str, thread: &str) -> Inbound {
+    let mut m = console::inbound(line);
+    m.user = user.to_owned();
+    m.target.thread = thread.to_owned();
+    m
+}
+
+fn click(value: &str, user: &str, thread: &str) -> Inbound {
+    let mut m = said("", user, thread);
+    m.kind = InboundKind::Action(value.to_owned());
+    m
+}
+
+/// Sends `line` and approves the approval it asks for as `oncall`.
+async fn run_approved(app: &Application, rec: &Recorder, line: &str, thread: &str) {
+    let asked = rec
+        .posts()
+        .iter()
+        .filter(|(_, m)| !m.buttons.is_empty())
+        .count();
+    app.core
+        .accept(said(line, "alice", thread))
+        .await
+        .expect("accept");
+    rec.wait_for("the approval message", |r| {
+        r.posts()
+            .iter()
+            .filter(|(_, m)| !m.buttons.is_empty())
+            .count()
+            > asked
+    })
+    .await;
+    let (_, perm) = rec
+        .posts()
+        .into_iter()
+        .filter(|(_, m)| !m.buttons.is_empty())
+        .nth(asked)
+        .expect("buttons");
+    app.core
+        .accept(click(&perm.buttons[0].value, "oncall", thread))
+        .await
+        .expect("accept");
+}
+
+fn client() -> reqwest::Client {
+    daemon_client::install_crypto_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+async fn post_login(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    tls: bool,
+) -> reqwest::Response {
+    let mut r = http
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string([("token", token)]).expect("form"));
+    if tls {
+        r = r.header("x-forwarded-proto", "https");
+    }
+    r.send().await.expect("login")
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+on_both! {
+    async fn ui_pages_sign_in_filter_timeline_tool_output_running_and_overview(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.http.listen = Some("127.0.0.1:0".into());
+        cfg.http.api_token = Some(TOKEN.into());
+        cfg.http.ui = true;
+        cfg.http.ui_url = Some("https://bridge.example.com/".into());
+        cfg.shell_agent.require_approval = true;
+        cfg.approvals.approvers = vec!["oncall".into()];
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        run_approved(&app, &rec, "echo Hello UI", "t-1").await;
+        settle(&app).await;
+        run_approved(&app, &rec, "timeout=1s echo partial; sleep 30", "t-1").await;
+        settle(&app).await;
+        // Hostile text: markup, a script, cursor-moving escapes, a bidi override, and a secret (R7).
+        run_approved(&app, &rec, r"printf '<script>alert(1)</script>\033[2J\033[H\033[31mred\033[0m <b>bold</b> \342\200\256evil xoxb-123456789012-abcdefghijkl\n' # <img src=x onerror=alert(2)>", "t-2").await;
+        settle(&app).await;
+
+        let base = format!("http://{}", app.http_addr.expect("listening"));
+        let http = client();
+        let get = |path: &str, cookie: Option<&str>| {
+            let mut r = http.get(format!("{base}{path}"));
+            if let Some(c) = cookie {
+                r = r.header("cookie", format!("chat_bridge_ui={c}"));
+            }
+            r.send()
+        };
+
+        // Every response carries the strict CSP, the API's and health's included.
+        for path in ["/ui/login", "/healthz", "/api/v1/conversations", "/ui/assets/ui.css"] {
+            let r = get(path, None).await.expect(path);
+            let csp = header(&r, "content-security-policy");
+            assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+            assert_eq!(header(&r, "x-content-type-options"), "nosniff", "{path}");
+        }
+        // Not signed in: every page sends to the sign-in form; the event stream is a 401.
+        for path in ["/ui/", "/ui/running", "/ui/overview", "/ui/conversations/x", "/ui/tool-calls/x", "/ui/tool-calls/x/output.txt"] {
+            let r = get(path, None).await.expect(path);
+            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, "/ui/login".to_owned()), "{path}");
+        }
+        assert_eq!(get("/ui/running/events", None).await.expect("events").status(), 401);
+        let form = get("/ui/login", None).await.expect("form").text().await.expect("body");
+        assert!(form.contains("name=\"token\"") && form.contains("method=\"post\""), "{form}");
+
+        // A wrong token: 401, no cookie. The right one: a cookie that is HttpOnly, SameSite=Strict,
+        // and Secure when the request came over TLS.
+        for wrong in ["", "wrong", &TOKEN[..TOKEN.len() - 1], &format!("{TOKEN}x")] {
+            let r = post_login(&http, &base, wrong, false).await;
+            assert_eq!(r.status(), 401, "{wrong:?}");
+            assert!(header(&r, "set-cookie").is_empty());
+        }
+        let r = post_login(&http, &base, TOKEN, false).await;
+        assert_eq!((r.status().as_u16(), header(&r, "location")), (303, "/ui/".to_owned()));
+        let set = header(&r, "set-cookie");
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/ui"), "{set}");
+        let tls = header(&post_login(&http, &base, TOKEN, true).await, "set-cookie");
+        assert!(tls.ends_with("; Secure"), "{tls}");
+        let cookie = set.split(';').next().and_then(|p| p.strip_prefix("chat_bridge_ui=")).expect("value").to_owned();
+        assert!(!cookie.contains(TOKEN), "the cookie is not the token");
+        let c = Some(cookie.as_str());
+        // A tampered cookie is no session.
+        let last = if cookie.ends_with('0') { '1' } else { '0' };
+        let tampered = format!("{}{last}", &cookie[..cookie.len() - 1]);
+        let r = get("/ui/", Some(&tampered)).await.expect("list");
+        assert_eq!(r.status(), 303);
+
+        // The list: both conversations; filters; search; cursor paging.
+        let list = get("/ui/", c).await.expect("list");
+        assert_eq!(list.status(), 200);
+        assert_eq!(header(&list, "cache-control"), "no-store");
+        let list = list.text().await.expect("body");
+        assert_eq!(list.matches("href=\"/ui/conversations/").count(), 2, "{list}");
+        for (query, rows) in [("?platform=slack", 0), ("?platform=console", 2), ("?user=alice", 2), ("?user=bob", 0), ("?status=closed", 0), ("?since=2999-01-01T00:00", 0), ("?until=2999-01-01T00:00", 2), ("?limit=1", 1)] {
+            let page = get(&format!("/ui/{query}"), c).await.expect("list").text().await.expect("body");
+            assert_eq!(page.matches("href=\"/ui/conversations/").count(), rows, "{query}: {page}");
+        }
+        let first = get("/ui/?limit=1", c).await.expect("page 1").text().await.expect("body");
+        let next = first.split("class=\"next\" href=\"").nth(1).and_then(|s| s.split('"').next()).expect("a next link").replace("&amp;", "&");
+        let second = get(&next, c).await.expect("page 2").text().await.expect("body");
+        let id_of = |page: &str| page.split("href=\"/ui/conversations/").nth(1).and_then(|s| s.split('"').next()).map(str::to_owned);
+        assert!(id_of(&second).is_some() && id_of(&second) != id_of(&first), "page 2 is another conversation");
+        assert!(!second.contains("class=\"next\""), "the last page has no next link");
+        let bad = get("/ui/?cursor=nonsense", c).await.expect("bad cursor");
+        assert_eq!(bad.status(), 400);
+        let hits = get("/ui/?q=hello%20ui", c).await.expect("search").text().await.expect("body");
+        assert!(hits.contains("id=\"hits\"") && hits.contains("Hello UI"), "{hits}");
+
+        // The timeline of the first conversation: the completed tool, the timeout marked as an
+        // error, the approvals with who decided what, heartbeats and durations.
+        let mut conn = app.store.conn().await.expect("conn");
+        let convs = chat_bridge::store::history::list(&mut conn, &Default::default()).await.expect("list").items;
+        drop(conn);
+        let conv_of = |thread: &str| convs.iter().find(|c| c.thread == thread).expect("conversation").id.clone();
+        let page = get(&format!("/ui/conversations/{}", conv_of("t-1")), c).await.expect("timeline").text().await.expect("body");
+        assert!(page.contains("✅") && page.contains("echo Hello UI"), "{page}");
+        assert!(page.contains("class=\"tool error\" data-status=\"timed_out\"") && page.contains("⏱") && page.contains("ERROR"), "{page}");
+        assert!(page.contains("approval:") && page.contains("Allow once") && page.contains(" by oncall"), "{page}");
+        assert!(page.contains("heartbeat"), "{page}");
+        assert_eq!(page.matches("data-status=\"decided\"").count(), 2, "{page}");
+
+        // Hostile text is inert: escaped markup, no escape sequences, the bidi override visible,
+        // and the secret redacted (R7).
+        let page = get(&format!("/ui/conversations/{}", conv_of("t-2")), c).await.expect("timeline").text().await.expect("body");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
+        assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"), "{page}");
+        assert!(!page.contains("<script>alert") && !page.contains("<img") && !page.contains('\u{1b}') && !page.contains('\u{202e}'), "{page}");
+        assert!(page.contains("<span class=\"f1\">red</span>") && page.contains("[U+202E]"), "{page}");
+        assert!(page.contains("[redacted]") && !page.contains("xoxb-123456789012"), "{page}");
+
+        // The timeout's chat pointer leads to its page; the page offers the output as a text file.
+        let timeout = rec.latest().into_iter().map(|(_, m)| m).find(|m| m.tone == Tone::Error).expect("timeout message");
+        let footer = timeout.footer.expect("pointer");
+        let url = footer.split(" · ").nth(1).expect("a UI link").trim().to_owned();
+        let path = url.strip_prefix("https://bridge.example.com").expect("the ui_url base");
+        assert!(path.starts_with("/ui/tool-calls/"), "{footer}");
+        let call_page = get(path, c).await.expect("tool call").text().await.expect("body");
+        assert!(call_page.contains("partial") && call_page.contains("timed out") && call_page.contains("download as text"), "{call_page}");
+        let r = get(&format!("{path}/output.txt"), c).await.expect("download");
+        assert_eq!(r.status(), 200);
+        assert!(header(&r, "content-disposition").starts_with("attachment; filename=\"tool-call-"));
+        assert!(header(&r, "content-type").starts_with("text/plain"));
+        assert_eq!(r.text().await.expect("body"), "partial\n");
+        assert_eq!(get("/ui/tool-calls/nope", c).await.expect("404").status(), 404);
+        assert_eq!(get("/ui/conversations/nope", c).await.expect("404").status(), 404);
+
+        // The overview draws pictures.
+        let overview = get("/ui/overview", c).await.expect("overview").text().await.expect("body");
+        assert!(overview.contains("<svg") && overview.contains("class=\"s2\"") && overview.contains("timed out: <strong>1</strong>"), "{overview}");
+
+        // Running now: nothing; then a command that takes a moment shows up live and goes.
+        let running = get("/ui/running", c).await.expect("running").text().await.expect("body");
+        assert!(running.contains("Nothing is running."), "{running}");
+        let events = get("/ui/running/events", c).await.expect("events");
+        assert_eq!(header(&events, "content-type"), "text/event-stream");
+        let mut events = events;
+        run_approved(&app, &rec, "sleep 1.5; echo slept", "t-3").await;
+        let mut text = String::new();
+        let mut seen_running = false;
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(chunk) = events.chunk().await.expect("chunk") {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                if !seen_running && text.contains("⏳") && text.contains("sleep 1.5") {
+                    seen_running = true;
+                    text.clear();
+                } else if seen_running && text.contains("Nothing is running.") {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("the live view showed the command running, then finished");
+        settle(&app).await;
+
+        // Sign-out clears the cookie.
+        let r = http.post(format!("{base}/ui/logout")).header("cookie", format!("chat_bridge_ui={cookie}")).send().await.expect("logout");
+        assert!(header(&r, "set-cookie").contains("Max-Age=0"));
+        app.shutdown().await;
+    }
+}
+
+/// Off by default: no page answers, and chat's pointer names the API.
+#[tokio::test]
+async fn ui_is_off_unless_configured() {
+    use chat_bridge::http::{HttpState, router};
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("ui.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let state = HttpState::new(store.clone(), Arc::default(), Some(TOKEN.into()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = client();
+    for path in ["/ui/", "/ui/login", "/ui/assets/ui.css"] {
+        let r = http.get(format!("{base}{path}")).send().await.expect(path);
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    let r = post_login(&http, &base, TOKEN, false).await;
+    assert_eq!(r.status(), 404);
+    server.abort();
+    store.close().await;
+}
+
+/// `http.ui_auth_header`: the proxy's header signs people in (and only when configured); token
+/// sign-in is off without an API token.
+#[tokio::test]
+async fn ui_trusted_proxy_header_is_honoured_only_when_configured() {
+    use chat_bridge::http::{HttpState, router};
+    use tokio_util::sync::CancellationToken;
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("ui.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let serve = |header: Option<&str>| {
+        let http_cfg = chat_bridge::config::Http {
+            ui: true,
+            ui_auth_header: header.map(str::to_owned),
+            ..Default::default()
+        };
+        let ui = chat_bridge::ui::Ui::new(
+            &http_cfg,
+            chat_bridge::core::redact::Redactor::default(),
+            CancellationToken::new(),
+        )
+        .expect("ui");
+        let state = HttpState::new(store.clone(), Arc::default(), None).with_ui(ui);
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let base = format!("http://{}", listener.local_addr().expect("addr"));
+            let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+            (base, server)
+        }
+    };
+    let http = client();
+    let (base, server) = serve(Some("X-Forwarded-Email")).await;
+    let r = http
+        .get(format!("{base}/ui/"))
+        .header("x-forwarded-email", "dev@example.com")
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text()
+            .await
+            .expect("body")
+            .contains("signed in: dev@example.com")
+    );
+    for (name, value) in [
+        ("x-forwarded-user", "dev"),
+        ("x-forwarded-email", ""),
+        ("x-forwarded-email", "  "),
+    ] {
+        let r = http
+            .get(format!("{base}/ui/"))
+            .header(name, value)
+            .send()
+            .await
+            .expect("list");
+        assert_eq!(r.status(), 303, "{name}: {value:?}");
+    }
+    let form = http
+        .get(format!("{base}/ui/login"))
+        .send()
+        .await
+        .expect("form")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        form.contains("is off") && !form.contains("name=\"token\""),
+        "{form}"
+    );
+    assert_eq!(post_login(&http, &base, "", false).await.status(), 403);
+    server.abort();
+    // The same header without the setting is nobody.
+    let (base, server) = serve(None).await;
+    let r = http
+        .get(format!("{base}/ui/"))
+        .header("x-forwarded-email", "dev@example.com")
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(r.status(), 303);
+    server.abort();
+    store.close().await;
+}
