@@ -224,6 +224,8 @@ impl Application {
             buttons: channel.capabilities().has_buttons,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
+            // The built-in shell agent runs the text as a command: a label would break it.
+            speaker_prefix: cfg.turns.speaker_prefix && agent.is_none(),
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
@@ -237,6 +239,7 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
+        core.speakers.attach(channel.clone());
         let router = tracker.spawn(core.clone().route_events(events));
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),

@@ -293,6 +293,24 @@ impl Default for Service {
     }
 }
 
+/// `[turns]`: how prompts reach the agent.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Turns {
+    /// Each prompt reaches the agent as `[name] text`, the name the person shows in the platform
+    /// (looked up once per user). The built-in shell agent runs text as a command and never gets
+    /// the label.
+    pub speaker_prefix: bool,
+}
+
+impl Default for Turns {
+    fn default() -> Self {
+        Self {
+            speaker_prefix: true,
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -322,6 +340,8 @@ pub struct Config {
     pub access: Access,
     /// `[redact]`.
     pub redact: Redact,
+    /// `[turns]`.
+    pub turns: Turns,
     /// `[slack]`.
     pub slack: Slack,
     /// `[discord]`.

@@ -20,6 +20,7 @@
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
 //! - [`replay`]: frames a `session/load` replays — history, never live output (L6).
+//! - [`speaker`]: who said what — the `[name]` a prompt carries to the agent, names looked up once.
 //! - `runner`: the loop and every read, write and daemon call.
 
 pub mod approvals;
@@ -29,6 +30,7 @@ pub mod event;
 pub mod inbox;
 pub mod replay;
 pub(crate) mod runner;
+pub mod speaker;
 pub mod state;
 pub mod tools;
 pub mod turn;

@@ -92,6 +92,9 @@ pub struct CoreConfig {
     /// An inbound event that failed (or was interrupted by a crash) this many times is set aside
     /// as a dead letter (S4).
     pub inbound_attempts: i64,
+    /// Each prompt reaches the agent as `[name] text` (`turns.speaker_prefix`; never for the
+    /// built-in shell agent, which runs the text as a command).
+    pub speaker_prefix: bool,
 }
 
 impl Default for CoreConfig {
@@ -115,6 +118,7 @@ impl Default for CoreConfig {
             cancel_grace: Duration::from_secs(10),
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
+            speaker_prefix: false,
         }
     }
 }
@@ -163,6 +167,8 @@ pub struct Core {
     progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
+    /// Speakers' display names, asked of the platform once per user.
+    pub speakers: crate::conversation::speaker::Speakers,
 }
 
 impl Core {
@@ -200,6 +206,7 @@ impl Core {
             progress,
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
+            speakers: crate::conversation::speaker::Speakers::default(),
         })
     }
 

@@ -5,11 +5,11 @@ use daemon_client::SessionId;
 
 use super::Runner;
 use crate::channel::{Inbound, InboundKind, Tone};
-use crate::conversation::effects;
 use crate::conversation::event::Mark;
 use crate::conversation::event::{Event, Said};
 use crate::conversation::inbox::EventKey;
 use crate::conversation::turn::{Queued, TurnState};
+use crate::conversation::{effects, speaker};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
 use crate::core::lock;
@@ -117,6 +117,14 @@ impl Runner {
         );
         turn.user_message = message_id;
         self.state.turn = Some(turn);
+        // Who said it goes along (several people may write in one thread); the history keeps
+        // what they typed.
+        let text = if self.core.cfg.speaker_prefix {
+            let name = self.core.speakers.name(&user).await;
+            speaker::prefixed(&name, &user, &text)
+        } else {
+            text
+        };
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         let stop = self.core.shutdown.clone();
         self.core.tasks.spawn(async move {

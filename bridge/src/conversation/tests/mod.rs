@@ -7,6 +7,7 @@ mod effects;
 mod handle;
 mod inbox;
 mod replay;
+mod speaker;
 mod state;
 mod tools;
 mod turn;
