@@ -340,3 +340,53 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn late_work_a_daemon_update_after_the_turn_ended_is_posted_once_and_kept(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bg","update":u}});
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "bg"})).await;
+            let prompt = peer.expect("session/prompt").await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Started the backup in the background."}}))).await;
+            peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
+            // The turn is over; the background work reports later.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"b1","title":"nightly backup","kind":"execute","status":"in_progress"}))).await;
+            peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"b1","status":"completed","rawOutput":{"output":"42 files","exitCode":0}}))).await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Backup finished: "}}))).await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"42 files."}}))).await;
+            let _ = peer.recv().await;
+        })
+        .await;
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("back up everything")).await.expect("accept");
+        let late = |r: &Recorder| r.posts().into_iter().filter(|(_, m)| m.title.starts_with("💬 later")).collect::<Vec<_>>();
+        rec.wait_for("the late message", |r| !late(r).is_empty()).await;
+        // Longer than the quiet and far less than the rate limit: a second post would show.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        settle(&app).await;
+        let posted = late(&rec);
+        assert_eq!(posted.len(), 1, "posted once: {:#?}", rec.calls());
+        let body = posted[0].1.body.clone().unwrap_or_default();
+        assert!(body.contains("✅ nightly backup"), "{body}");
+        assert!(body.ends_with("Backup finished: 42 files."), "{body}");
+        let answers: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.title == "💬 answer").collect();
+        assert_eq!(answers.len(), 1, "the turn's own answer stays the turn's");
+        assert!(!answers[0].1.body.clone().unwrap_or_default().contains("Backup finished"));
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let kept: Vec<_> = chat_bridge::store::transcript::list(&mut c, &conv.id).await.expect("transcript")
+            .into_iter().filter(|e| e.kind == "late").collect();
+        assert_eq!(kept.len(), 1, "recorded in the transcript");
+        assert!(kept[0].body.contains("Backup finished: 42 files."));
+        drop(c);
+        app.shutdown().await;
+    }
+}

@@ -20,6 +20,8 @@ use crate::store::outbox::Kind;
 /// is one transaction (with its outbox rows), a daemon call, or both.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Post what the agent sent while no turn was open, and keep it in the transcript.
+    PostLate(String),
     /// Refuse what a person asked: only they hear why, their message gets ⛔, nothing runs (A2, A3).
     Refuse {
         /// Who asked.

@@ -19,6 +19,7 @@
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
+//! - [`late`]: work that arrives later — updates with no turn open, posted rate-limited.
 //! - [`replay`]: frames a `session/load` replays — history, never live output (L6).
 //! - [`speaker`]: who said what — the `[name]` a prompt carries to the agent, names looked up once.
 //! - `runner`: the loop and every read, write and daemon call.
@@ -28,6 +29,7 @@ pub mod commands;
 pub mod effects;
 pub mod event;
 pub mod inbox;
+pub mod late;
 pub mod replay;
 pub(crate) mod runner;
 pub mod speaker;

@@ -16,6 +16,7 @@ use super::event::Event;
 use super::event::{Mark, ToolOutcome};
 use super::event::{PromptEnd, Said, TurnStatus};
 use super::inbox::Marks;
+use super::late::Late;
 use super::replay;
 use super::tools::{self, ToolState};
 use super::turn::{Queue, Queued, TurnState};
@@ -46,6 +47,8 @@ pub struct State {
     pub prompt_seq: u64,
     /// Inbox entries the next commit marks handled (D2).
     pub marks: Marks,
+    /// What the agent sent while no turn was open, waiting to be posted.
+    pub late: Late,
 }
 
 /// A progress line due for a running tool (L5).
@@ -136,6 +139,7 @@ impl State {
             && self.queue.is_empty()
             && self.approvals.is_empty()
             && self.marks.is_empty()
+            && self.late.is_empty()
     }
 
     /// The next instant a timer has something to do.
@@ -149,6 +153,7 @@ impl State {
             }),
             turn.and_then(|t| t.cancel_by),
             self.approvals.next_deadline(),
+            self.late.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -220,12 +225,13 @@ impl State {
                     effects.push(Effect::Notice(
                         crate::channel::Tone::Warning,
                         format!(
-                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent may still be doing will not be shown.",
+                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent still sends is posted as it arrives, apart from any turn.",
                             daemon_client::liveness::human_duration(cfg.cancel_grace)
                         ),
                     ));
                     effects.push(Effect::EndTurnAs(TurnStatus::Cancelled));
                 }
+                effects.extend(self.late.due(now).map(Effect::PostLate));
                 effects
             }
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
@@ -364,7 +370,8 @@ impl State {
             return DaemonStep::Permission(req);
         }
         let Some(turn) = self.turn.as_mut() else {
-            // Stray frames: nothing to attach them to.
+            // No turn open: what the agent still sends is posted later, gathered.
+            self.late.take(&e, now);
             return DaemonStep::Nothing;
         };
         turn.liveness.observe(&e, now);

@@ -386,12 +386,41 @@ impl Core {
             };
             let conv = lock(&self.sessions).get(session).cloned();
             let Some(conv) = conv else {
+                if crate::conversation::late::worth_waking(&event) {
+                    // Work that arrives later for a conversation let go from memory: it is loaded
+                    // again to post it.
+                    self.wake_for_late(event).await;
+                    continue;
+                }
                 tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
                 continue;
             };
             let tx = lock(&self.actors).get(&conv).cloned();
             if let Some(tx) = tx {
                 let _ = tx.send(ConvMsg::Daemon(event)).await;
+            }
+        }
+    }
+
+    /// A late update for a session whose conversation is not in memory: its runner is started from
+    /// the store and handed the event (a session the store does not know is ignored).
+    async fn wake_for_late(self: &Arc<Self>, event: DaemonEvent) {
+        let Some(session) = event.session().map(ToString::to_string) else {
+            return;
+        };
+        let found = match self.store.conn().await {
+            Ok(mut c) => conversations::by_session(&mut c, &session).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(conv)) => {
+                self.send_to(&conv, ConvMsg::Daemon(event)).await;
+            }
+            Ok(None) => {
+                tracing::debug!(session = %session, "late update for a session no conversation owns");
+            }
+            Err(e) => {
+                tracing::warn!(session = %session, error = %e, "could not look up the conversation of a late update");
             }
         }
     }

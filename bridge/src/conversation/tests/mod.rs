@@ -6,6 +6,7 @@ mod commands;
 mod effects;
 mod handle;
 mod inbox;
+mod late;
 mod replay;
 mod speaker;
 mod state;
