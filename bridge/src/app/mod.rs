@@ -226,6 +226,8 @@ impl Application {
             actor_idle: cfg.service.conversation_idle,
             // The built-in shell agent runs the text as a command: a label would break it.
             speaker_prefix: cfg.turns.speaker_prefix && agent.is_none(),
+            while_busy: cfg.turns.while_busy,
+            shell_agent: agent.is_some(),
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;

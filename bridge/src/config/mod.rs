@@ -301,12 +301,16 @@ pub struct Turns {
     /// (looked up once per user). The built-in shell agent runs text as a command and never gets
     /// the label.
     pub speaker_prefix: bool,
+    /// A prompt that arrives while a turn runs: `queue` (waits), `steer` (cancels the running turn
+    /// and runs next) or `collect` (merged with the others into the next prompt).
+    pub while_busy: crate::conversation::busy::WhileBusy,
 }
 
 impl Default for Turns {
     fn default() -> Self {
         Self {
             speaker_prefix: true,
+            while_busy: crate::conversation::busy::WhileBusy::Queue,
         }
     }
 }

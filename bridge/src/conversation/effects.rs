@@ -93,6 +93,10 @@ pub enum Effect {
     StartTurn(Queued),
     /// The prompt waits behind the running turn; its inbox entry is noted as waiting (S4).
     Queued(Option<EventKey>),
+    /// A steering prompt went ahead of the queue: the running turn is cancelled.
+    Steer(Option<EventKey>),
+    /// A prompt was merged into the one waiting (`collect`).
+    Collected(Option<EventKey>),
     /// The queue is full (this many wait): say so.
     QueueFull(usize),
 }

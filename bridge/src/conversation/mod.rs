@@ -14,6 +14,7 @@
 //!   to the store's in one place.
 //! - [`commands`]: what a message means (`/new`, `/cancel`, `/status`, `/history`, `/help`,
 //!   `/invite`, `/uninvite`, a numbered answer, a prompt).
+//! - [`busy`]: steer or queue — a prompt that arrives while a turn runs (`turns.while_busy`).
 //! - [`turn`]: a turn, its queue, its end and first cause (T2), the stall and status texts.
 //! - [`tools`]: running tool calls and the progress line (L5, F1).
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
@@ -25,6 +26,7 @@
 //! - `runner`: the loop and every read, write and daemon call.
 
 pub mod approvals;
+pub mod busy;
 pub mod commands;
 pub mod effects;
 pub mod event;

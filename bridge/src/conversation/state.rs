@@ -10,7 +10,8 @@ use daemon_client::{
 use tokio::time::Instant;
 
 use super::approvals::{Approvals, Numbered, Pending};
-use super::commands::{self, Parsed};
+use super::busy::WhileBusy;
+use super::commands::{self, Command, Parsed};
 use super::effects::Effect;
 use super::event::Event;
 use super::event::{Mark, ToolOutcome};
@@ -100,6 +101,10 @@ pub enum Admission {
     Start(Queued),
     /// It waits behind the running turn.
     Queued,
+    /// It steers: it waits ahead of the queue and the running turn is to be cancelled.
+    Steer,
+    /// It was merged into the prompt waiting behind the running turn (`collect`).
+    Collected,
     /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
     /// marked handled by that notice's transaction.
     Full(usize),
@@ -237,9 +242,11 @@ impl State {
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
-                vec![match self.admit(q, cfg.queue_cap) {
+                vec![match self.admit_busy(q, cfg.queue_cap, cfg.while_busy) {
                     Admission::Start(q) => Effect::StartTurn(q),
                     Admission::Queued => Effect::Queued(event),
+                    Admission::Steer => Effect::Steer(event),
+                    Admission::Collected => Effect::Collected(event),
                     Admission::Full(waiting) => Effect::QueueFull(waiting),
                 }]
             }
@@ -325,6 +332,14 @@ impl State {
                     refusal: Refusal::UnknownOption,
                 },
             },
+            Parsed::Command(Command::Steer(text)) if text.is_empty() => Effect::Notice(
+                crate::channel::Tone::Warning,
+                super::busy::STEER_USAGE.to_owned(),
+            ),
+            Parsed::Command(Command::Steer(text)) => Effect::Prompt(Queued {
+                note: Some(super::busy::STEER_NOTE.to_owned()),
+                ..Queued::new(user, text, message_id, event)
+            }),
             Parsed::Command(command) => Effect::Command { user, command },
             // Without buttons an approval is answered by number: other text now is almost always a
             // mistyped answer, so it is not sent to the agent.
@@ -332,13 +347,40 @@ impl State {
                 crate::channel::Tone::Warning,
                 commands::APPROVAL_HINT.to_owned(),
             ),
-            Parsed::Prompt(text) => Effect::Prompt(Queued {
-                user,
-                text,
-                message_id,
-                event,
-            }),
+            Parsed::Prompt(text) => Effect::Prompt(Queued::new(user, text, message_id, event)),
         }]
+    }
+
+    /// A prompt arrives under `turns.while_busy = mode`: it starts a turn, or — while one runs —
+    /// steers (a `/steer`, or every prompt in `steer` mode), merges into the prompt waiting
+    /// (`collect`), waits, or finds the queue full.
+    pub fn admit_busy(&mut self, q: Queued, cap: usize, mode: WhileBusy) -> Admission {
+        if self.turn.is_none() {
+            // Nothing runs: nothing is interrupted, nothing to merge into.
+            return Admission::Start(Queued { note: None, ..q });
+        }
+        let steer = q.steers() || mode == WhileBusy::Steer;
+        if steer {
+            let event = q.event.clone();
+            let q = Queued {
+                note: Some(super::busy::STEER_NOTE.to_owned()),
+                ..q
+            };
+            return match self.queue.admit_ahead(q, cap) {
+                Ok(()) => Admission::Steer,
+                Err(waiting) => {
+                    self.marks.add(event);
+                    Admission::Full(waiting)
+                }
+            };
+        }
+        if mode == WhileBusy::Collect {
+            match self.queue.merge(q) {
+                Ok(()) => return Admission::Collected,
+                Err(q) => return self.admit(q, cap),
+            }
+        }
+        self.admit(q, cap)
     }
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.

@@ -39,6 +39,8 @@ pub struct TurnState {
     /// bridge ends it — a prompt whose answer died with a connection would otherwise hold the thread
     /// for good.
     pub cancel_by: Option<Instant>,
+    /// Other people's messages merged into this turn's prompt (`collect`): they get its mark too.
+    pub merged_messages: Vec<String>,
 }
 
 impl TurnState {
@@ -62,6 +64,7 @@ impl TurnState {
             outcomes: Vec::new(),
             rejected: false,
             cancel_by: None,
+            merged_messages: Vec::new(),
         }
     }
 
@@ -107,6 +110,10 @@ pub struct Queued {
     pub message_id: Option<String>,
     /// Its inbox entry.
     pub event: Option<EventKey>,
+    /// Sent to steer: the note the agent reads first (see [`super::busy`]).
+    pub note: Option<String>,
+    /// Messages that arrived later and were merged into it (`collect`, see [`super::busy`]).
+    pub merged: Vec<Queued>,
 }
 
 /// Prompts waiting behind the running turn, first in first out, at most `cap`.
@@ -126,6 +133,34 @@ impl Queue {
         }
         self.items.push_back(q);
         Ok(())
+    }
+
+    /// Adds a steering `q` ahead of every prompt that does not steer (after those that do, so
+    /// steered messages keep their order), unless `cap` prompts wait already.
+    ///
+    /// # Errors
+    /// The queue is full.
+    pub fn admit_ahead(&mut self, q: Queued, cap: usize) -> Result<(), usize> {
+        if self.items.len() >= cap {
+            return Err(self.items.len());
+        }
+        let at = self.items.iter().take_while(|w| w.steers()).count();
+        self.items.insert(at, q);
+        Ok(())
+    }
+
+    /// Merges `q` into the last waiting prompt (`collect`); `Err(q)` when none waits.
+    ///
+    /// # Errors
+    /// Nothing waits to merge into.
+    pub fn merge(&mut self, q: Queued) -> Result<(), Queued> {
+        match self.items.back_mut() {
+            Some(last) => {
+                last.merged.push(q);
+                Ok(())
+            }
+            None => Err(q),
+        }
     }
 
     /// The next prompt.

@@ -95,6 +95,11 @@ pub struct CoreConfig {
     /// Each prompt reaches the agent as `[name] text` (`turns.speaker_prefix`; never for the
     /// built-in shell agent, which runs the text as a command).
     pub speaker_prefix: bool,
+    /// What a prompt that arrives while a turn runs does (`turns.while_busy`).
+    pub while_busy: crate::conversation::busy::WhileBusy,
+    /// The agent is the built-in shell agent: prompts go as typed (no notes; merged messages are
+    /// lines of one script).
+    pub shell_agent: bool,
 }
 
 impl Default for CoreConfig {
@@ -119,6 +124,8 @@ impl Default for CoreConfig {
             actor_idle: Duration::from_secs(600),
             inbound_attempts: 3,
             speaker_prefix: false,
+            while_busy: crate::conversation::busy::WhileBusy::Queue,
+            shell_agent: false,
         }
     }
 }

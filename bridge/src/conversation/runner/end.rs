@@ -71,7 +71,7 @@ impl Runner {
             self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
                 .await?;
         }
-        if let Some(id) = &turn.user_message {
+        for id in turn.user_message.iter().chain(&turn.merged_messages) {
             for action in effects::outcome_marks(&self.target, id, ending.mark) {
                 self.enqueue(&mut tx, &action).await?;
             }
@@ -100,7 +100,7 @@ impl Runner {
             }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
-            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+            if let Err(e) = self.start_turn(q).await {
                 // Not marked: it stays in the inbox and is taken again at the next start.
                 if let Some(event) = &event {
                     self.state.marks.take(event);

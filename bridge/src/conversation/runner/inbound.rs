@@ -74,13 +74,9 @@ impl Runner {
 
     /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
     /// records the turn (or in the notice that says it could not start).
-    pub(super) async fn start_turn(
-        &mut self,
-        user: String,
-        text: String,
-        message_id: Option<String>,
-        event: Option<EventKey>,
-    ) -> Result<()> {
+    pub(super) async fn start_turn(&mut self, q: Queued) -> Result<()> {
+        let (user, message_id, event) = (q.user.clone(), q.message_id.clone(), q.event.clone());
+        let text = q.typed();
         let session = match self.ensure_session().await {
             Ok(s) => s,
             Err(e) => {
@@ -96,7 +92,9 @@ impl Runner {
                     .await;
             }
         };
-        self.state.marks.add(event);
+        for e in q.events() {
+            self.state.marks.add(Some(e));
+        }
         let row = match self.record_turn(&text, &user).await {
             Ok(row) => row,
             Err(e) => {
@@ -116,15 +114,11 @@ impl Runner {
             seq,
         );
         turn.user_message = message_id;
+        turn.merged_messages = q.merged_messages();
         self.state.turn = Some(turn);
         // Who said it goes along (several people may write in one thread); the history keeps
         // what they typed.
-        let text = if self.core.cfg.speaker_prefix {
-            let name = self.core.speakers.name(&user).await;
-            speaker::prefixed(&name, &user, &text)
-        } else {
-            text
-        };
+        let text = self.for_agent(&q).await;
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         let stop = self.core.shutdown.clone();
         self.core.tasks.spawn(async move {
@@ -136,6 +130,28 @@ impl Runner {
             let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
         });
         Ok(())
+    }
+
+    /// The prompt as the agent receives it: each part with its speaker's name (when
+    /// `speaker_prefix`), the steer note first; the built-in shell agent gets the text as typed,
+    /// merged messages as lines of one script.
+    async fn for_agent(&self, q: &Queued) -> String {
+        let cfg = &self.core.cfg;
+        if cfg.shell_agent {
+            return q.for_agent("\n", false, |_, t| t.to_owned());
+        }
+        let mut names = std::collections::HashMap::new();
+        if cfg.speaker_prefix {
+            for (user, _) in q.parts() {
+                if !names.contains_key(user) {
+                    names.insert(user.to_owned(), self.core.speakers.name(user).await);
+                }
+            }
+        }
+        q.for_agent("\n\n", true, |user, text| match names.get(user) {
+            Some(name) => speaker::prefixed(name, user, text),
+            None => text.to_owned(),
+        })
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.

@@ -2,6 +2,7 @@
 //! database, no real time. Each test is named after the rule it proves.
 
 mod approvals;
+mod busy;
 mod commands;
 mod effects;
 mod handle;

@@ -422,6 +422,8 @@ fn prompt(n: u32) -> crate::conversation::turn::Queued {
         text: format!("prompt {n}"),
         message_id: None,
         event: Some(("slack".into(), format!("Ev{n}"))),
+        note: None,
+        merged: Vec::new(),
     }
 }
 
