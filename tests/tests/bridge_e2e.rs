@@ -390,3 +390,55 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn steer_a_new_message_cancels_the_long_command_and_runs_next(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.turns.while_busy = chat_bridge::conversation::busy::WhileBusy::Steer;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 30; echo never")).await.expect("accept");
+        rec.wait_for("the long command running", |r| r.posts().iter().any(|(_, m)| m.title.contains("sleep 30"))).await;
+        let started = std::time::Instant::now();
+        app.core.accept(console::inbound("echo steered")).await.expect("accept");
+        settle(&app).await;
+        assert!(started.elapsed() < Duration::from_secs(20), "the long command did not run out");
+        let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
+        let cancelled = titles.iter().position(|t| t.starts_with("⏹ sleep 30; echo never")).expect(&format!("cancelled: {titles:?}"));
+        let steered = titles.iter().position(|t| t.starts_with("✅ echo steered")).expect(&format!("ran: {titles:?}"));
+        assert!(cancelled < steered, "{titles:?}");
+        assert!(titles.iter().any(|t| t.starts_with("Steering: cancelling the running turn")), "{titles:?}");
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+        let got: Vec<(&str, &str)> = ts.iter().map(|t| (t.prompt.as_str(), t.status.as_str())).collect();
+        assert_eq!(got, [("sleep 30; echo never", "cancelled"), ("echo steered", "ended")]);
+        drop(c);
+        app.shutdown().await;
+    }
+
+    async fn collect_three_messages_sent_during_a_turn_run_as_one_prompt(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.turns.while_busy = chat_bridge::conversation::busy::WhileBusy::Collect;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 1; echo first")).await.expect("accept");
+        for m in ["echo a", "echo b", "echo c"] {
+            app.core.accept(console::inbound(m)).await.expect("accept");
+        }
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+        let got: Vec<&str> = ts.iter().map(|t| t.prompt.as_str()).collect();
+        assert_eq!(got, ["sleep 1; echo first", "echo a\n\necho b\n\necho c"], "two turns, the second merged");
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls.len(), 2, "{calls:#?}");
+        let out = calls[1].output.clone().unwrap_or_default().replace('\r', "");
+        assert_eq!(out.trim_end(), "a\nb\nc", "the built-in agent ran the three as one script");
+        drop(c);
+        app.shutdown().await;
+    }
+}
