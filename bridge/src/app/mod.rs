@@ -228,6 +228,8 @@ impl Application {
             speaker_prefix: cfg.turns.speaker_prefix && agent.is_none(),
             while_busy: cfg.turns.while_busy,
             shell_agent: agent.is_some(),
+            schedules_per_thread: cfg.schedules.per_thread,
+            schedule_min_interval: cfg.schedules.min_interval,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns).context("redact.patterns")?;
@@ -266,6 +268,13 @@ impl Application {
                 "taking chat events the previous run recorded but did not act on"
             );
         }
+        // Only the active replica runs schedules: this is its activation (D5).
+        tracker.spawn(crate::schedules::run(
+            core.clone(),
+            Arc::new(SystemClock),
+            cfg.schedules.check_every,
+            stop.clone(),
+        ));
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),

@@ -315,6 +315,30 @@ impl Default for Turns {
     }
 }
 
+/// `[schedules]`: prompts a thread runs on a schedule (`/every`, `/at`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Schedules {
+    /// Schedules one thread may have.
+    pub per_thread: usize,
+    /// The shortest `/every` interval.
+    #[serde(deserialize_with = "duration")]
+    pub min_interval: Duration,
+    /// How often the active replica looks for due schedules.
+    #[serde(deserialize_with = "duration")]
+    pub check_every: Duration,
+}
+
+impl Default for Schedules {
+    fn default() -> Self {
+        Self {
+            per_thread: 10,
+            min_interval: Duration::from_secs(60),
+            check_every: Duration::from_secs(1),
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -346,6 +370,8 @@ pub struct Config {
     pub redact: Redact,
     /// `[turns]`.
     pub turns: Turns,
+    /// `[schedules]`.
+    pub schedules: Schedules,
     /// `[slack]`.
     pub slack: Slack,
     /// `[discord]`.

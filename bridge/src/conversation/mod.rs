@@ -22,6 +22,7 @@
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
 //! - [`late`]: work that arrives later — updates with no turn open, posted rate-limited.
 //! - [`replay`]: frames a `session/load` replays — history, never live output (L6).
+//! - [`schedule`]: what `/every` and `/at` mean, and when a schedule runs next.
 //! - [`speaker`]: who said what — the `[name]` a prompt carries to the agent, names looked up once.
 //! - `runner`: the loop and every read, write and daemon call.
 
@@ -34,6 +35,7 @@ pub mod inbox;
 pub mod late;
 pub mod replay;
 pub(crate) mod runner;
+pub mod schedule;
 pub mod speaker;
 pub mod state;
 pub mod tools;

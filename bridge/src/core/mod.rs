@@ -100,6 +100,10 @@ pub struct CoreConfig {
     /// The agent is the built-in shell agent: prompts go as typed (no notes; merged messages are
     /// lines of one script).
     pub shell_agent: bool,
+    /// Schedules one thread may have.
+    pub schedules_per_thread: usize,
+    /// The shortest `/every` interval.
+    pub schedule_min_interval: Duration,
 }
 
 impl Default for CoreConfig {
@@ -126,6 +130,8 @@ impl Default for CoreConfig {
             speaker_prefix: false,
             while_busy: crate::conversation::busy::WhileBusy::Queue,
             shell_agent: false,
+            schedules_per_thread: 10,
+            schedule_min_interval: Duration::from_secs(60),
         }
     }
 }

@@ -61,6 +61,10 @@ impl Runner {
                 Command::Uninvite(who) => self.cmd_invite(&user, &who, false).await,
                 // The state turns `/steer` into a prompt; it never reaches here as a command.
                 Command::Steer(_) => Ok(()),
+                Command::Every(rest) => self.cmd_schedule(&user, &rest, true).await,
+                Command::At(rest) => self.cmd_schedule(&user, &rest, false).await,
+                Command::Schedules => self.cmd_schedules().await,
+                Command::Unschedule(id) => self.cmd_unschedule(&id).await,
             },
             Effect::Prompt(q) => self.prompt(q).await,
             Effect::StartTurn(_)

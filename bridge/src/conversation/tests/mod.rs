@@ -9,6 +9,7 @@ mod handle;
 mod inbox;
 mod late;
 mod replay;
+mod schedule;
 mod speaker;
 mod state;
 mod tools;
