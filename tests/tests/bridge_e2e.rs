@@ -442,3 +442,80 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn schedules_every_2s_runs_three_times_in_7s_survives_a_restart_and_makes_up_missed_runs_once(db) {
+        use chat_bridge::clock::ManualClock;
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.schedules.min_interval = Duration::from_secs(1);
+        // The test moves a clock by hand and steps the scheduler itself.
+        cfg.schedules.check_every = Duration::from_secs(3600);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("/every 2s echo tick")).await.expect("accept");
+        settle(&app).await;
+        let t0 = chat_bridge::store::now_ms();
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("Scheduled `")), "{:#?}", rec.calls());
+        let clock = ManualClock::at(t0);
+        let mut ran = 0;
+        for _ in 0..7 {
+            clock.advance(Duration::from_secs(1));
+            ran += chat_bridge::schedules::run_due(&app.core, &clock).await.expect("run");
+            settle(&app).await;
+        }
+        assert_eq!(ran, 3, "every 2 s for 7 s");
+        let ticks = |r: &Recorder| r.latest().iter().filter(|(_, m)| m.title.starts_with("✅ echo tick")).count();
+        assert_eq!(ticks(&rec), 3, "each run a normal turn with its result");
+        app.core.accept(console::inbound("/schedules")).await.expect("accept");
+        settle(&app).await;
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("1 schedules in this thread:") && m.title.contains("every 2s")), "{:#?}", rec.latest());
+        app.shutdown().await;
+
+        // Down for a minute: the missed runs are made up once, then it keeps its interval.
+        let again = Application::build(&cfg, rec.clone()).await.expect("build again");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1, "missed runs once");
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1);
+        settle(&again).await;
+        assert_eq!(ticks(&rec), 5);
+        let mut c = again.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let id = chat_bridge::store::schedules::of(&mut c, &conv.id).await.expect("schedules")[0].id.clone();
+        drop(c);
+        again.core.accept(console::inbound(&format!("/unschedule {id}"))).await.expect("accept");
+        settle(&again).await;
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0, "removed");
+        again.shutdown().await;
+    }
+
+    async fn schedules_a_thread_may_have_only_so_many_and_at_runs_once(db) {
+        use chat_bridge::clock::ManualClock;
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.schedules.per_thread = 2;
+        cfg.schedules.check_every = Duration::from_secs(3600);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        for m in ["/every 1h echo a", "/at 00:00 echo once", "/every 2h echo c"] {
+            app.core.accept(console::inbound(m)).await.expect("accept");
+        }
+        settle(&app).await;
+        let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
+        assert_eq!(titles.iter().filter(|t| t.starts_with("Scheduled `")).count(), 2, "{titles:?}");
+        assert!(titles.iter().any(|t| t.starts_with("This thread has 2 schedules, the most it may have")), "{titles:?}");
+        let clock = ManualClock::at(chat_bridge::store::now_ms() + 86_400_000);
+        assert_eq!(chat_bridge::schedules::run_due(&app.core, &clock).await.expect("run"), 2);
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let left = chat_bridge::store::schedules::of(&mut c, &conv.id).await.expect("schedules");
+        assert_eq!(left.len(), 1, "/at ran once and is gone");
+        assert_eq!(left[0].prompt, "echo a");
+        drop(c);
+        app.shutdown().await;
+    }
+}
