@@ -405,8 +405,8 @@ on_both! {
         settle(&app).await;
         assert!(started.elapsed() < Duration::from_secs(20), "the long command did not run out");
         let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
-        let cancelled = titles.iter().position(|t| t.starts_with("⏹ sleep 30; echo never")).expect(&format!("cancelled: {titles:?}"));
-        let steered = titles.iter().position(|t| t.starts_with("✅ echo steered")).expect(&format!("ran: {titles:?}"));
+        let cancelled = titles.iter().position(|t| t.starts_with("⏹ sleep 30; echo never")).unwrap_or_else(|| panic!("cancelled: {titles:?}"));
+        let steered = titles.iter().position(|t| t.starts_with("✅ echo steered")).unwrap_or_else(|| panic!("ran: {titles:?}"));
         assert!(cancelled < steered, "{titles:?}");
         assert!(titles.iter().any(|t| t.starts_with("Steering: cancelling the running turn")), "{titles:?}");
         let mut c = app.store.conn().await.expect("conn");

@@ -375,10 +375,10 @@ impl State {
             };
         }
         if mode == WhileBusy::Collect {
-            match self.queue.merge(q) {
-                Ok(()) => return Admission::Collected,
-                Err(q) => return self.admit(q, cap),
-            }
+            return match self.queue.merge(q) {
+                None => Admission::Collected,
+                Some(q) => self.admit(q, cap),
+            };
         }
         self.admit(q, cap)
     }

@@ -149,17 +149,14 @@ impl Queue {
         Ok(())
     }
 
-    /// Merges `q` into the last waiting prompt (`collect`); `Err(q)` when none waits.
-    ///
-    /// # Errors
-    /// Nothing waits to merge into.
-    pub fn merge(&mut self, q: Queued) -> Result<(), Queued> {
+    /// Merges `q` into the last waiting prompt (`collect`); gives it back when none waits.
+    pub fn merge(&mut self, q: Queued) -> Option<Queued> {
         match self.items.back_mut() {
             Some(last) => {
                 last.merged.push(q);
-                Ok(())
+                None
             }
-            None => Err(q),
+            None => Some(q),
         }
     }
 
