@@ -33,6 +33,9 @@ pub fn worth_waking(e: &DaemonEvent) -> bool {
     )
 }
 
+/// Names of background calls kept at most (to name them when they finish).
+const TITLES_MAX: usize = 256;
+
 /// Late pieces waiting to be posted.
 #[derive(Debug, Default, Clone)]
 pub struct Late {
@@ -52,6 +55,10 @@ impl Late {
             DaemonEvent::AgentText { text, .. } => text.clone(),
             DaemonEvent::ToolStarted { call, info, .. } => {
                 let title = info.title.clone().unwrap_or_else(|| "tool".to_owned());
+                if self.titles.len() >= TITLES_MAX {
+                    // Calls that never finish: their names are not kept for ever.
+                    self.titles.clear();
+                }
                 self.titles.insert(call.clone(), title);
                 return false;
             }

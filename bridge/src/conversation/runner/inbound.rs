@@ -72,16 +72,18 @@ impl Runner {
         Ok(())
     }
 
-    /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
-    /// records the turn (or in the notice that says it could not start).
+    /// Starts a turn for a prompt; its inbox entries (its own and those merged into it) are marked
+    /// in the transaction that records the turn (or in the notice that says it could not start).
     pub(super) async fn start_turn(&mut self, q: Queued) -> Result<()> {
-        let (user, message_id, event) = (q.user.clone(), q.message_id.clone(), q.event.clone());
+        let (user, message_id) = (q.user.clone(), q.message_id.clone());
         let text = q.typed();
         let session = match self.ensure_session().await {
             Ok(s) => s,
             Err(e) => {
                 self.core.busy_add(-1);
-                self.state.marks.add(event);
+                for e in q.events() {
+                    self.state.marks.add(Some(e));
+                }
                 return self
                     .notice(
                         Tone::Error,
