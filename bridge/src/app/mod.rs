@@ -203,6 +203,7 @@ impl Application {
             Some(c) => c,
             None => std::env::current_dir().context("reading the current directory")?,
         };
+        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
         let core_cfg = CoreConfig {
             liveness: LivenessConfig {
                 idle: cfg.liveness.idle,
@@ -224,10 +225,11 @@ impl Application {
             buttons: channel.capabilities().has_buttons,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
-            // The built-in shell agent runs the text as a command: a label would break it.
-            speaker_prefix: cfg.turns.speaker_prefix && agent.is_none(),
+            // The built-in shell agent (here, or served on its own) runs the text as a command: a
+            // label or a note would break it.
+            speaker_prefix: cfg.turns.speaker_prefix && !shell,
             while_busy: cfg.turns.while_busy,
-            shell_agent: agent.is_some(),
+            shell_agent: shell,
             schedules_per_thread: cfg.schedules.per_thread,
             schedule_min_interval: cfg.schedules.min_interval,
             ..CoreConfig::default()
