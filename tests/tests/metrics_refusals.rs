@@ -24,7 +24,7 @@ async fn a1_a_strangers_mention_is_ignored_but_counted_as_a_refusal() {
     let pwned = dir.path().join("pwned");
     let (stop, task) = chat_bridge_tests::fake_slack::run_bridge(&fake, dir.path(), |cfg| {
         cfg.access.open = false;
-        cfg.slack.allowed_users = vec!["U1".into()];
+        cfg.slack_mut().allowed_users = vec!["U1".into()];
     })
     .await;
     let before = count(&metrics.render());

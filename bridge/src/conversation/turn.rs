@@ -47,6 +47,8 @@ pub struct TurnState {
     /// names one (a daemon that replays no prompts), `Some(true)` from this turn's own prompt on
     /// (D6: it reached the daemon; what follows is this turn's), `Some(false)` in an older turn's.
     pub replay_at_own: Option<bool>,
+    /// Other people's messages merged into this turn's prompt (`collect`): they get its mark too.
+    pub merged_messages: Vec<String>,
 }
 
 impl TurnState {
@@ -72,6 +74,7 @@ impl TurnState {
             cancel_by: None,
             orphan_by: None,
             replay_at_own: None,
+            merged_messages: Vec::new(),
         }
     }
 
@@ -117,6 +120,10 @@ pub struct Queued {
     pub message_id: Option<String>,
     /// Its inbox entry.
     pub event: Option<EventKey>,
+    /// Sent to steer: the note the agent reads first (see [`super::busy`]).
+    pub note: Option<String>,
+    /// Messages that arrived later and were merged into it (`collect`, see [`super::busy`]).
+    pub merged: Vec<Queued>,
 }
 
 /// Prompts waiting behind the running turn, first in first out, at most `cap`.
@@ -141,6 +148,31 @@ impl Queue {
     /// Puts `q` first in line again (a turn that could not start for it).
     pub fn push_front(&mut self, q: Queued) {
         self.items.push_front(q);
+    }
+
+    /// Adds a steering `q` ahead of every prompt that does not steer (after those that do, so
+    /// steered messages keep their order), unless `cap` prompts wait already.
+    ///
+    /// # Errors
+    /// The queue is full.
+    pub fn admit_ahead(&mut self, q: Queued, cap: usize) -> Result<(), usize> {
+        if self.items.len() >= cap {
+            return Err(self.items.len());
+        }
+        let at = self.items.iter().take_while(|w| w.steers()).count();
+        self.items.insert(at, q);
+        Ok(())
+    }
+
+    /// Merges `q` into the last waiting prompt (`collect`); gives it back when none waits.
+    pub fn merge(&mut self, q: Queued) -> Option<Queued> {
+        match self.items.back_mut() {
+            Some(last) => {
+                last.merged.push(q);
+                None
+            }
+            None => Some(q),
+        }
     }
 
     /// The next prompt.

@@ -101,6 +101,18 @@ pub struct CoreConfig {
     /// After a reconnect, an open turn whose session sends no live frame within this is ended as
     /// interrupted (the daemon restarted and no longer runs it).
     pub reconnect_grace: Duration,
+    /// Each prompt reaches the agent as `[name] text` (`turns.speaker_prefix`; never for the
+    /// built-in shell agent, which runs the text as a command).
+    pub speaker_prefix: bool,
+    /// What a prompt that arrives while a turn runs does (`turns.while_busy`).
+    pub while_busy: crate::conversation::busy::WhileBusy,
+    /// The agent is the built-in shell agent: prompts go as typed (no notes; merged messages are
+    /// lines of one script).
+    pub shell_agent: bool,
+    /// Schedules one thread may have.
+    pub schedules_per_thread: usize,
+    /// The shortest `/every` interval.
+    pub schedule_min_interval: Duration,
 }
 
 impl Default for CoreConfig {
@@ -127,6 +139,11 @@ impl Default for CoreConfig {
             hold_retry: Duration::from_secs(5),
             announce_connection: false,
             reconnect_grace: Duration::from_secs(30),
+            speaker_prefix: false,
+            while_busy: crate::conversation::busy::WhileBusy::Queue,
+            shell_agent: false,
+            schedules_per_thread: 10,
+            schedule_min_interval: Duration::from_secs(60),
         }
     }
 }
@@ -177,6 +194,8 @@ pub struct Core {
     progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
+    /// Speakers' display names, asked of the platform once per user.
+    pub speakers: crate::conversation::speaker::Speakers,
 }
 
 impl Core {
@@ -214,6 +233,7 @@ impl Core {
             progress,
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
+            speakers: crate::conversation::speaker::Speakers::default(),
         })
     }
 
@@ -395,6 +415,12 @@ impl Core {
             };
             let conv = lock(&self.sessions).get(session).cloned();
             let Some(conv) = conv else {
+                if crate::conversation::late::worth_waking(&event) {
+                    // Work that arrives later for a conversation let go from memory: it is loaded
+                    // again to post it.
+                    self.wake_for_late(event).await;
+                    continue;
+                }
                 tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
                 continue;
             };
@@ -411,6 +437,29 @@ impl Core {
         let actors: Vec<mpsc::Sender<ConvMsg>> = lock(&self.actors).values().cloned().collect();
         for tx in actors {
             let _ = tx.send(ConvMsg::Connection(up)).await;
+        }
+    }
+
+    /// A late update for a session whose conversation is not in memory: its runner is started from
+    /// the store and handed the event (a session the store does not know is ignored).
+    async fn wake_for_late(self: &Arc<Self>, event: DaemonEvent) {
+        let Some(session) = event.session().map(ToString::to_string) else {
+            return;
+        };
+        let found = match self.store.conn().await {
+            Ok(mut c) => conversations::by_session(&mut c, &session).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(conv)) => {
+                self.send_to(&conv, ConvMsg::Daemon(event)).await;
+            }
+            Ok(None) => {
+                tracing::debug!(session = %session, "late update for a session no conversation owns");
+            }
+            Err(e) => {
+                tracing::warn!(session = %session, error = %e, "could not look up the conversation of a late update");
+            }
         }
     }
 

@@ -71,7 +71,7 @@ impl Runner {
             self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
                 .await?;
         }
-        if let Some(id) = &turn.user_message {
+        for id in turn.user_message.iter().chain(&turn.merged_messages) {
             for action in effects::outcome_marks(&self.target, id, ending.mark) {
                 self.enqueue(&mut tx, &action).await?;
             }
@@ -102,14 +102,16 @@ impl Runner {
             // Asked again at its turn: its author may have been `/uninvite`d while it waited (A2).
             if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {
                 self.core.busy_add(-1);
-                self.state.marks.add(q.event.clone());
+                for e in q.events() {
+                    self.state.marks.add(Some(e));
+                }
                 self.refuse(&q.user, q.message_id.as_deref(), &refusal)
                     .await?;
                 continue;
             }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
-            if let Err(e) = self.start_turn(q.user, q.text, q.message_id, q.event).await {
+            if let Err(e) = self.start_turn(q).await {
                 // Not marked: it stays in the inbox and is taken again at the next start.
                 if let Some(event) = &event {
                     self.state.marks.take(event);

@@ -92,6 +92,19 @@ impl Runner {
         self.commit(tx).await
     }
 
+    /// Posts what the agent sent while no turn was open (and records it in the transcript).
+    pub(super) async fn post_late(&mut self, text: &str) -> Result<()> {
+        let key = self.state.next_notice_key(now_ms());
+        let mut msg = render::answer(&self.core.redactor, text);
+        msg.title = "💬 later, from the agent".to_owned();
+        let mut tx = self.begin().await?;
+        self.record(&mut tx, None, "late", "agent", &self.kept(text), None)
+            .await?;
+        self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+            .await?;
+        self.commit(tx).await
+    }
+
     /// Refuses what `user` asked: only they hear why (an ephemeral reply where the platform has
     /// one), their message gets ⛔, and nothing runs. The inbox entry is marked in the same
     /// transaction.

@@ -19,6 +19,8 @@ fn prompt(n: u32) -> Queued {
         text: format!("prompt {n}"),
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
+        note: None,
+        merged: Vec::new(),
     }
 }
 

@@ -62,7 +62,7 @@ fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
 }
 
 #[test]
-fn d3_events_without_a_turn_are_ignored() {
+fn d3_events_without_a_turn_open_none_and_only_the_text_waits_to_be_posted() {
     let c = cfg();
     let clock = Clock::new();
     let mut s = State::new(Some(session()));
@@ -74,7 +74,10 @@ fn d3_events_without_a_turn_are_ignored() {
     ] {
         assert_eq!(s.on_daemon(e, clock.now(), &c), DaemonStep::Nothing);
     }
-    assert!(s.is_idle());
+    assert!(s.turn.is_none());
+    // Work that arrives later is posted, not dropped (see tests/late.rs).
+    assert!(!s.late.is_empty());
+    assert!(!s.is_idle());
 }
 
 #[test]
@@ -419,6 +422,8 @@ fn prompt(n: u32) -> crate::conversation::turn::Queued {
         text: format!("prompt {n}"),
         message_id: None,
         event: Some(("slack".into(), format!("Ev{n}"))),
+        note: None,
+        merged: Vec::new(),
     }
 }
 

@@ -16,6 +16,8 @@ fn queued(n: u32) -> Queued {
         text: format!("prompt {n}"),
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
+        note: None,
+        merged: Vec::new(),
     }
 }
 
