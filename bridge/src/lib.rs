@@ -11,6 +11,7 @@
 //! - [`store`]: persistence on PostgreSQL and SQLite — schema, migrations, one module per table.
 //! - [`app`]: the bridge around one channel (store, daemon, core, outbox, HTTP) and its bounded
 //!   shutdown.
+//! - [`schedules`]: the active replica's scheduler for the threads' `/every` and `/at` prompts.
 //! - [`clock`]: wall-clock time, injected where tests need to control it.
 //! - [`history_cli`]: `chat-bridge history`.
 //! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod outbox_worker;
 pub mod platform;
 pub mod replica;
+pub mod schedules;
 pub mod startup;
 pub mod store;
 pub mod ui;

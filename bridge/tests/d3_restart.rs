@@ -1,9 +1,10 @@
 //! D3 as on-call would meet it: SIGKILL the bridge while a command runs, start it again on the same
 //! database, and the result is delivered exactly once — on SQLite and on PostgreSQL.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use shell_agent::{AgentConfig, ShellAgent};
 
@@ -24,6 +25,43 @@ fn bridge(db: &str, agent: &ShellAgent, cwd: &std::path::Path, stdin: Stdio) -> 
         .expect("start chat-bridge")
 }
 
+/// A bridge process killed when the test ends, passing or failing: a test that gives up at its
+/// deadline leaves nothing running and never waits on the process.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The lines of `out`, read on their own thread so the test waits for them with a deadline.
+fn lines(out: ChildStdout) -> Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line before `deadline`: `None` at the end of the output, a panic naming `what` (and what
+/// was read) once the deadline passes.
+fn next_line(rx: &Receiver<String>, deadline: Instant, what: &str, seen: &str) -> Option<String> {
+    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(line) => Some(line),
+        Err(RecvTimeoutError::Disconnected) => None,
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} within the deadline; read so far:\n{seen}")
+        }
+    }
+}
+
 async fn kill_mid_command_and_restart(db: &str) {
     let dir = tempfile::tempdir().expect("tmp");
     let cfg = AgentConfig {
@@ -34,70 +72,63 @@ async fn kill_mid_command_and_restart(db: &str) {
         .await
         .expect("agent");
 
-    let mut first = bridge(db, &agent, dir.path(), Stdio::piped());
-    let mut stdin = first.stdin.take().expect("stdin");
+    let mut first = Killed(bridge(db, &agent, dir.path(), Stdio::piped()));
+    let mut stdin = first.0.stdin.take().expect("stdin");
     writeln!(stdin, "sleep 2.5; echo survived").expect("write");
     let mut first_out = String::new();
-    let mut reader = BufReader::new(first.stdout.take().expect("stdout"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let first_lines = lines(first.0.stdout.take().expect("stdout"));
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut line = String::new();
-        assert!(
-            reader.read_line(&mut line).expect("read") > 0,
-            "bridge exited early: {first_out}"
-        );
+        let Some(line) = next_line(&first_lines, deadline, "no tool message", &first_out) else {
+            panic!("bridge exited early: {first_out}");
+        };
         first_out.push_str(&line);
+        first_out.push('\n');
         if line.starts_with("⏳ sleep 2.5; echo survived") {
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no tool message: {first_out}"
-        );
     }
     // Kill once the tool message's delivery is recorded: a kill between the platform accepting a post
     // and that record is the at-least-once window the crash suite (Q1) covers, not this test.
     support::wait_delivered(db).await;
-    first.kill().expect("SIGKILL");
-    let _ = first.wait();
+    first.0.kill().expect("SIGKILL");
+    let _ = first.0.wait();
     drop(stdin);
 
-    let second = tokio::task::spawn_blocking({
-        let (db, url, token, cwd) = (
-            db.to_owned(),
-            agent.url(),
-            agent.token().to_owned(),
-            dir.path().to_owned(),
-        );
-        move || {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
-                .current_dir(&cwd)
-                .env("CHAT_BRIDGE_DATABASE__URL", &db)
-                .env("CHAT_BRIDGE_DAEMON__URL", url)
-                .env("CHAT_BRIDGE_DAEMON__TOKEN", token)
-                .env("CHAT_BRIDGE_LIVENESS__IDLE", "20s")
-                .env_remove("CHAT_BRIDGE_CONFIG")
-                .env("CHAT_BRIDGE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(std::fs::File::create(cwd.join("second.log")).expect("log file"))
-                .spawn()
-                .expect("restart chat-bridge");
-            let mut out = String::new();
-            child
-                .stdout
-                .take()
-                .expect("stdout")
-                .read_to_string(&mut out)
-                .expect("read");
-            (child.wait().expect("wait"), out)
+    let log_path = dir.path().join("second.log");
+    let mut second = Killed(
+        Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
+            .current_dir(dir.path())
+            .env("CHAT_BRIDGE_DATABASE__URL", db)
+            .env("CHAT_BRIDGE_DAEMON__URL", agent.url())
+            .env("CHAT_BRIDGE_DAEMON__TOKEN", agent.token())
+            .env("CHAT_BRIDGE_LIVENESS__IDLE", "20s")
+            .env_remove("CHAT_BRIDGE_CONFIG")
+            .env("CHAT_BRIDGE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).expect("log file"))
+            .spawn()
+            .expect("restart chat-bridge"),
+    );
+    let second_lines = lines(second.0.stdout.take().expect("stdout"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut second_out = String::new();
+    // Read on a blocking thread: the agent serving the resumed turn runs on this runtime.
+    let second_out = tokio::task::spawn_blocking(move || {
+        let what = "the restarted bridge did not finish";
+        while let Some(line) = next_line(&second_lines, deadline, what, &second_out) {
+            second_out.push_str(&line);
+            second_out.push('\n');
         }
+        second_out
+    })
+    .await;
+    let second_out = second_out.unwrap_or_else(|e| {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        panic!("{e}; its log:\n{log}")
     });
-    let finished = tokio::time::timeout(Duration::from_secs(30), second).await;
-    let log = std::fs::read_to_string(dir.path().join("second.log")).unwrap_or_default();
-    let (status, second_out) = finished
-        .unwrap_or_else(|_| panic!("the restarted bridge did not finish; its log:\n{log}"))
-        .expect("join");
+    let status = second.0.wait().expect("wait");
     assert!(
         status.success(),
         "the restarted bridge exits 0 once the resumed turn is done: {second_out}"

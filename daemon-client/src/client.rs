@@ -174,6 +174,8 @@ pub struct AgentInfo {
     /// The one workspace the daemon serves, when it says (qwen's `_meta.qwen.workspaceCwd`): sessions
     /// in any other directory are refused.
     pub workspace: Option<PathBuf>,
+    /// `agentInfo.name`, when the daemon says (the built-in shell agent: `chat-bridge shell-agent`).
+    pub name: Option<String>,
 }
 
 impl AgentInfo {
@@ -638,11 +640,16 @@ impl Shared {
         } else {
             ReplayEnd::WithResponse
         };
+        let name = v
+            .pointer("/agentInfo/name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let info = AgentInfo {
             protocol_version,
             load_session,
             images,
             workspace,
+            name,
         };
         *lock(&self.agent) = Some(info.clone());
         Ok(info)

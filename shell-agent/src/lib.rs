@@ -26,3 +26,7 @@ mod session;
 pub use duration::{format_duration, parse_duration};
 pub use host::{AgentHost, HostError};
 pub use server::{AgentConfig, ShellAgent, StartError};
+
+/// The name the agent gives in `initialize`'s `agentInfo`: a bridge that sees it knows the prompt
+/// text is run as a command (no speaker labels or notes).
+pub const AGENT_NAME: &str = "chat-bridge shell-agent";

@@ -335,7 +335,7 @@ async fn handle(agent: &Arc<Agent>, conn: &Conn, bytes: &[u8]) {
                     "loadSession": true,
                     "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
                 },
-                "agentInfo": {"name": "chat-bridge shell-agent", "version": env!("CARGO_PKG_VERSION")},
+                "agentInfo": {"name": crate::AGENT_NAME, "version": env!("CARGO_PKG_VERSION")},
                 "authMethods": [],
             }),
         ),

@@ -340,3 +340,182 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn late_work_a_daemon_update_after_the_turn_ended_is_posted_once_and_kept(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bg","update":u}});
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "bg"})).await;
+            let prompt = peer.expect("session/prompt").await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Started the backup in the background."}}))).await;
+            peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
+            // The turn is over; the background work reports later.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"b1","title":"nightly backup","kind":"execute","status":"in_progress"}))).await;
+            peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"b1","status":"completed","rawOutput":{"output":"42 files","exitCode":0}}))).await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Backup finished: "}}))).await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"42 files."}}))).await;
+            let _ = peer.recv().await;
+        })
+        .await;
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("back up everything")).await.expect("accept");
+        let late = |r: &Recorder| r.posts().into_iter().filter(|(_, m)| m.title.starts_with("💬 later")).collect::<Vec<_>>();
+        rec.wait_for("the late message", |r| !late(r).is_empty()).await;
+        // Longer than the quiet and far less than the rate limit: a second post would show.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        settle(&app).await;
+        let posted = late(&rec);
+        assert_eq!(posted.len(), 1, "posted once: {:#?}", rec.calls());
+        let body = posted[0].1.body.clone().unwrap_or_default();
+        assert!(body.contains("✅ nightly backup"), "{body}");
+        assert!(body.ends_with("Backup finished: 42 files."), "{body}");
+        let answers: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.title == "💬 answer").collect();
+        assert_eq!(answers.len(), 1, "the turn's own answer stays the turn's");
+        assert!(!answers[0].1.body.clone().unwrap_or_default().contains("Backup finished"));
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let kept: Vec<_> = chat_bridge::store::transcript::list(&mut c, &conv.id).await.expect("transcript")
+            .into_iter().filter(|e| e.kind == "late").collect();
+        assert_eq!(kept.len(), 1, "recorded in the transcript");
+        assert!(kept[0].body.contains("Backup finished: 42 files."));
+        drop(c);
+        app.shutdown().await;
+    }
+}
+
+on_both! {
+    async fn steer_a_new_message_cancels_the_long_command_and_runs_next(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.turns.while_busy = chat_bridge::conversation::busy::WhileBusy::Steer;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 30; echo never")).await.expect("accept");
+        rec.wait_for("the long command running", |r| r.posts().iter().any(|(_, m)| m.title.contains("sleep 30"))).await;
+        let started = std::time::Instant::now();
+        app.core.accept(console::inbound("echo steered")).await.expect("accept");
+        settle(&app).await;
+        assert!(started.elapsed() < Duration::from_secs(20), "the long command did not run out");
+        let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
+        let cancelled = titles.iter().position(|t| t.starts_with("⏹ sleep 30; echo never")).unwrap_or_else(|| panic!("cancelled: {titles:?}"));
+        let steered = titles.iter().position(|t| t.starts_with("✅ echo steered")).unwrap_or_else(|| panic!("ran: {titles:?}"));
+        assert!(cancelled < steered, "{titles:?}");
+        assert!(titles.iter().any(|t| t.starts_with("Steering: cancelling the running turn")), "{titles:?}");
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+        let got: Vec<(&str, &str)> = ts.iter().map(|t| (t.prompt.as_str(), t.status.as_str())).collect();
+        assert_eq!(got, [("sleep 30; echo never", "cancelled"), ("echo steered", "ended")]);
+        drop(c);
+        app.shutdown().await;
+    }
+
+    async fn collect_three_messages_sent_during_a_turn_run_as_one_prompt(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.turns.while_busy = chat_bridge::conversation::busy::WhileBusy::Collect;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 1; echo first")).await.expect("accept");
+        for m in ["echo a", "echo b", "echo c"] {
+            app.core.accept(console::inbound(m)).await.expect("accept");
+        }
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+        let got: Vec<&str> = ts.iter().map(|t| t.prompt.as_str()).collect();
+        assert_eq!(got, ["sleep 1; echo first", "echo a\n\necho b\n\necho c"], "two turns, the second merged");
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls.len(), 2, "{calls:#?}");
+        let out = calls[1].output.clone().unwrap_or_default().replace('\r', "");
+        assert_eq!(out.trim_end(), "a\nb\nc", "the built-in agent ran the three as one script");
+        drop(c);
+        app.shutdown().await;
+    }
+}
+
+on_both! {
+    async fn schedules_every_2s_runs_three_times_in_7s_survives_a_restart_and_makes_up_missed_runs_once(db) {
+        use chat_bridge::clock::ManualClock;
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.schedules.min_interval = Duration::from_secs(1);
+        // The test moves a clock by hand and steps the scheduler itself.
+        cfg.schedules.check_every = Duration::from_secs(3600);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("/every 2s echo tick")).await.expect("accept");
+        settle(&app).await;
+        let t0 = chat_bridge::store::now_ms();
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("Scheduled `")), "{:#?}", rec.calls());
+        let clock = ManualClock::at(t0);
+        let mut ran = 0;
+        for _ in 0..7 {
+            clock.advance(Duration::from_secs(1));
+            ran += chat_bridge::schedules::run_due(&app.core, &clock).await.expect("run");
+            settle(&app).await;
+        }
+        assert_eq!(ran, 3, "every 2 s for 7 s");
+        let ticks = |r: &Recorder| r.latest().iter().filter(|(_, m)| m.title.starts_with("✅ echo tick")).count();
+        assert_eq!(ticks(&rec), 3, "each run a normal turn with its result");
+        app.core.accept(console::inbound("/schedules")).await.expect("accept");
+        settle(&app).await;
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("1 schedules in this thread:") && m.title.contains("every 2s")), "{:#?}", rec.latest());
+        app.shutdown().await;
+
+        // Down for a minute: the missed runs are made up once, then it keeps its interval.
+        let again = Application::build(&cfg, rec.clone()).await.expect("build again");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1, "missed runs once");
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1);
+        settle(&again).await;
+        assert_eq!(ticks(&rec), 5);
+        let mut c = again.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let id = chat_bridge::store::schedules::of(&mut c, &conv.id).await.expect("schedules")[0].id.clone();
+        drop(c);
+        again.core.accept(console::inbound(&format!("/unschedule {id}"))).await.expect("accept");
+        settle(&again).await;
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0, "removed");
+        again.shutdown().await;
+    }
+
+    async fn schedules_a_thread_may_have_only_so_many_and_at_runs_once(db) {
+        use chat_bridge::clock::ManualClock;
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.schedules.per_thread = 2;
+        cfg.schedules.check_every = Duration::from_secs(3600);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        for m in ["/every 1h echo a", "/at 00:00 echo once", "/every 2h echo c"] {
+            app.core.accept(console::inbound(m)).await.expect("accept");
+        }
+        settle(&app).await;
+        let titles: Vec<String> = rec.latest().into_iter().map(|(_, m)| m.title).collect();
+        assert_eq!(titles.iter().filter(|t| t.starts_with("Scheduled `")).count(), 2, "{titles:?}");
+        assert!(titles.iter().any(|t| t.starts_with("This thread has 2 schedules, the most it may have")), "{titles:?}");
+        let clock = ManualClock::at(chat_bridge::store::now_ms() + 86_400_000);
+        assert_eq!(chat_bridge::schedules::run_due(&app.core, &clock).await.expect("run"), 2);
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let left = chat_bridge::store::schedules::of(&mut c, &conv.id).await.expect("schedules");
+        assert_eq!(left.len(), 1, "/at ran once and is gone");
+        assert_eq!(left[0].prompt, "echo a");
+        drop(c);
+        app.shutdown().await;
+    }
+}

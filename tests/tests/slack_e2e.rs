@@ -479,7 +479,12 @@ async fn slack_replies_in_threads_the_bridge_does_not_own_are_ignored() {
         })
     })
     .await;
-    assert_eq!(fake.acks(), ["env-1", "env-2"], "both acknowledged");
+    // Each envelope is acknowledged once recorded, each on its own: in no set order.
+    fake.wait_for("both acknowledged", |f| f.acks().len() >= 2)
+        .await;
+    let mut acks = fake.acks();
+    acks.sort();
+    assert_eq!(acks, ["env-1", "env-2"], "both acknowledged, once each");
     let posts = fake.calls_of("chat.postMessage");
     assert_eq!(posts.len(), 1, "only the mention got a reply: {posts:#?}");
     assert_eq!(posts[0].body["thread_ts"], "1700.001000");

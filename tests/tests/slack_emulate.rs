@@ -318,3 +318,127 @@ async fn r6_emulate_another_person_is_refused_privately_and_the_requester_approv
         .await;
     rig.finish().await;
 }
+
+/// A scripted daemon that answers every prompt at once and keeps each prompt's text, in order.
+async fn recording_daemon() -> (
+    chat_bridge_tests::scripted::ScriptedDaemon,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use chat_bridge_tests::scripted::{Peer, ScriptedDaemon};
+    let prompts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = prompts.clone();
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let kept = kept.clone();
+        async move {
+            peer.handshake().await;
+            while let Some(msg) = peer.recv().await {
+                match msg["method"].as_str() {
+                    Some("session/new") => peer.reply(&msg, json!({"sessionId": "team"})).await,
+                    Some("session/prompt") => {
+                        let text: String = msg["params"]["prompt"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|b| b["text"].as_str())
+                            .collect();
+                        kept.lock().expect("prompts").push(text);
+                        peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
+                    }
+                    _ if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    (daemon, prompts)
+}
+
+async fn wait_prompts(prompts: &std::sync::Mutex<Vec<String>>, n: usize) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = prompts.lock().expect("prompts").clone();
+        if seen.len() >= n {
+            return seen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the daemon got {} of {n} prompts: {seen:?}",
+            seen.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2_emulate_two_people_in_a_shared_thread_reach_the_agent_with_their_names() {
+    let (daemon, prompts) = recording_daemon().await;
+    let Some(rig) = rig(|cfg| {
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        cfg.access.threads = chat_bridge::config::ThreadAccess::Shared;
+    })
+    .await
+    else {
+        return;
+    };
+    let thread = rig
+        .say(
+            &rig.alice,
+            None,
+            &format!("<@{}> please look at the failing build", rig.bot),
+        )
+        .await;
+    wait_prompts(&prompts, 1).await;
+    rig.say(&rig.bob, Some(&thread), "and the flaky test too")
+        .await;
+    rig.say(&rig.alice, Some(&thread), "thanks").await;
+    let seen = wait_prompts(&prompts, 3).await;
+    // The names are the display names emulate's users.info gives, not the ids.
+    let slack = &rig.slack;
+    let shown = |id: String| async move {
+        let info = slack
+            .call("users.info", &json!({"user": id}))
+            .await
+            .expect("users.info");
+        info["user"]["profile"]["display_name"]
+            .as_str()
+            .expect("display name")
+            .to_owned()
+    };
+    let (alice, bob) = (shown(rig.alice.clone()).await, shown(rig.bob.clone()).await);
+    assert_eq!((alice.as_str(), bob.as_str()), ("alice", "bob"));
+    assert_eq!(
+        seen,
+        [
+            "[alice] please look at the failing build",
+            "[bob] and the flaky test too",
+            "[alice] thanks",
+        ],
+        "each prompt names its speaker"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|p| p.contains(&rig.alice) || p.contains(&rig.bob))
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_speaker_prefix_off_sends_what_was_typed() {
+    let (daemon, prompts) = recording_daemon().await;
+    let Some(rig) = rig(|cfg| {
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        cfg.turns.speaker_prefix = false;
+    })
+    .await
+    else {
+        return;
+    };
+    rig.say(&rig.alice, None, &format!("<@{}> just this", rig.bot))
+        .await;
+    assert_eq!(wait_prompts(&prompts, 1).await, ["just this"]);
+    rig.finish().await;
+}

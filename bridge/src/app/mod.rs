@@ -224,6 +224,7 @@ impl Application {
             Some(c) => c,
             None => std::env::current_dir().context("reading the current directory")?,
         };
+        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
         let core_cfg = CoreConfig {
             liveness: LivenessConfig {
                 idle: cfg.liveness.idle,
@@ -265,6 +266,13 @@ impl Application {
                 // Never more than ten edits a second, whatever is configured.
                 .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
             no_stream_channels: cfg.render.no_stream_channels.clone(),
+            // The built-in shell agent (here, or served on its own) runs the text as a command: a
+            // label or a note would break it.
+            speaker_prefix: cfg.turns.speaker_prefix && !shell,
+            while_busy: cfg.turns.while_busy,
+            shell_agent: shell,
+            schedules_per_thread: cfg.schedules.per_thread,
+            schedule_min_interval: cfg.schedules.min_interval,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns)
@@ -287,6 +295,7 @@ impl Application {
         if let Some(fetch) = channel.fetcher() {
             core.set_fetch(fetch);
         }
+        core.speakers.attach(channel.clone());
         let router = tracker.spawn(core.clone().route_events(events));
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),
@@ -311,6 +320,13 @@ impl Application {
                 "taking chat events the previous run recorded but did not act on"
             );
         }
+        // Only the active replica runs schedules: this is its activation (D5).
+        tracker.spawn(crate::schedules::run(
+            core.clone(),
+            Arc::new(SystemClock),
+            cfg.schedules.check_every,
+            stop.clone(),
+        ));
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),

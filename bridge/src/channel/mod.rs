@@ -294,6 +294,16 @@ pub trait Channel: Send + Sync {
         let _ = (target, message_id, name, add);
         Box::pin(async { Ok(()) })
     }
+    /// The name `user` shows in the platform (Slack `users.info`, Discord's user), for the speaker
+    /// label a prompt carries to the agent. `Ok(None)`: the platform has no such lookup and the
+    /// user id is the name (the console's is the local user name).
+    fn display_name<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, DeliveryError>> {
+        let _ = user;
+        Box::pin(async { Ok(None) })
+    }
     /// A reply only `user` sees; platforms without ephemerals post it as a visible notice addressed
     /// to them.
     fn ephemeral<'a>(

@@ -338,6 +338,52 @@ impl Default for Service {
     }
 }
 
+/// `[turns]`: how prompts reach the agent.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Turns {
+    /// Each prompt reaches the agent as `[name] text`, the name the person shows in the platform
+    /// (looked up once per user). The built-in shell agent runs text as a command and never gets
+    /// the label.
+    pub speaker_prefix: bool,
+    /// A prompt that arrives while a turn runs: `queue` (waits), `steer` (cancels the running turn
+    /// and runs next) or `collect` (merged with the others into the next prompt).
+    pub while_busy: crate::conversation::busy::WhileBusy,
+}
+
+impl Default for Turns {
+    fn default() -> Self {
+        Self {
+            speaker_prefix: true,
+            while_busy: crate::conversation::busy::WhileBusy::Queue,
+        }
+    }
+}
+
+/// `[schedules]`: prompts a thread runs on a schedule (`/every`, `/at`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Schedules {
+    /// Schedules one thread may have.
+    pub per_thread: usize,
+    /// The shortest `/every` interval.
+    #[serde(deserialize_with = "duration")]
+    pub min_interval: Duration,
+    /// How often the active replica looks for due schedules.
+    #[serde(deserialize_with = "duration")]
+    pub check_every: Duration,
+}
+
+impl Default for Schedules {
+    fn default() -> Self {
+        Self {
+            per_thread: 10,
+            min_interval: Duration::from_secs(60),
+            check_every: Duration::from_secs(1),
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -445,6 +491,10 @@ pub struct Config {
     pub attachments: Attachments,
     /// `[render]`.
     pub render: Render,
+    /// `[turns]`.
+    pub turns: Turns,
+    /// `[schedules]`.
+    pub schedules: Schedules,
     /// `[http]`.
     pub http: Http,
     /// `[service]`.
@@ -473,6 +523,8 @@ struct Core {
     redact: Redact,
     attachments: Attachments,
     render: Render,
+    turns: Turns,
+    schedules: Schedules,
     http: Http,
     service: Service,
     default_project: Option<String>,
@@ -511,6 +563,8 @@ impl TryFrom<toml::Table> for Config {
             redact: core.redact,
             attachments: core.attachments,
             render: core.render,
+            turns: core.turns,
+            schedules: core.schedules,
             http: core.http,
             service: core.service,
             default_project: core.default_project,

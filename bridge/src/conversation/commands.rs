@@ -20,6 +20,16 @@ pub enum Command {
     Invite(String),
     /// `/uninvite @a` (the text after the word).
     Uninvite(String),
+    /// `/steer <text>`: cancel the running turn and run this next.
+    Steer(String),
+    /// `/every <interval> <prompt>` (the text after the word).
+    Every(String),
+    /// `/at <HH:MM> <prompt>` (the text after the word).
+    At(String),
+    /// `/schedules`: this thread's schedules.
+    Schedules,
+    /// `/unschedule <id>`.
+    Unschedule(String),
 }
 
 impl Command {
@@ -31,6 +41,9 @@ impl Command {
             Self::New => Act::New,
             Self::Cancel => Act::Cancel,
             Self::Invite(_) | Self::Uninvite(_) => Act::Invite,
+            Self::Steer(_) | Self::Every(_) | Self::At(_) => Act::Prompt,
+            Self::Schedules => Act::Read,
+            Self::Unschedule(_) => Act::Cancel,
         }
     }
 }
@@ -87,13 +100,18 @@ pub fn parse(text: &str, pending_approvals: usize) -> Parsed {
         "help" => Command::Help,
         "invite" => Command::Invite(rest),
         "uninvite" => Command::Uninvite(rest),
+        "steer" => Command::Steer(rest),
+        "every" => Command::Every(rest),
+        "at" => Command::At(rest),
+        "schedules" => Command::Schedules,
+        "unschedule" => Command::Unschedule(rest),
         _ => return Parsed::Prompt(text.to_owned()),
     };
     Parsed::Command(command)
 }
 
 /// `/help`'s text.
-pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text\nWhen an approval waits: the buttons, or where there are none, its option's number (1, 2, …).";
+pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/steer <message> — stop the running turn and run this instead\n/every 1h <prompt> — run a prompt here on a schedule; /at 09:00 <prompt> — once, at that time (UTC)\n/schedules — this thread's schedules; /unschedule <id> — remove one\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text\nWhen an approval waits: the buttons, or where there are none, its option's number (1, 2, …).";
 
 /// What a message that is not a number gets while an approval waits on a channel without buttons.
 pub const APPROVAL_HINT: &str = "An approval is waiting: answer with its option's number (1, 2, …), or /cancel to stop the turn. Your message was not sent to the agent.";

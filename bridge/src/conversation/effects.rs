@@ -20,6 +20,8 @@ use crate::store::outbox::Kind;
 /// is one transaction (with its outbox rows), a daemon call, or both.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Post what the agent sent while no turn was open, and keep it in the transcript.
+    PostLate(String),
     /// Refuse what a person asked: only they hear why, their message gets ⛔, nothing runs (A2, A3).
     Refuse {
         /// Who asked.
@@ -93,6 +95,10 @@ pub enum Effect {
     StartTurn(Queued),
     /// The prompt waits behind the running turn; its inbox entry is noted as waiting (S4).
     Queued(Option<EventKey>),
+    /// A steering prompt went ahead of the queue: the running turn is cancelled.
+    Steer(Option<EventKey>),
+    /// A prompt was merged into the one waiting (`collect`).
+    Collected(Option<EventKey>),
     /// The queue is full (this many wait): say so.
     QueueFull(usize),
     /// The agent is unreachable: the prompt waits in the queue until it is back (L7); its inbox

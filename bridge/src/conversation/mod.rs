@@ -14,24 +14,32 @@
 //!   to the store's in one place.
 //! - [`commands`]: what a message means (`/new`, `/cancel`, `/status`, `/history`, `/help`,
 //!   `/invite`, `/uninvite`, a numbered answer, a prompt).
+//! - [`busy`]: steer or queue — a prompt that arrives while a turn runs (`turns.while_busy`).
 //! - [`turn`]: a turn, its queue, its end and first cause (T2), the stall and status texts.
 //! - [`tools`]: running tool calls and the progress line (L5, F1).
 //! - [`approvals`]: permission requests, options offered, expiry (R6, A3).
 //! - [`effects`]: each [`Effect`]; the chat actions and their outbox rows (D1).
 //! - [`files`]: files people attach: images for the agent, files saved for it, refusals and why.
 //! - [`inbox`]: which inbox entries a commit marks handled (D2, S4).
+//! - [`late`]: work that arrives later — updates with no turn open, posted rate-limited.
 //! - [`replay`]: frames a `session/load` replays — history, never live output (L6); a resumed
 //!   turn's own prompt and what followed it (D6).
+//! - [`schedule`]: what `/every` and `/at` mean, and when a schedule runs next.
+//! - [`speaker`]: who said what — the `[name]` a prompt carries to the agent, names looked up once.
 //! - `runner`: the loop and every read, write and daemon call.
 
 pub mod approvals;
+pub mod busy;
 pub mod commands;
 pub mod effects;
 pub mod event;
 pub mod files;
 pub mod inbox;
+pub mod late;
 pub mod replay;
 pub(crate) mod runner;
+pub mod schedule;
+pub mod speaker;
 pub mod state;
 pub mod tools;
 pub mod turn;

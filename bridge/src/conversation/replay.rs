@@ -35,11 +35,35 @@ fn resumed_and_own(turn: &TurnState) -> bool {
     turn.resumed && turn.replay_at_own != Some(false)
 }
 
-/// Whether a prompt the replay shows is this turn's own (as stored: NUL shown as `␀`, D6).
+/// Whether a prompt the replay shows is this turn's own (as stored: NUL shown as `␀`, D6). The
+/// agent received it as sent — with the steer note and each part's `[name] ` — while the history
+/// keeps it as typed; either form is its own.
 #[must_use]
 pub fn is_own_prompt(turn: &TurnState, text: &str) -> bool {
     let shown = text.replace('\0', "\u{2400}");
-    shown.trim() == turn.row.prompt.trim()
+    let stored = turn.row.prompt.trim();
+    shown.trim() == stored || as_typed(&shown) == stored
+}
+
+/// A prompt as sent to the agent, as its people typed it: without the steer note first and without
+/// the `[name] ` label each paragraph may start with (a label holds no bracket or line break).
+fn as_typed(sent: &str) -> String {
+    let sent = sent.trim();
+    let sent = sent
+        .strip_prefix(super::busy::STEER_NOTE)
+        .unwrap_or(sent)
+        .trim_start();
+    sent.split("\n\n")
+        .map(|part| {
+            part.strip_prefix('[')
+                .and_then(|rest| rest.split_once("] "))
+                .filter(|(label, _)| !label.contains(['[', ']', '\n']))
+                .map_or(part, |(_, typed)| typed)
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        .trim()
+        .to_owned()
 }
 
 /// A result that reaches the turn only through a load's replay ended while the connection was down:

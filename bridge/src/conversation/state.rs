@@ -10,12 +10,14 @@ use daemon_client::{
 use tokio::time::Instant;
 
 use super::approvals::{Approvals, Numbered, Pending};
-use super::commands::{self, Parsed};
+use super::busy::WhileBusy;
+use super::commands::{self, Command, Parsed};
 use super::effects::Effect;
 use super::event::Event;
 use super::event::{Mark, ToolOutcome};
 use super::event::{PromptEnd, Said, TurnStatus};
 use super::inbox::Marks;
+use super::late::Late;
 use super::replay;
 use super::tools::{self, ToolState};
 use super::turn::{Queue, Queued, TurnState};
@@ -57,6 +59,8 @@ pub struct State {
     /// prompt opens a new session instead, because the daemon would fold the old prompt into it and
     /// run it again (qwen does; D6).
     pub abandon_session: bool,
+    /// What the agent sent while no turn was open, waiting to be posted.
+    pub late: Late,
 }
 
 /// What a thread hears about a prompt the bridge's restart cut off (D6).
@@ -130,6 +134,10 @@ pub enum Admission {
     Queued,
     /// The agent is unreachable: it waits in the queue until the agent is back (L7).
     Held,
+    /// It steers: it waits ahead of the queue and the running turn is to be cancelled.
+    Steer,
+    /// It was merged into the prompt waiting behind the running turn (`collect`).
+    Collected,
     /// The queue is full (this many wait): it is refused with a notice, and its inbox entry is
     /// marked handled by that notice's transaction.
     Full(usize),
@@ -175,6 +183,7 @@ impl State {
             && self.queue.is_empty()
             && self.approvals.is_empty()
             && self.marks.is_empty()
+            && self.late.is_empty()
     }
 
     /// The next instant a timer has something to do.
@@ -191,6 +200,7 @@ impl State {
             turn.and_then(|t| t.draft.and_then(|d| d.due)),
             self.approvals.next_deadline(),
             self.retry_at,
+            self.late.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -270,7 +280,7 @@ impl State {
                     effects.push(Effect::Notice(
                         crate::channel::Tone::Warning,
                         format!(
-                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent may still be doing will not be shown.",
+                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent still sends is posted as it arrives, apart from any turn.",
                             daemon_client::liveness::human_duration(cfg.cancel_grace)
                         ),
                     ));
@@ -284,6 +294,7 @@ impl State {
                     ));
                     effects.push(Effect::EndTurnAs(TurnStatus::Interrupted));
                 }
+                effects.extend(self.late.due(now).map(Effect::PostLate));
                 if self.retry_at.is_some_and(|at| at <= now) {
                     self.retry_at = None;
                     if self.turn.is_none() && !self.queue.is_empty() {
@@ -295,7 +306,7 @@ impl State {
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
-                match self.admit(q, cfg.queue_cap) {
+                match self.admit_busy(q, cfg.queue_cap, cfg.while_busy) {
                     Admission::Start(q) => vec![Effect::StartTurn(q)],
                     Admission::Queued => vec![Effect::Queued(event)],
                     Admission::Held => {
@@ -304,6 +315,8 @@ impl State {
                             .chain(self.held_notice())
                             .collect()
                     }
+                    Admission::Steer => vec![Effect::Steer(event)],
+                    Admission::Collected => vec![Effect::Collected(event)],
                     Admission::Full(waiting) => vec![Effect::QueueFull(waiting)],
                 }
             }
@@ -462,6 +475,14 @@ impl State {
                     refusal: Refusal::UnknownOption,
                 },
             },
+            Parsed::Command(Command::Steer(text)) if text.is_empty() => Effect::Notice(
+                crate::channel::Tone::Warning,
+                super::busy::STEER_USAGE.to_owned(),
+            ),
+            Parsed::Command(Command::Steer(text)) => Effect::Prompt(Queued {
+                note: Some(super::busy::STEER_NOTE.to_owned()),
+                ..Queued::new(user, text, message_id, event)
+            }),
             Parsed::Command(command) => Effect::Command { user, command },
             // Without buttons an approval is answered by number: other text now is almost always a
             // mistyped answer, so it is not sent to the agent.
@@ -470,20 +491,59 @@ impl State {
                 commands::APPROVAL_HINT.to_owned(),
             ),
             Parsed::Prompt(text) => Effect::Prompt(Queued {
-                user,
-                text,
-                message_id,
-                event,
                 files,
+                ..Queued::new(user, text, message_id, event)
             }),
         }]
+    }
+
+    /// Prompts are held: the daemon is down, or held prompts still wait with no turn running (L7).
+    #[must_use]
+    pub fn holding(&self) -> bool {
+        self.daemon_down || (self.turn.is_none() && !self.queue.is_empty())
+    }
+
+    /// A prompt arrives under `turns.while_busy = mode`: it starts a turn, or — while one runs —
+    /// steers (a `/steer`, or every prompt in `steer` mode), merges into the prompt waiting
+    /// (`collect`), waits, or finds the queue full.
+    pub fn admit_busy(&mut self, q: Queued, cap: usize, mode: WhileBusy) -> Admission {
+        if self.holding() {
+            // Held prompts run first and in order: nothing steers past them or merges into them,
+            // and nothing is interrupted while the agent is unreachable (L7).
+            return self.admit(Queued { note: None, ..q }, cap);
+        }
+        if self.turn.is_none() {
+            // Nothing runs: nothing is interrupted, nothing to merge into.
+            return Admission::Start(Queued { note: None, ..q });
+        }
+        let steer = q.steers() || mode == WhileBusy::Steer;
+        if steer {
+            let event = q.event.clone();
+            let q = Queued {
+                note: Some(super::busy::STEER_NOTE.to_owned()),
+                ..q
+            };
+            return match self.queue.admit_ahead(q, cap) {
+                Ok(()) => Admission::Steer,
+                Err(waiting) => {
+                    self.marks.add(event);
+                    Admission::Full(waiting)
+                }
+            };
+        }
+        if mode == WhileBusy::Collect {
+            return match self.queue.merge(q) {
+                None => Admission::Collected,
+                Some(q) => self.admit(q, cap),
+            };
+        }
+        self.admit(q, cap)
     }
 
     /// A prompt arrives: it starts a turn, waits behind the running one, or finds the queue full.
     pub fn admit(&mut self, q: Queued, cap: usize) -> Admission {
         // Behind held prompts a prompt waits too: they run in order (L7).
-        let held = self.daemon_down || (self.turn.is_none() && !self.queue.is_empty());
-        if self.turn.is_none() && !held {
+        if self.turn.is_none() && !self.holding() {
             return Admission::Start(q);
         }
         let event = q.event.clone();
@@ -529,7 +589,8 @@ impl State {
             return DaemonStep::Permission(req);
         }
         let Some(turn) = self.turn.as_mut() else {
-            // Stray frames: nothing to attach them to.
+            // No turn open: what the agent still sends is posted later, gathered.
+            self.late.take(&e, now);
             return DaemonStep::Nothing;
         };
         turn.liveness.observe(&e, now);

@@ -51,6 +51,8 @@ pub struct TurnState {
     pub draft: Option<Draft>,
     /// Drafts this turn has had (one per stretch of text between tool calls).
     pub drafts: usize,
+    /// Other people's messages merged into this turn's prompt (`collect`): they get its mark too.
+    pub merged_messages: Vec<String>,
 }
 
 /// A draft message the agent's text streams into, edited at most every `render.stream_every`.
@@ -89,6 +91,7 @@ impl TurnState {
             replay_at_own: None,
             draft: None,
             drafts: 0,
+            merged_messages: Vec::new(),
         }
     }
 
@@ -175,6 +178,10 @@ pub struct Queued {
     pub event: Option<EventKey>,
     /// Files attached to it (used or explained when its turn starts).
     pub files: Vec<crate::channel::Attachment>,
+    /// Sent to steer: the note the agent reads first (see [`super::busy`]).
+    pub note: Option<String>,
+    /// Messages that arrived later and were merged into it (`collect`, see [`super::busy`]).
+    pub merged: Vec<Queued>,
 }
 
 /// Prompts waiting behind the running turn, first in first out, at most `cap`.
@@ -199,6 +206,31 @@ impl Queue {
     /// Puts `q` first in line again (a turn that could not start for it).
     pub fn push_front(&mut self, q: Queued) {
         self.items.push_front(q);
+    }
+
+    /// Adds a steering `q` ahead of every prompt that does not steer (after those that do, so
+    /// steered messages keep their order), unless `cap` prompts wait already.
+    ///
+    /// # Errors
+    /// The queue is full.
+    pub fn admit_ahead(&mut self, q: Queued, cap: usize) -> Result<(), usize> {
+        if self.items.len() >= cap {
+            return Err(self.items.len());
+        }
+        let at = self.items.iter().take_while(|w| w.steers()).count();
+        self.items.insert(at, q);
+        Ok(())
+    }
+
+    /// Merges `q` into the last waiting prompt (`collect`); gives it back when none waits.
+    pub fn merge(&mut self, q: Queued) -> Option<Queued> {
+        match self.items.back_mut() {
+            Some(last) => {
+                last.merged.push(q);
+                None
+            }
+            None => Some(q),
+        }
     }
 
     /// The next prompt.

@@ -116,6 +116,18 @@ pub struct CoreConfig {
     pub no_stream_channels: Vec<String>,
     /// What becomes of files people attach (`[attachments]`, and whether the agent takes images).
     pub files: crate::conversation::files::Limits,
+    /// Each prompt reaches the agent as `[name] text` (`turns.speaker_prefix`; never for the
+    /// built-in shell agent, which runs the text as a command).
+    pub speaker_prefix: bool,
+    /// What a prompt that arrives while a turn runs does (`turns.while_busy`).
+    pub while_busy: crate::conversation::busy::WhileBusy,
+    /// The agent is the built-in shell agent: prompts go as typed (no notes; merged messages are
+    /// lines of one script).
+    pub shell_agent: bool,
+    /// Schedules one thread may have.
+    pub schedules_per_thread: usize,
+    /// The shortest `/every` interval.
+    pub schedule_min_interval: Duration,
 }
 
 impl Default for CoreConfig {
@@ -148,6 +160,11 @@ impl Default for CoreConfig {
             stream_every: None,
             no_stream_channels: Vec::new(),
             upload_over: 20_000,
+            speaker_prefix: false,
+            while_busy: crate::conversation::busy::WhileBusy::Queue,
+            shell_agent: false,
+            schedules_per_thread: 10,
+            schedule_min_interval: Duration::from_secs(60),
         }
     }
 }
@@ -200,6 +217,8 @@ pub struct Core {
     pub daemon_connected: std::sync::atomic::AtomicBool,
     /// Downloads attached files from the platform (none: files are explained, not used).
     fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
+    /// Speakers' display names, asked of the platform once per user.
+    pub speakers: crate::conversation::speaker::Speakers,
 }
 
 impl Core {
@@ -238,6 +257,7 @@ impl Core {
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
             fetch: std::sync::OnceLock::new(),
+            speakers: crate::conversation::speaker::Speakers::default(),
         })
     }
 
@@ -428,6 +448,12 @@ impl Core {
             };
             let conv = lock(&self.sessions).get(session).cloned();
             let Some(conv) = conv else {
+                if crate::conversation::late::worth_waking(&event) {
+                    // Work that arrives later for a conversation let go from memory: it is loaded
+                    // again to post it.
+                    self.wake_for_late(event).await;
+                    continue;
+                }
                 tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
                 continue;
             };
@@ -444,6 +470,29 @@ impl Core {
         let actors: Vec<mpsc::Sender<ConvMsg>> = lock(&self.actors).values().cloned().collect();
         for tx in actors {
             let _ = tx.send(ConvMsg::Connection(up)).await;
+        }
+    }
+
+    /// A late update for a session whose conversation is not in memory: its runner is started from
+    /// the store and handed the event (a session the store does not know is ignored).
+    async fn wake_for_late(self: &Arc<Self>, event: DaemonEvent) {
+        let Some(session) = event.session().map(ToString::to_string) else {
+            return;
+        };
+        let found = match self.store.conn().await {
+            Ok(mut c) => conversations::by_session(&mut c, &session).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(conv)) => {
+                self.send_to(&conv, ConvMsg::Daemon(event)).await;
+            }
+            Ok(None) => {
+                tracing::debug!(session = %session, "late update for a session no conversation owns");
+            }
+            Err(e) => {
+                tracing::warn!(session = %session, error = %e, "could not look up the conversation of a late update");
+            }
         }
     }
 

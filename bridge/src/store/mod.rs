@@ -21,6 +21,7 @@ pub mod members;
 pub mod message_map;
 pub mod outbox;
 pub mod permissions;
+pub mod schedules;
 pub mod tool_calls;
 pub mod transcript;
 pub mod turns;

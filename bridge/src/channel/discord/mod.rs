@@ -350,6 +350,21 @@ impl Channel for Discord {
         })
     }
 
+    fn display_name<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, DeliveryError>> {
+        Box::pin(async move {
+            let uid: serenity::all::UserId = id(user, "user")?;
+            let u = self.http.get_user(uid).await.map_err(delivery_error)?;
+            // The global display name, else the account name.
+            Ok(u.global_name
+                .filter(|n| !n.trim().is_empty())
+                .or(Some(u.name))
+                .filter(|n| !n.trim().is_empty()))
+        })
+    }
+
     fn react<'a>(
         &'a self,
         target: &'a Target,

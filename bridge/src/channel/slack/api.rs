@@ -405,6 +405,27 @@ impl WebApi {
             .and_then(|m| m["ts"].as_str().map(str::to_owned)))
     }
 
+    /// `users.info`: the name `user` shows — the profile's display name, else the real name, else
+    /// the account name; `None` when the answer has none.
+    ///
+    /// # Errors
+    /// [`SlackError`].
+    pub async fn user_name(&self, user: &str) -> Result<Option<String>, SlackError> {
+        let v = self.call_form("users.info", &[("user", user)]).await?;
+        let u = &v["user"];
+        Ok([
+            &u["profile"]["display_name"],
+            &u["profile"]["real_name"],
+            &u["real_name"],
+            &u["name"],
+        ]
+        .into_iter()
+        .filter_map(Value::as_str)
+        .map(str::trim)
+        .find(|n| !n.is_empty())
+        .map(str::to_owned))
+    }
+
     /// `chat.update` of message `ts`.
     ///
     /// # Errors

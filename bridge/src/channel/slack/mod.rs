@@ -190,6 +190,18 @@ impl Channel for Slack {
         })
     }
 
+    fn display_name<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, DeliveryError>> {
+        Box::pin(async move {
+            self.api
+                .user_name(user)
+                .await
+                .map_err(api::SlackError::into_delivery)
+        })
+    }
+
     fn ephemeral<'a>(
         &'a self,
         target: &'a Target,

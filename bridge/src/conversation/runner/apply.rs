@@ -67,11 +67,20 @@ impl Runner {
                 Command::Help => self.cmd_help().await,
                 Command::Invite(who) => self.cmd_invite(&user, &who, true).await,
                 Command::Uninvite(who) => self.cmd_invite(&user, &who, false).await,
+                // The state turns `/steer` into a prompt; it never reaches here as a command.
+                Command::Steer(_) => Ok(()),
+                Command::Every(rest) => self.cmd_schedule(&user, &rest, true).await,
+                Command::At(rest) => self.cmd_schedule(&user, &rest, false).await,
+                Command::Schedules => self.cmd_schedules().await,
+                Command::Unschedule(id) => self.cmd_unschedule(&id).await,
             },
             Effect::Prompt(q) => self.prompt(q).await,
-            Effect::StartTurn(_) | Effect::Queued(_) | Effect::Held(_) | Effect::QueueFull(_) => {
-                self.admitted(effect).await
-            }
+            Effect::StartTurn(_)
+            | Effect::Queued(_)
+            | Effect::Held(_)
+            | Effect::QueueFull(_)
+            | Effect::Steer(_)
+            | Effect::Collected(_) => self.admitted(effect).await,
             Effect::RunQueued => self.run_queued().await,
             Effect::Draft(seq, text) => self.show_draft(seq, &text, false).await,
             Effect::FlushCounts => {
@@ -89,6 +98,7 @@ impl Runner {
             Effect::EndTurnAs(status) => self.end_turn(None, Some(status)).await,
             Effect::InterruptTools(tools) => self.interrupt_tools(tools).await,
             Effect::Notice(tone, text) => self.notice(tone, &text).await,
+            Effect::PostLate(text) => self.post_late(&text).await,
             Effect::ExpireApproval(p) => self.expire(p).await,
             Effect::Stalled {
                 stall,
@@ -98,12 +108,32 @@ impl Runner {
         }
     }
 
+    /// Waiting behind a turn is not failing: restarts meanwhile do not count (S4). Best effort: if
+    /// this is lost, the attempt simply stays counted.
+    async fn taken(&self, event: Option<&crate::conversation::inbox::EventKey>) {
+        if let Some((platform, id)) = event
+            && let Ok(mut c) = self.core.store.conn().await
+        {
+            let _ = inbound::taken(&mut c, platform, id).await;
+        }
+    }
+
     /// What became of a prompt: its turn starts, it waits, or the queue is full.
     pub(super) async fn admitted(&mut self, effect: Effect) -> Result<()> {
         match effect {
             Effect::StartTurn(q) => {
                 self.core.busy_add(1);
                 self.start_turn(q).await
+            }
+            Effect::Steer(event) => {
+                self.taken(event.as_ref()).await;
+                self.core.busy_add(1);
+                self.steer().await
+            }
+            Effect::Collected(event) => {
+                // Part of the waiting prompt now: that one is already counted as busy.
+                self.taken(event.as_ref()).await;
+                Ok(())
             }
             Effect::Queued(event) | Effect::Held(event) => {
                 if let Some((platform, id)) = &event {
@@ -119,7 +149,7 @@ impl Runner {
             Effect::QueueFull(waiting) => {
                 self.notice(Tone::Warning, &queue_full_text(waiting)).await
             }
-            // Only the three above come of a prompt; anything else is carried out as usual.
+            // Only the five above come of a prompt; anything else is carried out as usual.
             other => Box::pin(self.apply(other)).await,
         }
     }

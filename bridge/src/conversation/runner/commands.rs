@@ -73,7 +73,9 @@ impl Runner {
         let dropped = self.state.queue.drain();
         let n = dropped.len();
         for q in dropped {
-            self.state.marks.add(q.event);
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
         }
         self.core.busy_add(-(n as isize));
         let session = self.state.session.clone();
@@ -111,6 +113,29 @@ impl Runner {
             }
             _ => self.notice(Tone::Neutral, "Nothing is running.").await,
         }
+    }
+
+    /// A steering prompt went ahead of the queue: the running turn is cancelled (its first cause
+    /// stays if one came first, T2) and the thread is told.
+    pub(super) async fn steer(&mut self) -> Result<()> {
+        let Some(s) = self.state.session.clone() else {
+            return Ok(());
+        };
+        self.state
+            .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
+        if let Err(e) = self.core.client.cancel(&s).await {
+            return self
+                .notice(
+                    Tone::Error,
+                    &format!("Could not reach the agent to cancel the running turn: {e}. Your message waits for it to end."),
+                )
+                .await;
+        }
+        self.notice(
+            Tone::Neutral,
+            "Steering: cancelling the running turn; your message runs next.",
+        )
+        .await
     }
 
     pub(super) async fn cmd_status(&mut self) -> Result<()> {

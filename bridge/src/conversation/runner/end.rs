@@ -97,7 +97,7 @@ impl Runner {
                     .await?;
             }
         }
-        if let Some(id) = &turn.user_message {
+        for id in turn.user_message.iter().chain(&turn.merged_messages) {
             for action in effects::outcome_marks(&self.target, id, ending.mark) {
                 self.enqueue(&mut tx, &action).await?;
             }
@@ -128,7 +128,9 @@ impl Runner {
             // Asked again at its turn: its author may have been `/uninvite`d while it waited (A2).
             if let Err(refusal) = self.may(&q.user, Act::Prompt).await? {
                 self.core.busy_add(-1);
-                self.state.marks.add(q.event.clone());
+                for e in q.events() {
+                    self.state.marks.add(Some(e));
+                }
                 self.refuse(&q.user, q.message_id.as_deref(), &refusal)
                     .await?;
                 continue;

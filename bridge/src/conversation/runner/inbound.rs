@@ -11,6 +11,7 @@ use crate::conversation::event::Mark;
 use crate::conversation::event::{Event, Said};
 use crate::conversation::files::{self, Use};
 use crate::conversation::inbox::EventKey;
+use crate::conversation::speaker;
 use crate::conversation::turn::{Queued, TurnState};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
@@ -77,21 +78,19 @@ impl Runner {
         Ok(())
     }
 
-    /// Starts a turn for a prompt; `event`, its inbox entry, is marked in the transaction that
-    /// records the turn (or in the notice that says it could not start).
+    /// Starts a turn for a prompt; its inbox entries (its own and those merged into it) are marked
+    /// in the transaction that records the turn (or in the notice that says it could not start).
     pub(super) async fn start_turn(&mut self, q: Queued) -> Result<()> {
-        let Queued {
-            user,
-            text,
-            message_id,
-            event,
-            files,
-        } = q;
+        let (user, message_id) = (q.user.clone(), q.message_id.clone());
+        let text = q.typed();
+        let files = q.all_files();
         let uses = files::plan(&files, &self.core.cfg.files);
         if text.trim().is_empty() && uses.iter().all(|u| matches!(u, Use::Refuse(_))) {
             // Nothing to send: the person hears why each file was not used, and no turn starts.
             self.core.busy_add(-1);
-            self.state.marks.add(event);
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
             let refused = refusals(&files, &uses);
             let refused: Vec<(&str, &str)> = refused
                 .iter()
@@ -114,17 +113,11 @@ impl Runner {
             Err(e) if e.is_retryable() => {
                 // Held, not dropped (L7): still counted as busy, its inbox entry still unhandled.
                 tracing::info!(conversation = %self.conv.id, "the agent is unreachable; the prompt is held until it is back");
-                let q = Queued {
-                    user,
-                    text,
-                    message_id,
-                    event,
-                    files,
-                };
-                if let Some((platform, id)) = &q.event
-                    && let Ok(mut c) = self.core.store.conn().await
-                {
-                    let _ = crate::store::inbound::taken(&mut c, platform, id).await;
+                // The whole prompt is held, with its note and what was merged into it.
+                if let Ok(mut c) = self.core.store.conn().await {
+                    for (platform, id) in q.events() {
+                        let _ = crate::store::inbound::taken(&mut c, &platform, &id).await;
+                    }
                 }
                 for effect in self.handle(Event::Unreachable(q)) {
                     Box::pin(self.apply(effect)).await?;
@@ -133,7 +126,9 @@ impl Runner {
             }
             Err(e) => {
                 self.core.busy_add(-1);
-                self.state.marks.add(event);
+                for e in q.events() {
+                    self.state.marks.add(Some(e));
+                }
                 return self
                     .notice(
                         Tone::Error,
@@ -144,7 +139,9 @@ impl Runner {
                     .await;
             }
         };
-        self.state.marks.add(event);
+        for e in q.events() {
+            self.state.marks.add(Some(e));
+        }
         let row = match self.record_turn(&text, &user).await {
             Ok(row) => row,
             Err(e) => {
@@ -165,8 +162,12 @@ impl Runner {
             seq,
         );
         turn.user_message = message_id;
+        turn.merged_messages = q.merged_messages();
         self.state.turn = Some(turn);
-        let (blocks, refused) = self.take_files(&text, &files, &uses, &turn_id).await;
+        // Who said it goes along (several people may write in one thread); the history keeps
+        // what they typed.
+        let for_agent = self.for_agent(&q).await;
+        let (blocks, refused) = self.take_files(&for_agent, &files, &uses, &turn_id).await;
         let refused: Vec<(&str, &str)> = refused
             .iter()
             .map(|(n, w)| (n.as_str(), w.as_str()))
@@ -284,6 +285,28 @@ impl Runner {
         }
         blocks.extend(images);
         (blocks, refused)
+    }
+
+    /// The prompt as the agent receives it: each part with its speaker's name (when
+    /// `speaker_prefix`), the steer note first; the built-in shell agent gets the text as typed,
+    /// merged messages as lines of one script.
+    async fn for_agent(&self, q: &Queued) -> String {
+        let cfg = &self.core.cfg;
+        if cfg.shell_agent {
+            return q.for_agent("\n", false, |_, t| t.to_owned());
+        }
+        let mut names = std::collections::HashMap::new();
+        if cfg.speaker_prefix {
+            for (user, _) in q.parts() {
+                if !names.contains_key(user) {
+                    names.insert(user.to_owned(), self.core.speakers.name(user).await);
+                }
+            }
+        }
+        q.for_agent("\n\n", true, |user, text| match names.get(user) {
+            Some(name) => speaker::prefixed(name, user, text),
+            None => text.to_owned(),
+        })
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.

@@ -8,6 +8,7 @@
 //! - `write.rs`: transactions, notices, refusals.
 //! - `inbound.rs`: messages, commands, prompts, sessions.
 //! - `daemon.rs`: daemon events, tool calls, progress, approvals.
+//! - `schedules.rs`: `/every`, `/at`, `/schedules`, `/unschedule`.
 //! - `end.rs`: the turn's end, the prompt's completion, resume after a restart, timers.
 
 mod apply;
@@ -15,6 +16,7 @@ mod commands;
 mod daemon;
 mod end;
 mod inbound;
+mod schedules;
 mod write;
 
 use std::sync::Arc;

@@ -134,6 +134,31 @@ impl Runner {
         self.commit(tx).await
     }
 
+    /// Posts what the agent sent while no turn was open (and records it in the transcript).
+    pub(super) async fn post_late(&mut self, text: &str) -> Result<()> {
+        let parts = render::answer_parts(
+            &self.core.redactor,
+            text,
+            self.core.cfg.answer_len,
+            self.core.cfg.upload_over,
+        );
+        let n = parts.len();
+        let mut tx = self.begin().await?;
+        self.record(&mut tx, None, "late", "agent", &self.kept(text), None)
+            .await?;
+        for (i, mut msg) in parts.into_iter().enumerate() {
+            msg.title = if n == 1 {
+                "💬 later, from the agent".to_owned()
+            } else {
+                format!("💬 later, from the agent ({}/{n})", i + 1)
+            };
+            let key = self.state.next_notice_key(now_ms());
+            self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+                .await?;
+        }
+        self.commit(tx).await
+    }
+
     /// Refuses what `user` asked: only they hear why (an ephemeral reply where the platform has
     /// one), their message gets ⛔, and nothing runs. The inbox entry is marked in the same
     /// transaction.

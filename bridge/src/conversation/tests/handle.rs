@@ -20,6 +20,8 @@ fn prompt(n: u32) -> Queued {
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
         files: Vec::new(),
+        note: None,
+        merged: Vec::new(),
     }
 }
 

@@ -2,12 +2,16 @@
 //! database, no real time. Each test is named after the rule it proves.
 
 mod approvals;
+mod busy;
 mod commands;
 mod effects;
 mod handle;
 mod inbox;
+mod late;
 mod outage;
 mod replay;
+mod schedule;
+mod speaker;
 mod state;
 mod tools;
 mod turn;

@@ -10,13 +10,12 @@ use crate::conversation::state::{BACK_TEXT, HELD_TEXT, LOST_TEXT, State};
 use crate::conversation::turn::Queued;
 
 fn prompt(n: u32) -> Queued {
-    Queued {
-        user: "alice".into(),
-        text: format!("prompt {n}"),
-        message_id: Some(format!("m{n}")),
-        event: Some(("slack".into(), format!("Ev{n}"))),
-        files: Vec::new(),
-    }
+    Queued::new(
+        "alice".into(),
+        format!("prompt {n}"),
+        Some(format!("m{n}")),
+        Some(("slack".into(), format!("Ev{n}"))),
+    )
 }
 
 fn held_notice() -> Effect {

@@ -173,6 +173,48 @@ fn d6_a_resumed_turn_takes_only_the_frames_after_its_own_prompt_in_the_replay() 
     );
 }
 
+/// D6 with issue 22: the daemon replays a prompt as the agent received it (`[name] text`, a steer
+/// note, merged parts each with its speaker); the turn stores it as typed. It is still its own.
+#[test]
+fn d6_a_resumed_turn_knows_its_own_prompt_sent_with_speaker_labels_and_a_steer_note() {
+    let c = cfg();
+    let clock = Clock::new();
+    for (sent, own) in [
+        ("[Alice Smith] echo hi".to_owned(), true),
+        (
+            format!(
+                "{}\n\n[alice] echo hi",
+                crate::conversation::busy::STEER_NOTE
+            ),
+            true,
+        ),
+        ("[bob] echo before".to_owned(), false),
+        ("[alice] echo hi there".to_owned(), false),
+    ] {
+        let mut s = running(&clock, &c);
+        s.turn.as_mut().expect("turn").resumed = true;
+        let _ = s.on_daemon(user(&sent), clock.now(), &c);
+        assert_eq!(
+            s.turn.as_ref().expect("turn").replay_at_own,
+            Some(own),
+            "{sent:?}"
+        );
+    }
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").row.prompt = "add a test\n\nand a benchmark".into();
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(
+        user("[alice] add a test\n\n[bob] and a benchmark"),
+        clock.now(),
+        &c,
+    );
+    assert_eq!(
+        s.turn.as_ref().expect("turn").replay_at_own,
+        Some(true),
+        "merged parts, each with its speaker"
+    );
+}
+
 #[test]
 fn d6_a_daemon_that_replays_no_prompts_is_followed_as_before() {
     let c = cfg();

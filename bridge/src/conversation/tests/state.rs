@@ -64,7 +64,7 @@ fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
 }
 
 #[test]
-fn d3_events_without_a_turn_are_ignored() {
+fn d3_events_without_a_turn_open_none_and_only_the_text_waits_to_be_posted() {
     let c = cfg();
     let clock = Clock::new();
     let mut s = State::new(Some(session()));
@@ -76,7 +76,10 @@ fn d3_events_without_a_turn_are_ignored() {
     ] {
         assert_eq!(s.on_daemon(e, clock.now(), &c), DaemonStep::Nothing);
     }
-    assert!(s.is_idle());
+    assert!(s.turn.is_none());
+    // Work that arrives later is posted, not dropped (see tests/late.rs).
+    assert!(!s.late.is_empty());
+    assert!(!s.is_idle());
 }
 
 #[test]
@@ -423,6 +426,8 @@ fn prompt(n: u32) -> crate::conversation::turn::Queued {
         message_id: None,
         event: Some(("slack".into(), format!("Ev{n}"))),
         files: Vec::new(),
+        note: None,
+        merged: Vec::new(),
     }
 }
 

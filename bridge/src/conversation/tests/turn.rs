@@ -17,6 +17,8 @@ fn queued(n: u32) -> Queued {
         message_id: Some(format!("m{n}")),
         event: Some(("slack".into(), format!("Ev{n}"))),
         files: Vec::new(),
+        note: None,
+        merged: Vec::new(),
     }
 }
 
