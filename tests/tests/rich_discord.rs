@@ -40,6 +40,8 @@ async fn rig(tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Rig {
     cfg.discord_mut().token = Some(TOKEN.into());
     cfg.discord_mut().api_base_url = fake.base_url.clone();
     cfg.access.open = true;
+    // The scripted daemon answers by the prompt's text: no `[name]` label in front of it.
+    cfg.turns.speaker_prefix = false;
     tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
