@@ -631,8 +631,8 @@ mod tests {
     fn pkce_challenge_is_rfc7636_s256_and_pending_round_trips() {
         // RFC 7636 appendix B.
         assert_eq!(
-            code_challenge("dBjftJeZ4CVP-1mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
-            "E9Melhoa2OwvFrEMTJguCHgoS1n1gVUS3nWm4ekR0Ms"
+            code_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
         let p = Pending::new();
         assert_eq!(Pending::decode(&p.encode()), Some(p.clone()));
