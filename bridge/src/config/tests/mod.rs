@@ -470,15 +470,26 @@ fn s_oidc1_single_sign_on_refuses_to_start_open_incomplete_or_with_its_secret_in
         "{err}"
     );
     let err = load_file(
-        &open.replace("[http.ui_oidc]", "ui_oidc_client_secret = \"in-file\"\n[http.ui_oidc]"),
+        &open.replace(
+            "[http.ui_oidc]",
+            "ui_oidc_client_secret = \"in-file\"\n[http.ui_oidc]",
+        ),
         &secret,
     )
     .expect_err("secret in file");
     assert!(!err.to_string().contains("in-file"), "{err}");
     // Incomplete: issuer, client id, where to come back.
     for (from, to, names) in [
-        ("https://idp.example.com", "idp.example.com", "http.ui_oidc.issuer"),
-        ("client_id = \"bridge\"", "client_id = \"\"", "http.ui_oidc.client_id"),
+        (
+            "https://idp.example.com",
+            "idp.example.com",
+            "http.ui_oidc.issuer",
+        ),
+        (
+            "client_id = \"bridge\"",
+            "client_id = \"\"",
+            "http.ui_oidc.client_id",
+        ),
         (
             "ui_url = \"https://bridge.example.com\"\n",
             "",
