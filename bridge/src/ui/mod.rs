@@ -380,7 +380,13 @@ async fn oidc_callback(
         );
     };
     if let Some(e) = q.error {
-        tracing::warn!(error = %e.chars().take(64).collect::<String>(), "UI single sign-on: the provider refused");
+        // The provider's error code, kept to its alphabet: the query is anyone's to write.
+        let code: String = e
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(64)
+            .collect();
+        tracing::warn!(error = %code, "UI single sign-on: the provider refused");
         return refused(
             StatusCode::UNAUTHORIZED,
             "The identity provider refused the sign-in.",
