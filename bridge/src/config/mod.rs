@@ -246,6 +246,34 @@ pub struct Http {
     pub ui_url: Option<String>,
     /// How long a UI sign-in lasts, in minutes (default 720: 12 hours).
     pub ui_session_minutes: u64,
+    /// `[http.ui_oidc]`: single sign-on with an OpenID Connect provider; unset: off.
+    pub ui_oidc: Option<UiOidc>,
+    /// The OpenID Connect client secret (environment only:
+    /// `CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET`).
+    #[serde(with = "secret::optional")]
+    pub ui_oidc_client_secret: Option<SecretString>,
+}
+
+/// `[http.ui_oidc]`: sign-in to the history pages with the company's identity provider
+/// (authorization code flow with PKCE). Closed unless opened on purpose: at least one of the
+/// allow lists must be set, else the bridge refuses to start.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UiOidc {
+    /// The provider's issuer (`https://example.okta.com`); its discovery document is
+    /// `<issuer>/.well-known/openid-configuration`.
+    pub issuer: String,
+    /// The client id registered with the provider.
+    pub client_id: String,
+    /// Where the provider sends people back (`https://bridge.example.com/ui/oidc/callback`);
+    /// unset: `http.ui_url` + `/ui/oidc/callback`.
+    pub redirect_url: Option<String>,
+    /// Addresses let in (the ID token's `email`, compared without case).
+    pub allowed_emails: Vec<String>,
+    /// Domains let in (`example.com`: the part of a verified `email` after `@`).
+    pub allowed_domains: Vec<String>,
+    /// Groups let in (the ID token's `groups` claim; the `groups` scope is asked for).
+    pub allowed_groups: Vec<String>,
 }
 
 impl Default for Http {
@@ -257,6 +285,8 @@ impl Default for Http {
             ui_auth_header: None,
             ui_url: None,
             ui_session_minutes: 720,
+            ui_oidc: None,
+            ui_oidc_client_secret: None,
         }
     }
 }

@@ -8,7 +8,11 @@ use secrecy::{ExposeSecret, SecretString};
 use super::ENV_PREFIX;
 
 /// The core's secret keys (those of no platform).
-const CORE_SECRET_KEYS: [&str; 2] = ["daemon.token", "http.api_token"];
+const CORE_SECRET_KEYS: [&str; 3] = [
+    "daemon.token",
+    "http.api_token",
+    "http.ui_oidc_client_secret",
+];
 
 /// The keys whose values are secrets, `section.key`: the core's and each registered platform's
 /// (from its section's own list). They are refused in the file, always read as strings from the

@@ -54,12 +54,57 @@ pub(crate) fn check_ids(key: &str, list: &[String], problems: &mut Vec<String>) 
     }
 }
 
+fn is_http_url(u: &str) -> bool {
+    (u.starts_with("https://") || u.starts_with("http://")) && u.len() > "https://".len()
+}
+
 impl Config {
+    /// `[http.ui_oidc]`: complete, and closed unless an allow list opens it (S-OIDC1).
+    fn check_ui_oidc(&self, o: &super::UiOidc, problems: &mut Vec<String>) {
+        if !is_http_url(o.issuer.trim()) {
+            problems.push(format!(
+                "http.ui_oidc.issuer must be the provider's http(s):// issuer URL, not {:?}",
+                o.issuer
+            ));
+        }
+        if o.client_id.trim().is_empty() {
+            problems.push(
+                "http.ui_oidc.client_id must be set (the id registered with the provider)".into(),
+            );
+        }
+        if self.http.ui_oidc_client_secret.is_none() {
+            problems.push(format!(
+                "[http.ui_oidc] needs the client secret: set {}",
+                secret_env_var("http.ui_oidc_client_secret")
+            ));
+        }
+        match &o.redirect_url {
+            Some(u) if !is_http_url(u) => problems.push(format!(
+                "http.ui_oidc.redirect_url must be an http(s):// URL ending in /ui/oidc/callback, not {u:?}"
+            )),
+            Some(_) => {}
+            None if self.http.ui_url.is_none() => problems.push(
+                "[http.ui_oidc] needs http.ui_oidc.redirect_url or http.ui_url (the callback is <ui_url>/ui/oidc/callback)".into(),
+            ),
+            None => {}
+        }
+        let blank = |l: &[String]| l.iter().all(|v| v.trim().is_empty());
+        if blank(&o.allowed_emails) && blank(&o.allowed_domains) && blank(&o.allowed_groups) {
+            problems.push(
+                "[http.ui_oidc] lets nobody in: set http.ui_oidc.allowed_emails, allowed_domains or allowed_groups (everyone the provider knows is not a default)".into(),
+            );
+        }
+    }
+
     /// Every secret with the variable that sets it: the core's and each platform's.
     pub(crate) fn secrets(&self) -> Vec<(String, Option<&SecretString>)> {
         let core = [
             ("daemon.token", self.daemon.token.as_ref()),
             ("http.api_token", self.http.api_token.as_ref()),
+            (
+                "http.ui_oidc_client_secret",
+                self.http.ui_oidc_client_secret.as_ref(),
+            ),
         ]
         .map(|(key, v)| (secret_env_var(key), v));
         core.into_iter()
@@ -150,14 +195,20 @@ impl Config {
                         .into(),
                 );
             }
-            if self.http.api_token.is_none() && self.http.ui_auth_header.is_none() {
+            if self.http.api_token.is_none()
+                && self.http.ui_auth_header.is_none()
+                && self.http.ui_oidc.is_none()
+            {
                 problems.push(
-                    "http.ui = true needs a way to sign in: set CHAT_BRIDGE_HTTP__API_TOKEN (the /ui/login token) or http.ui_auth_header (a trusted auth proxy)".into(),
+                    "http.ui = true needs a way to sign in: set CHAT_BRIDGE_HTTP__API_TOKEN (the /ui/login token), [http.ui_oidc] (single sign-on) or http.ui_auth_header (a trusted auth proxy)".into(),
                 );
             }
             if self.http.ui_session_minutes == 0 {
                 problems.push("http.ui_session_minutes must be at least 1".into());
             }
+        }
+        if let Some(o) = &self.http.ui_oidc {
+            self.check_ui_oidc(o, &mut problems);
         }
         if let Some(h) = &self.http.ui_auth_header
             && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()

@@ -15,6 +15,7 @@
 //! - [`session`]: the signed session cookie.
 
 pub mod ansi;
+pub mod oidc;
 pub mod render;
 pub mod session;
 
@@ -50,6 +51,7 @@ pub struct Ui {
     redactor: Redactor,
     sessions: Sessions,
     login_token: Option<SecretString>,
+    oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
     base_url: Option<String>,
     live_every: Duration,
@@ -60,6 +62,7 @@ impl std::fmt::Debug for Ui {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ui")
             .field("token_login", &self.login_token.is_some())
+            .field("oidc", &self.oidc)
             .field("auth_header", &self.auth_header)
             .field("live_every", &self.live_every)
             .finish_non_exhaustive()
@@ -85,10 +88,29 @@ impl Ui {
             .map_err(|_| anyhow::anyhow!("http.ui_auth_header is not a header name"))?;
         let ttl_ms = i64::try_from(http.ui_session_minutes.max(1).saturating_mul(60_000))
             .unwrap_or(i64::MAX);
+        let oidc = http
+            .ui_oidc
+            .as_ref()
+            .map(|o| {
+                oidc::Oidc::new(
+                    o,
+                    http.ui_oidc_client_secret.as_ref(),
+                    http.ui_url.as_deref(),
+                )
+            })
+            .transpose()?;
+        // The key comes from the API token, else from the OIDC client secret: either way every
+        // replica derives the same one.
+        let key_from = http.api_token.as_ref().or(if oidc.is_some() {
+            http.ui_oidc_client_secret.as_ref()
+        } else {
+            None
+        });
         Ok(Self {
             redactor,
-            sessions: Sessions::new(http.api_token.as_ref(), ttl_ms),
+            sessions: Sessions::new(key_from, ttl_ms),
             login_token: http.api_token.clone(),
+            oidc,
             auth_header,
             base_url: http
                 .ui_url
@@ -183,11 +205,7 @@ async fn require_viewer(
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
-        .or_else(|| {
-            session::cookie(headers)
-                .filter(|c| ui.sessions.check(c, state.now_ms()))
-                .map(|_| "API token".to_owned())
-        });
+        .or_else(|| session::cookie(headers).and_then(|c| ui.sessions.viewer(c, state.now_ms())));
     match who {
         Some(who) => {
             request.extensions_mut().insert(Viewer(who));
@@ -203,7 +221,11 @@ async fn require_viewer(
 async fn login_form(State(state): State<HttpState>) -> Response {
     page(
         StatusCode::OK,
-        render::login(None, ui(&state).login_token.is_some()),
+        render::login(
+            None,
+            ui(&state).login_token.is_some(),
+            ui(&state).oidc.is_some(),
+        ),
     )
 }
 
@@ -222,7 +244,11 @@ async fn login(
     let Some(expected) = &ui.login_token else {
         return page(
             StatusCode::FORBIDDEN,
-            render::login(Some("Signing in with a token is off."), false),
+            render::login(
+                Some("Signing in with a token is off."),
+                false,
+                ui.oidc.is_some(),
+            ),
         );
     };
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
@@ -232,7 +258,7 @@ async fn login(
         tracing::warn!("UI sign-in refused: wrong token");
         return page(
             StatusCode::UNAUTHORIZED,
-            render::login(Some("Wrong token."), true),
+            render::login(Some("Wrong token."), true, ui.oidc.is_some()),
         );
     }
     let value = ui.sessions.issue(state.now_ms());
@@ -251,6 +277,175 @@ async fn logout(State(state): State<HttpState>, headers: HeaderMap) -> Response 
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+fn with_cookies(mut r: Response, cookies: &[String]) -> Response {
+    for c in cookies {
+        if let Ok(v) = HeaderValue::from_str(c) {
+            r.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    r
+}
+
+/// The cookie of a sign-in in progress: `SameSite=Lax`, as the provider's redirect back is a
+/// cross-site navigation that a `Strict` cookie would not ride on.
+fn pending_cookie(value: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{}={value}; Path=/ui/oidc; Max-Age={max_age_s}; HttpOnly; SameSite=Lax{}",
+        oidc::PENDING_COOKIE,
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+fn sso_refused(ui: &Ui, headers: &HeaderMap, status: StatusCode, msg: &str) -> Response {
+    with_cookies(
+        page(
+            status,
+            render::login(Some(msg), ui.login_token.is_some(), ui.oidc.is_some()),
+        ),
+        &[pending_cookie("", 0, over_tls(ui, headers))],
+    )
+}
+
+/// `/ui/oidc/start`: to the provider, with a fresh state, nonce and PKCE challenge.
+async fn oidc_start(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    let ui = ui(&state);
+    let Some(client) = &ui.oidc else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let d = match client.discover().await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "UI single sign-on: discovery failed");
+            return sso_refused(
+                ui,
+                &headers,
+                StatusCode::BAD_GATEWAY,
+                "The identity provider is not answering; try again.",
+            );
+        }
+    };
+    let pending = oidc::Pending::new();
+    let exp = state.now_ms().saturating_add(oidc::PENDING_TTL_MS);
+    let value = ui.sessions.seal(&format!("{exp}.{}", pending.encode()));
+    with_cookies(
+        Redirect::to(&client.authorize_url(&d, &pending)).into_response(),
+        &[pending_cookie(
+            &value,
+            oidc::PENDING_TTL_MS / 1000,
+            over_tls(ui, &headers),
+        )],
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct Callback {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<oidc::Pending> {
+    let value = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (k, v) = pair.trim().split_once('=')?;
+            (k == oidc::PENDING_COOKIE).then_some(v)
+        })?;
+    let payload = ui.sessions.open(value)?;
+    let (exp, rest) = payload.split_once('.')?;
+    (exp.parse::<i64>().ok()? > now).then_some(())?;
+    oidc::Pending::decode(rest)
+}
+
+/// `/ui/oidc/callback`: state checked, code redeemed, ID token verified, allow rules applied.
+async fn oidc_callback(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    q: Result<Query<Callback>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let ui = ui(&state);
+    let Some(client) = &ui.oidc else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let refused = |status, msg: &str| sso_refused(ui, &headers, status, msg);
+    let Ok(Query(q)) = q else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "That sign-in answer does not parse.",
+        );
+    };
+    if let Some(e) = q.error {
+        // The provider's error code, kept to its alphabet: the query is anyone's to write.
+        let code: String = e
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(64)
+            .collect();
+        tracing::warn!(error = %code, "UI single sign-on: the provider refused");
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "The identity provider refused the sign-in.",
+        );
+    }
+    let now = state.now_ms();
+    let Some(pending) = pending_from(ui, &headers, now) else {
+        tracing::warn!(
+            "UI single sign-on refused: no valid sign-in in progress (cookie missing, forged or expired)"
+        );
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "This sign-in was not started here or took too long; sign in again.",
+        );
+    };
+    let given = q.state.unwrap_or_default();
+    if !shell_agent::auth::tokens_match(&given, &pending.state) {
+        tracing::warn!("UI single sign-on refused: state does not match");
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "This sign-in was not started here or took too long; sign in again.",
+        );
+    }
+    let Some(code) = q.code.filter(|c| !c.is_empty()) else {
+        return refused(StatusCode::BAD_REQUEST, "The sign-in answer has no code.");
+    };
+    let who = match client.finish(&code, &pending, now.div_euclid(1000)).await {
+        Ok(who) => who,
+        Err(e) => {
+            tracing::warn!(error = %e, "UI single sign-on refused");
+            let status = match e {
+                oidc::OidcError::Provider(_) => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            return refused(
+                status,
+                "Single sign-on failed; try again or ask whoever runs the bridge.",
+            );
+        }
+    };
+    if !client.allows(&who) {
+        tracing::warn!(who = %who.display(), "UI single sign-on refused: no allow rule names this person");
+        return refused(
+            StatusCode::FORBIDDEN,
+            "You signed in, but this bridge does not let that account in.",
+        );
+    }
+    tracing::info!(who = %who.display(), "UI sign-in with single sign-on");
+    let secure = over_tls(ui, &headers);
+    let value = ui.sessions.issue_as(now, &who.display());
+    // A page, not a redirect: the SameSite=Strict session cookie is not sent on a redirect chain
+    // that began at the provider, so the next request must start here.
+    with_cookies(
+        page(StatusCode::OK, render::signed_in()),
+        &[
+            session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, secure),
+            pending_cookie("", 0, secure),
+        ],
+    )
 }
 
 async fn css() -> Response {
@@ -617,6 +812,8 @@ pub fn router(state: &HttpState) -> Router<HttpState> {
         )
         .route("/ui/login", axum::routing::get(login_form).post(login))
         .route("/ui/logout", axum::routing::post(logout))
+        .route("/ui/oidc/start", axum::routing::get(oidc_start))
+        .route(oidc::CALLBACK_PATH, axum::routing::get(oidc_callback))
         .route("/ui/assets/ui.css", axum::routing::get(css))
         .route("/ui/assets/ui.js", axum::routing::get(js))
         .merge(pages)

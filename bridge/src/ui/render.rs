@@ -216,7 +216,7 @@ pub fn list_error(chrome: Chrome<'_>, msg: &str) -> Markup {
 
 /// The sign-in page; `error` is what went wrong with the last attempt.
 #[must_use]
-pub fn login(error: Option<&str>, token_enabled: bool) -> Markup {
+pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -230,15 +230,40 @@ pub fn login(error: Option<&str>, token_enabled: bool) -> Markup {
                 main {
                     h1 { "chat-bridge history" }
                     @if let Some(e) = error { p.error role="alert" { (e) } }
+                    @if sso_enabled {
+                        p { a.sso href="/ui/oidc/start" { "Sign in with single sign-on" } }
+                    }
                     @if token_enabled {
                         form method="post" action="/ui/login" {
                             label for="token" { "API token" }
                             input #token type="password" name="token" autocomplete="current-password" required autofocus;
                             button type="submit" { "Sign in" }
                         }
-                    } @else {
+                    } @else if !sso_enabled {
                         p { "Signing in with the API token is off (no http.api_token). Use the single sign-on in front of this bridge." }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// After a single sign-on: on to the pages (a same-site navigation, so the session cookie rides).
+#[must_use]
+pub fn signed_in() -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="0;url=/ui/";
+                title { "Signed in · chat-bridge" }
+                link rel="stylesheet" href="/ui/assets/ui.css";
+            }
+            body.login {
+                main {
+                    h1 { "Signed in" }
+                    p { a href="/ui/" { "On to the history" } }
                 }
             }
         }

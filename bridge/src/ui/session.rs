@@ -57,30 +57,63 @@ impl Sessions {
     #[must_use]
     pub fn issue(&self, now: i64) -> String {
         let nonce: [u8; 16] = rand::random();
-        let payload = format!("{}.{}", now.saturating_add(self.ttl_ms), hex::encode(nonce));
+        self.seal(&format!(
+            "{}.{}",
+            now.saturating_add(self.ttl_ms),
+            hex::encode(nonce)
+        ))
+    }
+
+    /// A new session for `who` (single sign-on): the name travels in the signed payload.
+    #[must_use]
+    pub fn issue_as(&self, now: i64, who: &str) -> String {
+        let nonce: [u8; 16] = rand::random();
+        self.seal(&format!(
+            "{}.{}.{}",
+            now.saturating_add(self.ttl_ms),
+            hex::encode(nonce),
+            hex::encode(who.as_bytes())
+        ))
+    }
+
+    /// `payload.<HMAC>` under this key (`payload` must have no character a cookie cannot hold).
+    #[must_use]
+    pub fn seal(&self, payload: &str) -> String {
         let sig = mac(&self.key, payload.as_bytes()).finalize().into_bytes();
         format!("{payload}.{}", hex::encode(sig))
+    }
+
+    /// The payload of a value [`Sessions::seal`] made, if its signature holds.
+    #[must_use]
+    pub fn open<'a>(&self, value: &'a str) -> Option<&'a str> {
+        let (payload, sig) = value.rsplit_once('.')?;
+        let sig = hex::decode(sig).ok()?;
+        mac(&self.key, payload.as_bytes())
+            .verify_slice(&sig)
+            .ok()
+            .map(|()| payload)
+    }
+
+    /// Who a valid, unexpired session cookie is for: the signed-in name, or `API token`.
+    #[must_use]
+    pub fn viewer(&self, value: &str, now: i64) -> Option<String> {
+        let payload = self.open(value)?;
+        let mut it = payload.split('.');
+        let exp = it.next()?.parse::<i64>().ok()?;
+        let _nonce = it.next()?;
+        if !(now < exp && exp - now <= self.ttl_ms) {
+            return None;
+        }
+        match it.next() {
+            None => Some("API token".to_owned()),
+            Some(who) => String::from_utf8(hex::decode(who).ok()?).ok(),
+        }
     }
 
     /// Whether `value` is a cookie we issued that has not expired at `now`.
     #[must_use]
     pub fn check(&self, value: &str, now: i64) -> bool {
-        let Some((payload, sig)) = value.rsplit_once('.') else {
-            return false;
-        };
-        let Ok(sig) = hex::decode(sig) else {
-            return false;
-        };
-        if mac(&self.key, payload.as_bytes())
-            .verify_slice(&sig)
-            .is_err()
-        {
-            return false;
-        }
-        payload
-            .split_once('.')
-            .and_then(|(exp, _)| exp.parse::<i64>().ok())
-            .is_some_and(|exp| now < exp && exp - now <= self.ttl_ms)
+        self.viewer(value, now).is_some()
     }
 }
 
@@ -136,6 +169,17 @@ mod tests {
         for junk in ["", ".", "x.y.z", "1.2", &format!("{payload}.")] {
             assert!(!s.check(junk, 1_000), "{junk}");
         }
+        // A single sign-on session carries its person, signed.
+        let sso = s.issue_as(1_000, "ann@example.com");
+        assert_eq!(s.viewer(&sso, 1_000).as_deref(), Some("ann@example.com"));
+        assert_eq!(s.viewer(&v, 1_000).as_deref(), Some("API token"));
+        let (p, sig) = sso.rsplit_once('.').expect("shape");
+        let forged = format!(
+            "{}{}",
+            &p[..p.rfind('.').expect("who") + 1],
+            hex::encode("root")
+        );
+        assert_eq!(s.viewer(&format!("{forged}.{sig}"), 1_000), None);
         // Without a token the key is random: nothing verifies but what this process issued.
         assert!(!Sessions::new(None, 60_000).check(&v, 1_000));
     }

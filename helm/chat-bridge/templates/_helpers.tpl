@@ -103,7 +103,7 @@ number or as digits (5400, "5400"). Fractions ("1.5h") are refused, as the binar
 
 {{/* Config keys that are secrets: they come from the Secret (CHAT_BRIDGE_* variables), never the config. */}}
 {{- define "chat-bridge.secretKeys" -}}
-daemon.token slack.bot_token slack.app_token slack.signing_secret discord.token http.api_token
+daemon.token slack.bot_token slack.app_token slack.signing_secret discord.token http.api_token http.ui_oidc_client_secret
 {{- end }}
 
 {{/* What the binary would refuse at start-up and the chart can see at render time: fail the render

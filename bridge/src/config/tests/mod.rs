@@ -430,3 +430,73 @@ fn daemon_command_runs_a_stdio_agent_with_its_env_and_is_exclusive_with_url() {
         assert!(e.to_string().contains("daemon.env"), "{e}");
     }
 }
+
+#[test]
+fn s_oidc1_single_sign_on_refuses_to_start_open_incomplete_or_with_its_secret_in_the_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("c.toml");
+    let load_file = |body: &str, extra: &[(&str, &str)]| {
+        std::fs::write(&path, body).expect("write");
+        Config::load(Some(&path), with(&SLACK, extra), &Flags::default())
+    };
+    let head = "[http]\nui = true\nlisten = \"127.0.0.1:8080\"\nui_url = \"https://bridge.example.com\"\n[http.ui_oidc]\nissuer = \"https://idp.example.com\"\nclient_id = \"bridge\"\n";
+    let secret = [("CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET", "s3cr3t-value")];
+    // No allow rule: closed unless opened on purpose.
+    let err = load_file(head, &secret).expect_err("no allow rule");
+    assert!(err.to_string().contains("lets nobody in"), "{err}");
+    let err = load_file(&format!("{head}allowed_domains = [\" \"]\n"), &secret)
+        .expect_err("blank allow rule");
+    assert!(err.to_string().contains("lets nobody in"), "{err}");
+    // With a rule it starts, and the sign-in needs no API token.
+    let open = format!("{head}allowed_domains = [\"example.com\"]\n");
+    let cfg = load_file(&open, &secret).expect("valid");
+    assert_eq!(
+        cfg.http.ui_oidc.as_ref().map(|o| o.client_id.as_str()),
+        Some("bridge")
+    );
+    assert!(!format!("{cfg:?}").contains("s3cr3t-value"), "S2: redacted");
+    // The secret: required, not blank (S1), never in the file.
+    let err = load_file(&open, &[]).expect_err("no secret");
+    assert!(
+        err.to_string()
+            .contains("CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET"),
+        "{err}"
+    );
+    let err = load_file(&open, &[("CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET", "  ")])
+        .expect_err("blank secret");
+    assert!(
+        err.to_string()
+            .contains("CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET"),
+        "{err}"
+    );
+    let err = load_file(
+        &open.replace(
+            "[http.ui_oidc]",
+            "ui_oidc_client_secret = \"in-file\"\n[http.ui_oidc]",
+        ),
+        &secret,
+    )
+    .expect_err("secret in file");
+    assert!(!err.to_string().contains("in-file"), "{err}");
+    // Incomplete: issuer, client id, where to come back.
+    for (from, to, names) in [
+        (
+            "https://idp.example.com",
+            "idp.example.com",
+            "http.ui_oidc.issuer",
+        ),
+        (
+            "client_id = \"bridge\"",
+            "client_id = \"\"",
+            "http.ui_oidc.client_id",
+        ),
+        (
+            "ui_url = \"https://bridge.example.com\"\n",
+            "",
+            "http.ui_oidc.redirect_url or http.ui_url",
+        ),
+    ] {
+        let err = load_file(&open.replace(from, to), &secret).expect_err(names);
+        assert!(err.to_string().contains(names), "{names}: {err}");
+    }
+}
