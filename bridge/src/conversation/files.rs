@@ -462,7 +462,10 @@ mod tests {
         assert_eq!(human_bytes(812 << 10), "812 kB");
         assert_eq!(human_bytes(5000), "4.9 kB");
         assert_eq!(human_bytes(120), "120 bytes");
-        assert_eq!(too_large((5 << 20) + 10, "an image", 5 << 20), "too large (more than 5 MB)");
+        assert_eq!(
+            too_large((5 << 20) + 10, "an image", 5 << 20),
+            "too large (more than 5 MB)"
+        );
         assert_eq!(
             too_large(6 << 20, "an image", 5 << 20),
             "too large (6 MB; an image may be at most 5 MB)"
@@ -484,13 +487,22 @@ mod tests {
         let r = crate::core::redact::Redactor::new(&[]).expect("redactor");
         let why = "type application/zip not accepted";
         let cases: &[(&str, &str)] = &[
-            ("../../etc/passwd", "• ../../etc/passwd: type application/zip not accepted"),
-            ("token=abc123.zip", "• token=[redacted]: type application/zip not accepted"),
+            (
+                "../../etc/passwd",
+                "• ../../etc/passwd: type application/zip not accepted",
+            ),
+            (
+                "token=abc123.zip",
+                "• token=[redacted]: type application/zip not accepted",
+            ),
             (
                 "a\u{1b}[31mred\u{7}\u{202e}gpj.exe\nb",
                 "• a[31mredgpj.exeb: type application/zip not accepted",
             ),
-            ("\u{202e}\u{1b}", "• file: type application/zip not accepted"),
+            (
+                "\u{202e}\u{1b}",
+                "• file: type application/zip not accepted",
+            ),
         ];
         for (name, want) in cases {
             let n = refusal_notice(&r, &[(name, why)], true).unwrap_or_default();

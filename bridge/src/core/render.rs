@@ -468,12 +468,17 @@ mod tests {
         let detail = tool_input(&r, Some("run_shell_command"), &input).expect("detail");
         for decided in [None, Some(("✅ approved", "by someone"))] {
             let m = permission(&r, "p1", &command, &[], Some(&detail), decided);
-            let total = m.title.chars().count() + m.code.as_deref().map_or(0, |c| c.chars().count());
+            let total =
+                m.title.chars().count() + m.code.as_deref().map_or(0, |c| c.chars().count());
             assert!(total <= TOOL_INPUT_CAP, "{total} characters");
             assert!(m.title.chars().count() <= TITLE_CAP + 25, "{}", m.title);
         }
         let m = tool_running(&r, &command, Some((Duration::from_secs(5), None)));
-        assert!(m.title.chars().count() <= TITLE_CAP + 2, "{}", m.title.len());
+        assert!(
+            m.title.chars().count() <= TITLE_CAP + 2,
+            "{}",
+            m.title.len()
+        );
         assert!(m.title.starts_with("⏳ echo xxx") && m.title.ends_with('…'));
     }
 

@@ -96,7 +96,8 @@ impl Runner {
                 .iter()
                 .map(|(n, w)| (n.as_str(), w.as_str()))
                 .collect();
-            let text = files::refusal_notice(&self.core.redactor, &refused, false).unwrap_or_default();
+            let text =
+                files::refusal_notice(&self.core.redactor, &refused, false).unwrap_or_default();
             return self.notice_lines_redacted(Tone::Warning, &text).await;
         }
         let reached = if self
