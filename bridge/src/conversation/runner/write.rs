@@ -105,13 +105,9 @@ impl Runner {
         self.notice_with(tone, text, false, false).await
     }
 
-    /// A notice whose first line is its heading and the rest its body (a list reads as a list).
-    pub(super) async fn notice_lines(&mut self, tone: Tone, text: &str) -> Result<()> {
-        self.notice_with(tone, text, true, false).await
-    }
-
-    /// [`Self::notice_lines`] for a text whose parts were redacted one by one (redacting it whole
-    /// could join a name to the words after it and eat them).
+    /// A notice whose first line is its heading and the rest its body (a list reads as a list), its
+    /// parts redacted one by one by the caller (redacting it whole could join a name to the words
+    /// after it and eat them).
     pub(super) async fn notice_lines_redacted(&mut self, tone: Tone, text: &str) -> Result<()> {
         self.notice_with(tone, text, true, true).await
     }
