@@ -201,7 +201,7 @@ async fn discord_a_60kb_answer_arrives_whole_as_an_attached_file() {
         .expect("the preview");
     assert!(
         text_of(&preview).contains("Paragraph 1:")
-            && text_of(&preview).contains("the whole answer (58 kB) is in the file answer.md"),
+            && text_of(&preview).contains("the whole answer (58.6 kB) is in the file answer.md"),
         "{}",
         text_of(&preview)
     );

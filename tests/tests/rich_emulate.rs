@@ -70,6 +70,8 @@ async fn rig(images: bool, tweak: impl FnOnce(&mut chat_bridge::config::Config))
     cfg.slack_mut().listen = format!("127.0.0.1:{port}");
     cfg.slack_mut().signing_secret = Some(SLACK_SIGNING_SECRET.into());
     cfg.slack_mut().allowed_users = vec![alice.clone()];
+    // The scripted daemon answers by the prompt's text: no `[name]` label in front of it.
+    cfg.turns.speaker_prefix = false;
     tweak(&mut cfg);
     let stop = CancellationToken::new();
     let task = tokio::spawn({
@@ -243,7 +245,7 @@ async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_
         .await;
     let shown = text_of(&notice);
     assert!(
-        shown.contains("huge.png: too large (19 kB; an image may be at most 9 kB)"),
+        shown.contains("huge.png: too large (19.5 kB; an image may be at most 9.8 kB)"),
         "{shown}"
     );
     assert!(
@@ -356,7 +358,7 @@ async fn emulate_a_60kb_answer_arrives_whole_as_an_uploaded_file_with_a_preview(
     let preview = text_of(&shared);
     assert!(
         preview.contains("Paragraph 1:")
-            && preview.contains("the whole answer (58 kB) is in the file answer.md"),
+            && preview.contains("the whole answer (58.6 kB) is in the file answer.md"),
         "a short preview says where the rest is: {preview:.600}"
     );
     assert!(

@@ -327,7 +327,7 @@ pub trait Channel: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// Larger than allowed (checked while downloading, whatever the platform announced).
-    #[error("too large (more than {0} bytes)")]
+    #[error("too large (more than {})", crate::conversation::files::human_bytes(*.0))]
     TooLarge(u64),
     /// Its address is not the platform's own file host (SSRF: nothing else is ever fetched).
     #[error("its address is not this platform's file host")]

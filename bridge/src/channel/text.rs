@@ -280,7 +280,14 @@ pub fn split_markdown_parts(text: &str, max: usize) -> Vec<Part<'_>> {
     let (mut i, mut offset) = (0usize, 0usize);
     while i < lines.len() {
         let start = lines[i].start + offset;
-        let reopen = open_at(i).map(|lang| format!("```{lang}\n"));
+        // The language comes along when it leaves room for text (a long info string does not).
+        let reopen = open_at(i).map(|lang| {
+            if lang.chars().count() <= max / 4 {
+                format!("```{lang}\n")
+            } else {
+                "```\n".to_owned()
+            }
+        });
         let budget = max - reopen.as_ref().map_or(0, |r| r.chars().count()) - CLOSE_ROOM;
         let first_chars = if offset == 0 {
             lines[i].chars
@@ -398,6 +405,36 @@ mod tests {
         assert_eq!(parts.iter().map(|p| p.body).collect::<String>(), long);
         assert!(split_markdown("", 100).is_empty());
         assert_eq!(preview("short", 100), "short");
+    }
+
+    #[test]
+    fn no_part_exceeds_the_limit_whatever_the_text() {
+        // A fence whose info string is nearly a part long used to be reopened whole, and the part
+        // grew past the limit.
+        let pieces = [
+            "a", "\n", "```", "```rust", " ", "\n\n", "é", "bb bb", "```\n", "x\r\n",
+        ];
+        let mut seed = 12_345u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize
+        };
+        for _ in 0..5_000 {
+            let len = next() % 300;
+            let text: String = (0..len).map(|_| pieces[next() % pieces.len()]).collect();
+            let parts = split_markdown_parts(&text, 64);
+            assert_eq!(parts.iter().map(|p| p.body).collect::<String>(), text);
+            for p in &parts {
+                let r = p.render();
+                assert!(r.chars().count() <= 64, "{text:?} → {r:?}");
+            }
+        }
+        let long_info = format!("```{}\n{}\n```", "i".repeat(60), "code line\n".repeat(30));
+        for p in split_markdown(&long_info, 64) {
+            assert!(p.chars().count() <= 64, "{p:?}");
+        }
     }
 
     #[test]

@@ -138,15 +138,30 @@ pub fn prompt_text(typed: &str, saved: &[PathBuf]) -> String {
     text
 }
 
-/// A byte count for people: `5 MB`, `812 kB`, `120 bytes`.
+/// A byte count for people, one form everywhere: `5 MB`, `1.5 MB`, `812 kB`, `4.9 kB`, `120 bytes`
+/// (one decimal when it is not a whole number).
 #[must_use]
 pub fn human_bytes(n: u64) -> String {
-    if n >= 1 << 20 {
-        format!("{:.1} MB", n as f64 / f64::from(1 << 20)).replace(".0 MB", " MB")
+    let (value, unit) = if n >= 1 << 20 {
+        (n as f64 / f64::from(1 << 20), "MB")
     } else if n >= 1 << 10 {
-        format!("{} kB", n >> 10)
+        (n as f64 / f64::from(1 << 10), "kB")
     } else {
-        format!("{n} bytes")
+        return format!("{n} bytes");
+    };
+    let shown = format!("{value:.1}");
+    format!("{} {unit}", shown.strip_suffix(".0").unwrap_or(&shown))
+}
+
+/// Why a file is too large: its size and the limit, or `more than <limit>` when the two read alike
+/// (5 MB and 10 bytes is not "5 MB; at most 5 MB").
+#[must_use]
+pub fn too_large(size: u64, what: &str, max: u64) -> String {
+    let (size, max) = (human_bytes(size), human_bytes(max));
+    if size == max {
+        format!("too large (more than {max})")
+    } else {
+        format!("too large ({size}; {what} may be at most {max})")
     }
 }
 
@@ -164,11 +179,7 @@ pub fn plan(files: &[Attachment], limits: &Limits) -> Vec<Use> {
                     return Use::Refuse("the agent does not take images".into());
                 }
                 if size > limits.max_image_bytes {
-                    return Use::Refuse(format!(
-                        "too large ({}; an image may be at most {})",
-                        human_bytes(size),
-                        human_bytes(limits.max_image_bytes)
-                    ));
+                    return Use::Refuse(too_large(size, "an image", limits.max_image_bytes));
                 }
                 if images >= limits.max_images {
                     return Use::Refuse(format!(
@@ -193,11 +204,7 @@ pub fn plan(files: &[Attachment], limits: &Limits) -> Vec<Use> {
                 ));
             }
             if size > limits.max_file_bytes {
-                return Use::Refuse(format!(
-                    "too large ({}; a file may be at most {})",
-                    human_bytes(size),
-                    human_bytes(limits.max_file_bytes)
-                ));
+                return Use::Refuse(too_large(size, "a file", limits.max_file_bytes));
             }
             if saved >= limits.max_files {
                 return Use::Refuse(format!(
@@ -261,16 +268,45 @@ pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
     path
 }
 
-/// The notice for refused files, or `None` when every file was used. `ran` says whether the text of
-/// the message went to the agent anyway.
+/// A file name as a person is shown it: no control characters (ESC, BEL, new lines), no bidi
+/// overrides or other invisible format characters, at most 100 characters; `file` when nothing is left.
 #[must_use]
-pub fn refusal_notice(refused: &[(&str, &str)], ran: bool) -> Option<String> {
+pub fn shown_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .filter(|c| {
+            !c.is_control()
+                && !matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}')
+        })
+        .collect();
+    let cleaned = crate::channel::text::truncate_chars(cleaned.trim(), 100);
+    if cleaned.is_empty() {
+        "file".into()
+    } else {
+        cleaned
+    }
+}
+
+/// The notice for refused files, or `None` when every file was used. `ran` says whether the text of
+/// the message went to the agent anyway. Each name is cleaned ([`shown_name`]) and each name and
+/// reason redacted on its own, so a name like `token=…` never takes the reason with it; the text is
+/// ready to post as it is.
+#[must_use]
+pub fn refusal_notice(
+    r: &crate::core::redact::Redactor,
+    refused: &[(&str, &str)],
+    ran: bool,
+) -> Option<String> {
     if refused.is_empty() {
         return None;
     }
     let mut text = String::from("📎 Not passed to the agent:");
     for (name, why) in refused {
-        text.push_str(&format!("\n• {name}: {why}"));
+        text.push_str(&format!(
+            "\n• {}: {}",
+            r.redact(&shown_name(name)),
+            r.redact(why)
+        ));
     }
     text.push_str(if ran {
         "\nThe rest of your message was sent."
@@ -319,12 +355,12 @@ mod tests {
         let out = plan(&files, &l);
         assert_eq!(out[0], Use::Image("image/png".into()));
         assert!(
-            matches!(&out[1], Use::Refuse(w) if w.starts_with("too large (4 kB")),
+            matches!(&out[1], Use::Refuse(w) if w.starts_with("too large (4.9 kB")),
             "{:?}",
             out[1]
         );
         assert!(
-            matches!(&out[2], Use::Refuse(w) if w.contains("add up to at most 1 kB")),
+            matches!(&out[2], Use::Refuse(w) if w.contains("add up to at most 1.5 kB")),
             "{:?}",
             out[2]
         );
@@ -396,14 +432,15 @@ mod tests {
 
     #[test]
     fn the_refusal_notice_names_each_file_and_whether_the_text_ran() {
-        assert_eq!(refusal_notice(&[], true), None);
-        let n = refusal_notice(&[("a.png", "the agent does not take images")], true)
+        let r = crate::core::redact::Redactor::new(&[]).expect("redactor");
+        assert_eq!(refusal_notice(&r, &[], true), None);
+        let n = refusal_notice(&r, &[("a.png", "the agent does not take images")], true)
             .unwrap_or_default();
         assert!(
             n.contains("a.png: the agent does not take images") && n.contains("was sent"),
             "{n}"
         );
-        let n = refusal_notice(&[("a.exe", "type x not accepted")], false).unwrap_or_default();
+        let n = refusal_notice(&r, &[("a.exe", "type x not accepted")], false).unwrap_or_default();
         assert!(n.contains("nothing else"), "{n}");
         assert_eq!(human_bytes(5 << 20), "5 MB");
         assert_eq!(sniff_image(b"\x89PNG\r\n\x1a\n...."), Some("image/png"));
@@ -417,5 +454,60 @@ mod tests {
             "look\n\nFiles attached to this message, saved for you to read:\n- /w/.chat-bridge/attachments/t/1-a.log"
         );
         assert_eq!(human_bytes(1536 * 1024), "1.5 MB");
+    }
+
+    #[test]
+    fn sizes_read_one_way_with_a_decimal_when_needed() {
+        assert_eq!(human_bytes(10 << 20), "10 MB");
+        assert_eq!(human_bytes(812 << 10), "812 kB");
+        assert_eq!(human_bytes(5000), "4.9 kB");
+        assert_eq!(human_bytes(120), "120 bytes");
+        assert_eq!(
+            too_large((5 << 20) + 10, "an image", 5 << 20),
+            "too large (more than 5 MB)"
+        );
+        assert_eq!(
+            too_large(6 << 20, "an image", 5 << 20),
+            "too large (6 MB; an image may be at most 5 MB)"
+        );
+        let l = Limits {
+            agent_images: true,
+            ..Limits::default()
+        };
+        let out = plan(&[file("a.png", Some("image/png"), (5 << 20) + 10)], &l);
+        assert_eq!(out[0], Use::Refuse("too large (more than 5 MB)".into()));
+        assert_eq!(
+            crate::channel::FetchError::TooLarge(10 << 20).to_string(),
+            "too large (more than 10 MB)"
+        );
+    }
+
+    #[test]
+    fn s2_the_refusal_notice_cleans_and_redacts_each_name_alone_and_keeps_the_reason() {
+        let r = crate::core::redact::Redactor::new(&[]).expect("redactor");
+        let why = "type application/zip not accepted";
+        let cases: &[(&str, &str)] = &[
+            (
+                "../../etc/passwd",
+                "• ../../etc/passwd: type application/zip not accepted",
+            ),
+            (
+                "token=abc123.zip",
+                "• token=[redacted]: type application/zip not accepted",
+            ),
+            (
+                "a\u{1b}[31mred\u{7}\u{202e}gpj.exe\nb",
+                "• a[31mredgpj.exeb: type application/zip not accepted",
+            ),
+            (
+                "\u{202e}\u{1b}",
+                "• file: type application/zip not accepted",
+            ),
+        ];
+        for (name, want) in cases {
+            let n = refusal_notice(&r, &[(name, why)], true).unwrap_or_default();
+            let line = n.lines().nth(1).unwrap_or_default();
+            assert_eq!(line, *want, "{name:?}");
+        }
     }
 }

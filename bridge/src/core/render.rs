@@ -35,6 +35,15 @@ pub fn cap_output(output: &str, cap: usize) -> String {
     )
 }
 
+/// How much of a tool's title (often the whole command) a heading shows.
+pub const TITLE_CAP: usize = 200;
+
+/// A tool's title for a heading: redacted, then cut to [`TITLE_CAP`] characters on one line.
+fn shown_title(r: &Redactor, title: &str) -> String {
+    let one_line = r.redact(title).replace(['\n', '\r'], " ");
+    crate::channel::text::truncate_chars(&one_line, TITLE_CAP)
+}
+
 /// The message of a running tool; `progress` adds elapsed time and output age (L5).
 #[must_use]
 pub fn tool_running(
@@ -42,7 +51,7 @@ pub fn tool_running(
     title: &str,
     progress: Option<(Duration, Option<Duration>)>,
 ) -> Message {
-    let mut m = Message::text(Tone::Running, format!("⏳ {}", r.redact(title)));
+    let mut m = Message::text(Tone::Running, format!("⏳ {}", shown_title(r, title)));
     if let Some((elapsed, age)) = progress {
         let mut line = format!("running for {}", human_duration(elapsed));
         match age {
@@ -301,15 +310,15 @@ pub fn permission(
     detail: Option<&str>,
     decided: Option<(&str, &str)>,
 ) -> Message {
-    let mut m = Message::text(
-        Tone::Warning,
-        format!("🔐 approval needed: {}", r.redact(title)),
-    );
-    m.code = detail.map(|d| r.redact(d));
+    let title = shown_title(r, title);
+    let mut m = Message::text(Tone::Warning, format!("🔐 approval needed: {title}"));
+    // The heading and the parameters together stay within TOOL_INPUT_CAP (R6).
+    let room = TOOL_INPUT_CAP.saturating_sub(m.title.chars().count() + 1);
+    m.code = detail.map(|d| crate::channel::text::truncate_chars(&r.redact(d), room));
     match decided {
         Some((heading, line)) => {
             m.tone = Tone::Neutral;
-            m.title = format!("{heading}: {}", r.redact(title));
+            m.title = format!("{heading}: {title}");
             m.footer = Some(line.to_owned());
         }
         None => {
@@ -449,6 +458,28 @@ mod tests {
         let detail = tool_input(&r, None, &huge).expect("detail");
         assert!(detail.chars().count() <= TOOL_INPUT_CAP && detail.ends_with('…'));
         assert_eq!(tool_input(&r, None, &serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn r6_a_4000_character_command_keeps_the_whole_approval_within_1500_characters() {
+        let r = Redactor::default();
+        let command = format!("echo {}", "x".repeat(3995));
+        let input = serde_json::json!({"command": command});
+        let detail = tool_input(&r, Some("run_shell_command"), &input).expect("detail");
+        for decided in [None, Some(("✅ approved", "by someone"))] {
+            let m = permission(&r, "p1", &command, &[], Some(&detail), decided);
+            let total =
+                m.title.chars().count() + m.code.as_deref().map_or(0, |c| c.chars().count());
+            assert!(total <= TOOL_INPUT_CAP, "{total} characters");
+            assert!(m.title.chars().count() <= TITLE_CAP + 25, "{}", m.title);
+        }
+        let m = tool_running(&r, &command, Some((Duration::from_secs(5), None)));
+        assert!(
+            m.title.chars().count() <= TITLE_CAP + 2,
+            "{}",
+            m.title.len()
+        );
+        assert!(m.title.starts_with("⏳ echo xxx") && m.title.ends_with('…'));
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub const SECTION_LIMIT: usize = 3000;
 pub const BLOCK_LIMIT: usize = 50;
 /// What we allow all texts of one message to add up to (Slack's limit is about 40,000).
 pub const MESSAGE_LIMIT: usize = 38_000;
+/// How much of an answer its notification text shows.
+const NOTIFICATION_START: usize = 200;
 /// Slack's limit for a button label.
 const BUTTON_LABEL_LIMIT: usize = 75;
 
@@ -131,11 +133,21 @@ pub fn render(m: &Message) -> Payload {
     // The notification text is mrkdwn too: escaped like the blocks, so an echoed `<!channel>`
     // never pings; a mention cut in half by the limit is written plainly instead.
     let short = truncate_chars(&m.title, 300);
-    let text = if short.chars().count() < m.title.chars().count() {
+    let mut text = if short.chars().count() < m.title.chars().count() {
         escape(&plain(&short)).into_owned()
     } else {
         mrkdwn(&short)
     };
+    // An answer's notification carries its start, not only its heading.
+    if m.markdown
+        && let Some(body) = &m.body
+    {
+        let start = body.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !start.is_empty() {
+            text.push_str(": ");
+            text.push_str(&escape(&plain(&truncate_chars(&start, NOTIFICATION_START))));
+        }
+    }
     let color = match m.tone {
         Tone::Error => Some("danger"),
         Tone::Warning => Some("warning"),
@@ -158,6 +170,22 @@ pub fn render(m: &Message) -> Payload {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_answers_notification_text_carries_its_start() {
+        let mut m = Message::text(Tone::Neutral, "💬 answer");
+        m.body = Some(format!("The build   fails\nbecause <!channel> & {}", "x".repeat(400)));
+        m.markdown = true;
+        let p = render(&m);
+        assert!(
+            p.text.starts_with("💬 answer: The build fails because &lt;!channel&gt; &amp; xxx"),
+            "{}",
+            p.text
+        );
+        assert!(p.text.chars().count() < 260 && p.text.ends_with('…'), "{}", p.text);
+        let plain_notice = render(&Message::text(Tone::Neutral, "hello"));
+        assert_eq!(plain_notice.text, "hello");
+    }
+
     use super::*;
     use crate::channel::Button;
 

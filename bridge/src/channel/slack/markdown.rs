@@ -16,6 +16,32 @@ fn code_safe(s: &str) -> String {
     escape(s).replace("```", "`\u{200b}``")
 }
 
+/// Slack's mrkdwn has no backslash escape: a `*`, `_`, `~` or `` ` `` that is text (a Markdown
+/// `\*`, or a mark CommonMark did not pair) is written as its fullwidth form (`＊ ＿ ～ ｀`), which
+/// Slack shows as the character and never as formatting. An underscore between two letters or digits
+/// (`snake_case`) stays outside italics; inside them every one is replaced, so none can end the
+/// italics early.
+fn literal_marks(s: &str, in_italics: bool) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let inner = || {
+            !in_italics
+                && i > 0
+                && chars[i - 1].is_alphanumeric()
+                && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
+        };
+        out.push(match c {
+            '*' => '\u{ff0a}',
+            '_' if !inner() => '\u{ff3f}',
+            '~' => '\u{ff5e}',
+            '`' => '\u{ff40}',
+            other => other,
+        });
+    }
+    out
+}
+
 /// A link target Slack may show as a link: web and mail addresses, with the characters that would
 /// end or split `<url|label>` percent-encoded.
 fn link_target(url: &str) -> Option<String> {
@@ -90,6 +116,8 @@ struct Writer {
     code_block: bool,
     /// Inside a heading: its bold markers are the only ones.
     heading: bool,
+    /// Open emphases (`_…_`).
+    italics: usize,
 }
 
 impl Writer {
@@ -99,7 +127,7 @@ impl Writer {
         } else if self.code_block {
             self.out.push_str(&code_safe(s));
         } else {
-            self.out.push_str(&escape(s));
+            self.out.push_str(&literal_marks(&escape(s), self.italics > 0));
         }
     }
 
@@ -191,7 +219,10 @@ impl Writer {
                 }
             }
             Tag::TableCell => self.cell = Some(String::new()),
-            Tag::Emphasis => self.inline_mark("_"),
+            Tag::Emphasis => {
+                self.italics += 1;
+                self.inline_mark("_");
+            }
             Tag::Strong => self.inline_mark("*"),
             Tag::Strikethrough => self.inline_mark("~"),
             Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
@@ -263,7 +294,10 @@ impl Writer {
                     self.out.push_str("```\n");
                 }
             }
-            TagEnd::Emphasis => self.inline_mark("_"),
+            TagEnd::Emphasis => {
+                self.italics = self.italics.saturating_sub(1);
+                self.inline_mark("_");
+            }
             TagEnd::Strong => self.inline_mark("*"),
             TagEnd::Strikethrough => self.inline_mark("~"),
             TagEnd::Link | TagEnd::Image => {
@@ -421,6 +455,23 @@ mod tests {
             ("quote", "> quoted\n> more", "> quoted\n> more"),
             ("paragraphs", "one\n\ntwo", "one\n\ntwo"),
             ("soft break", "one\ntwo", "one\ntwo"),
+            (
+                "backslash escapes stay literal",
+                "\\*star\\* \\_under\\_ \\~tilde\\~ \\`tick\\`",
+                "\u{ff0a}star\u{ff0a} \u{ff3f}under\u{ff3f} \u{ff5e}tilde\u{ff5e} \u{ff40}tick\u{ff40}",
+            ),
+            (
+                "underscores inside emphasis",
+                "*emph with_underscore_inside*",
+                "_emph with\u{ff3f}underscore\u{ff3f}inside_",
+            ),
+            (
+                "an underscore at a word's edge inside emphasis",
+                "*a _b c*",
+                "_a \u{ff3f}b c_",
+            ),
+            ("snake_case stays", "call snake_case_name now", "call snake_case_name now"),
+            ("a lone star", "2 * 3", "2 \u{ff0a} 3"),
         ];
         for (name, md, want) in cases {
             assert_eq!(to_mrkdwn(md), *want, "{name}: {md:?}");

@@ -96,8 +96,9 @@ impl Runner {
                 .iter()
                 .map(|(n, w)| (n.as_str(), w.as_str()))
                 .collect();
-            let text = files::refusal_notice(&refused, false).unwrap_or_default();
-            return self.notice_lines(Tone::Warning, &text).await;
+            let text =
+                files::refusal_notice(&self.core.redactor, &refused, false).unwrap_or_default();
+            return self.notice_lines_redacted(Tone::Warning, &text).await;
         }
         let reached = if self
             .core
@@ -172,8 +173,8 @@ impl Runner {
             .iter()
             .map(|(n, w)| (n.as_str(), w.as_str()))
             .collect();
-        if let Some(notice) = files::refusal_notice(&refused, true) {
-            self.notice_lines(Tone::Warning, &notice).await?;
+        if let Some(notice) = files::refusal_notice(&self.core.redactor, &refused, true) {
+            self.notice_lines_redacted(Tone::Warning, &notice).await?;
         }
         let (client, tx) = (self.core.client.clone(), self.tx.clone());
         let stop = self.core.shutdown.clone();

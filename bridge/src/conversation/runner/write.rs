@@ -102,17 +102,29 @@ impl Runner {
     }
 
     pub(super) async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
-        self.notice_with(tone, text, false).await
+        self.notice_with(tone, text, false, false).await
     }
 
-    /// A notice whose first line is its heading and the rest its body (a list reads as a list).
-    pub(super) async fn notice_lines(&mut self, tone: Tone, text: &str) -> Result<()> {
-        self.notice_with(tone, text, true).await
+    /// A notice whose first line is its heading and the rest its body (a list reads as a list), its
+    /// parts redacted one by one by the caller (redacting it whole could join a name to the words
+    /// after it and eat them).
+    pub(super) async fn notice_lines_redacted(&mut self, tone: Tone, text: &str) -> Result<()> {
+        self.notice_with(tone, text, true, true).await
     }
 
-    async fn notice_with(&mut self, tone: Tone, text: &str, lines: bool) -> Result<()> {
+    async fn notice_with(
+        &mut self,
+        tone: Tone,
+        text: &str,
+        lines: bool,
+        redacted: bool,
+    ) -> Result<()> {
         let key = self.state.next_notice_key(now_ms());
-        let mut msg = render::notice(&self.core.redactor, tone, text);
+        let mut msg = if redacted {
+            crate::channel::Message::text(tone, text)
+        } else {
+            render::notice(&self.core.redactor, tone, text)
+        };
         if lines && let Some((title, body)) = msg.title.split_once('\n') {
             let (title, body) = (title.to_owned(), body.to_owned());
             msg.title = title;
@@ -125,7 +137,11 @@ impl Runner {
             turn_id.as_deref(),
             "notice",
             "bridge",
-            &self.kept(text),
+            &if redacted {
+                std::borrow::Cow::Borrowed(text)
+            } else {
+                self.kept(text)
+            },
             None,
         )
         .await?;
