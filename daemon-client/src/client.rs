@@ -841,10 +841,19 @@ impl Shared {
                     tracing::debug!(%id, "response to an unknown or timed-out request ignored");
                     return;
                 };
-                let result = result.map_err(|e| Error::Rpc {
-                    method: pending.method,
-                    code: e.code,
-                    message: e.message,
+                let result = result.map_err(|e| {
+                    // agent-host answers the calls of an agent process that died with how it
+                    // ended: the turn went with it, as with a child of our own.
+                    match e.data.as_ref().and_then(|d| d.get("agentExited")) {
+                        Some(how) if pending.method == "session/prompt" => Error::AgentExited {
+                            reason: how.as_str().unwrap_or(&e.message).to_owned(),
+                        },
+                        _ => Error::Rpc {
+                            method: pending.method,
+                            code: e.code,
+                            message: e.message,
+                        },
+                    }
                 });
                 // The replay's end is decided here, in frame order, not when the caller wakes up.
                 if pending.method == "session/load"

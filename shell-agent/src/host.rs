@@ -85,6 +85,8 @@ struct Call {
     id: Value,
     method: String,
     child: u64,
+    /// The call's `params.sessionId`, if any.
+    session: Option<String>,
 }
 
 /// A request from a child, waiting for a client's answer.
@@ -109,6 +111,9 @@ struct Routes {
     init_params: Option<Value>,
     /// Clients waiting for the first `initialize` answer.
     initializing: Vec<(u64, Value)>,
+    /// Turns that ended while the connection that prompted them was gone and no other client had
+    /// loaded their session yet: session → stop reason, told to the next client that loads it.
+    ended: HashMap<String, Value>,
 }
 
 struct Slot {
@@ -378,32 +383,64 @@ impl Hub {
                 let _ = tx.send(msg);
                 return;
             }
+            let mut after: Option<(u64, Value)> = None;
             let targets: Vec<(u64, Value)> = {
                 let mut routes = lock(&self.routes);
                 let Some(call) = routes.calls.remove(&key) else {
                     return;
                 };
-                if call.method == "session/new"
-                    && let Some(s) = msg.pointer("/result/sessionId").and_then(Value::as_str)
+                if call.method == "session/prompt"
+                    && !routes.conns.contains_key(&call.conn)
+                    && let (Some(s), Some(stop)) = (
+                        call.session.clone(),
+                        msg.pointer("/result/stopReason").cloned(),
+                    )
                 {
-                    routes.owners.insert(s.to_owned(), call.conn);
-                    routes.session_child.insert(s.to_owned(), call.child);
-                }
-                if call.method == "initialize" {
-                    if msg.get("result").is_some() {
-                        routes.initialized = msg.get("result").cloned();
+                    // The client that prompted is gone (a bridge restart): its answer would be
+                    // lost, and the turn with it. Whoever loaded the session since hears that the
+                    // turn ended; if nobody has yet, the next client that loads it does.
+                    match routes.owners.get(&s).copied() {
+                        Some(owner) if owner != call.conn && routes.conns.contains_key(&owner) => {
+                            after = Some((owner, turn_complete(&s, &stop)));
+                        }
+                        _ => {
+                            routes.ended.insert(s, stop);
+                        }
                     }
-                    let mut waiting = std::mem::take(&mut routes.initializing);
-                    waiting.retain(|(c, _)| *c != call.conn);
-                    waiting.push((call.conn, call.id));
-                    waiting
+                    Vec::new()
                 } else {
-                    vec![(call.conn, call.id)]
+                    if call.method == "session/load"
+                        && msg.get("result").is_some()
+                        && let Some(s) = &call.session
+                        && let Some(stop) = routes.ended.remove(s)
+                    {
+                        after = Some((call.conn, turn_complete(s, &stop)));
+                    }
+                    if call.method == "session/new"
+                        && let Some(s) = msg.pointer("/result/sessionId").and_then(Value::as_str)
+                    {
+                        routes.owners.insert(s.to_owned(), call.conn);
+                        routes.session_child.insert(s.to_owned(), call.child);
+                    }
+                    if call.method == "initialize" {
+                        if msg.get("result").is_some() {
+                            routes.initialized = msg.get("result").cloned();
+                        }
+                        let mut waiting = std::mem::take(&mut routes.initializing);
+                        waiting.retain(|(c, _)| *c != call.conn);
+                        waiting.push((call.conn, call.id));
+                        waiting
+                    } else {
+                        vec![(call.conn, call.id)]
+                    }
                 }
             };
             for (conn, id) in targets {
                 msg["id"] = id;
                 self.send_to(conn, &msg).await;
+            }
+            if let Some((conn, note)) = after {
+                self.send_to(conn, &note).await;
             }
             return;
         }
@@ -588,6 +625,7 @@ impl Hub {
                 id,
                 method,
                 child,
+                session,
             },
         );
         msg["id"] = Value::String(host_id);
@@ -627,7 +665,9 @@ impl Hub {
         lock(&self.internal).retain(|_, (child, _)| *child != id);
         for call in calls {
             if let Some(tx) = conns.get(&call.conn) {
-                let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again")}});
+                // `data.agentExited` lets the client tell this from the agent's own errors: the
+                // turn went with the process (its tool messages are closed as interrupted).
+                let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again"), "data": {"agentExited": reason}}});
                 let _ = tx.send(Message::text(answer.to_string())).await;
             }
         }
@@ -635,6 +675,12 @@ impl Hub {
         // its socket.
         drop(conns);
     }
+}
+
+/// `_agent_host/turn_complete`: a turn of `session` ended with `stop` while the client that
+/// prompted it was gone (the same params as `_shell_agent/turn_complete`).
+fn turn_complete(session: &str, stop: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "_agent_host/turn_complete", "params": {"sessionId": session, "stopReason": stop}})
 }
 
 /// Runs the shared child, restarting it with backoff when it exits, until shutdown.

@@ -138,9 +138,11 @@ async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serv
         .prompt(&s, "exit")
         .await
         .expect_err("the child exited");
+    // Item 8 of the issue-18 review: an agent-exited error, not a plain RPC error, so the bridge
+    // closes the turn's tool messages as interrupted as it does for its own child.
     assert!(
-        matches!(&e, Error::Rpc { message, .. } if message.contains("exit status: 7")),
-        "the call names the exit: {e}"
+        matches!(&e, Error::AgentExited { reason } if reason.contains("exit status: 7")),
+        "the call names the exit: {e:?}"
     );
     // The host closed the connection: the client reconnects to the restarted child.
     loop {
@@ -184,6 +186,59 @@ async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serv
             });
         assert!(!alive, "agent {pid} outlived agent-host");
     }
+}
+
+async fn turn_complete_of(events: &mut EventStream, session: &daemon_client::SessionId) {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("the turn's end reaches the client that loaded the session")
+            .expect("open");
+        if let DaemonEvent::Other {
+            session: Some(s),
+            kind: Some(k),
+            ..
+        } = &e
+            && s == session
+            && k == "turn_complete"
+        {
+            return;
+        }
+    }
+}
+
+/// D3/L6 through agent-host (issue 18 review, item 1): a bridge restarted while its turn runs
+/// loads the session on a new connection; the `session/prompt` answer, whose connection is gone,
+/// must still end the turn there — both when the turn ends after the load and before it.
+#[tokio::test]
+async fn d3_a_turn_whose_client_left_ends_for_the_client_that_loaded_its_session() {
+    init_tracing();
+    let host = host().await;
+    for (prompt, load_after) in [
+        ("sleep 1", Duration::ZERO),
+        ("sleep 0.2", Duration::from_secs(1)),
+    ] {
+        let (a, _, _a_events) = DaemonClient::connect(client_config(&host))
+            .await
+            .expect("a");
+        let s = a.new_session("/tmp").await.expect("session").session;
+        let running = {
+            let (a, s) = (a.clone(), s.clone());
+            tokio::spawn(async move { a.prompt(&s, prompt).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The bridge stops: its connection closes with the prompt in flight.
+        a.close();
+        running.abort();
+        tokio::time::sleep(load_after).await;
+        let (b, _, mut b_events) = DaemonClient::connect(client_config(&host))
+            .await
+            .expect("b");
+        b.load_session(&s, "/tmp").await.expect("the session loads");
+        turn_complete_of(&mut b_events, &s).await;
+        b.close();
+    }
+    host.shutdown().await;
 }
 
 fn alive(pid: i32) -> bool {
