@@ -315,6 +315,12 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
     let platforms = cfg.validate()?;
+    if let Some(argv) = &cfg.daemon.command {
+        // A program that is not there, or a missing cwd: refused here in start-up's words (S3).
+        let mut c = daemon_client::AgentCommand::new(argv.clone()).context("daemon.command")?;
+        c.cwd.clone_from(&cfg.daemon.cwd);
+        daemon_client::stdio::check(&c).context("daemon.command")?;
+    }
     let (label, names, access) = match platforms.as_slice() {
         [one] => ("platform", one.name().to_owned(), one.access(cfg)),
         many => (

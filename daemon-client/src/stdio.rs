@@ -130,7 +130,7 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
     let label = cmd.label();
     let mut child = c.spawn().map_err(|e| Error::Spawn {
         command: label.clone(),
-        reason: e.to_string(),
+        reason: spawn_reason(cmd, &e),
     })?;
     let pgid = child
         .id()
@@ -149,7 +149,7 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
     // connection loop's `select!` (a line read partly would be lost).
     let (tx, lines) = mpsc::channel(64);
     tokio::spawn(read_lines(BufReader::new(stdout), max_line, tx));
-    tracing::info!(agent = %label, pid = ?pgid.map(Pid::as_raw), "agent process started");
+    tracing::info!(agent = %label, pid = pgid.map_or(0, Pid::as_raw), "agent process started");
     Ok(StdioLink {
         child,
         pgid,
@@ -157,6 +157,68 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
         lines,
         label,
     })
+}
+
+/// Why a spawn failed, naming what is missing: the OS says only "No such file or directory" both
+/// for a missing program and for a missing working directory.
+fn spawn_reason(cmd: &AgentCommand, e: &std::io::Error) -> String {
+    if let Some(dir) = &cmd.cwd
+        && !dir.is_dir()
+    {
+        return format!(
+            "its working directory {} does not exist or is not a directory",
+            dir.display()
+        );
+    }
+    if e.kind() == std::io::ErrorKind::NotFound {
+        return format!("{}: {e} (not found, or not on PATH)", cmd.program());
+    }
+    format!("{}: {e}", cmd.program())
+}
+
+/// Checks, without starting it, that the command could be started: its working directory exists
+/// and its program is an executable file (by path, or found on `PATH`). `check-config` uses it, so
+/// it refuses what start-up would (S3); the messages are the same.
+///
+/// # Errors
+/// [`Error::Spawn`], worded as a failed start.
+pub fn check(cmd: &AgentCommand) -> Result<(), Error> {
+    let fail = |reason: String| Error::Spawn {
+        command: cmd.label(),
+        reason,
+    };
+    if let Some(dir) = &cmd.cwd
+        && !dir.is_dir()
+    {
+        return Err(fail(format!(
+            "its working directory {} does not exist or is not a directory",
+            dir.display()
+        )));
+    }
+    let program = cmd.program();
+    let found = if program.contains('/') {
+        let p = std::path::Path::new(program);
+        let p = match &cmd.cwd {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        };
+        is_executable(&p)
+    } else {
+        std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|d| is_executable(&d.join(program)))
+        })
+    };
+    if found {
+        Ok(())
+    } else {
+        let e = std::io::Error::from(nix::errno::Errno::ENOENT);
+        Err(fail(spawn_reason(cmd, &e)))
+    }
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// What one read from the child gave.
@@ -236,14 +298,16 @@ impl StdioLink {
         let mut line = Vec::with_capacity(text.len() + 1);
         line.extend_from_slice(text.as_bytes());
         line.push(b'\n');
-        stdin
-            .write_all(&line)
-            .await
-            .map_err(|e| format!("writing to the agent failed: {e}"))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| format!("writing to the agent failed: {e}"))
+        let written = match stdin.write_all(&line).await {
+            Ok(()) => stdin.flush().await,
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => Ok(()),
+            // The child is gone: how it ended says more than the broken pipe.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(self.exit_reason().await),
+            Err(e) => Err(format!("writing to the agent failed: {e}")),
+        }
     }
 
     /// The next line from the child; cancel-safe.
