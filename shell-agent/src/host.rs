@@ -76,6 +76,29 @@ pub enum Mode {
     },
 }
 
+/// What one client may hold of agent-host: bounds so that a token holder (or anyone who can reach
+/// the port, before the handshake) cannot exhaust its file descriptors or bury the shared agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time for a client to complete the WebSocket handshake (with its token); default 10 s.
+    pub handshake: Duration,
+    /// Connections served at once, authenticated or not; more are closed at once. Default 64.
+    pub max_connections: usize,
+    /// Requests of one connection waiting for the agent; more are answered with an error and not
+    /// passed on. Default 1024 (a bridge has about one per open turn).
+    pub max_in_flight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            handshake: Duration::from_secs(10),
+            max_connections: 64,
+            max_in_flight: 1024,
+        }
+    }
+}
+
 /// The shared child's id.
 const SHARED: u64 = 0;
 
@@ -129,6 +152,7 @@ struct Hub {
     internal: Mutex<HashMap<String, (u64, oneshot::Sender<Value>)>>,
     command: AgentCommand,
     mode: Mode,
+    limits: Limits,
     next: AtomicU64,
     shutdown: CancellationToken,
 }
@@ -167,6 +191,20 @@ impl AgentHost {
         command: AgentCommand,
         mode: Mode,
     ) -> Result<Self, HostError> {
+        Self::start_limited(listen, token, command, mode, Limits::default()).await
+    }
+
+    /// Like [`AgentHost::start_with`], with the client bounds `limits`.
+    ///
+    /// # Errors
+    /// As [`AgentHost::start`].
+    pub async fn start_limited(
+        listen: SocketAddr,
+        token: Option<String>,
+        command: AgentCommand,
+        mode: Mode,
+        limits: Limits,
+    ) -> Result<Self, HostError> {
         if token
             .as_deref()
             .is_some_and(|t| t.trim().chars().count() < MIN_TOKEN_LEN)
@@ -197,6 +235,7 @@ impl AgentHost {
             internal: Mutex::new(HashMap::new()),
             command,
             mode,
+            limits,
             next: AtomicU64::new(1),
             shutdown: shutdown.clone(),
         });
@@ -530,6 +569,17 @@ impl Hub {
             .pointer("/params/sessionId")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        let is_answer =
+            msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
+        if method.is_none() && !is_answer {
+            // Valid JSON that is neither a request, a notification nor an answer ([], 42, {}).
+            self.send_to(
+                conn,
+                &json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "invalid request: not a JSON-RPC request, notification or response"}}),
+            )
+            .await;
+            return;
+        }
         let Some(method) = method else {
             // An answer to an agent's request: back to the child that asked, under its own id.
             let key = msg.get("id").map(Value::to_string).unwrap_or_default();
@@ -552,6 +602,20 @@ impl Hub {
             }
             return;
         };
+        let in_flight = lock(&self.routes)
+            .calls
+            .values()
+            .filter(|c| c.conn == conn)
+            .count();
+        if in_flight >= self.limits.max_in_flight {
+            // Not passed on: one client must not bury the agent that others share.
+            self.send_to(
+                conn,
+                &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": format!("agent-host: too many requests in flight on this connection (limit {}); wait for answers", self.limits.max_in_flight)}}),
+            )
+            .await;
+            return;
+        }
         let cached = {
             let mut routes = lock(&self.routes);
             let mut cached = None;
@@ -751,14 +815,25 @@ async fn reap(hub: Arc<Hub>, idle: Duration) {
 }
 
 async fn accept_loop(listener: TcpListener, hub: Arc<Hub>, expected: String) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(hub.limits.max_connections));
+    let mut refused_at: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = hub.shutdown.cancelled() => break,
             a = listener.accept() => a,
         };
         let Ok((tcp, peer)) = accepted else { continue };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Closed at once (dropped); logged at most once a minute.
+            if refused_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                refused_at = Some(Instant::now());
+                tracing::warn!(%peer, limit = hub.limits.max_connections, "connection limit reached; closing new connections");
+            }
+            continue;
+        };
         let (hub, expected) = (hub.clone(), expected.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(reason) = serve(tcp, hub, expected).await {
                 tracing::info!(%peer, %reason, "connection refused");
             }
@@ -796,8 +871,10 @@ async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), St
     let config = WebSocketConfig::default()
         .max_message_size(Some(16 << 20))
         .max_frame_size(Some(16 << 20));
-    let ws = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config))
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config));
+    let ws = tokio::time::timeout(hub.limits.handshake, handshake)
         .await
+        .map_err(|_| "no WebSocket handshake in time".to_owned())?
         .map_err(|e| e.to_string())?;
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(256);
