@@ -133,8 +133,9 @@ struct ShellAgentArgs {
 
 #[derive(Debug, clap::Args)]
 struct AgentHostArgs {
-    /// Address to listen on; a non-loopback address needs a token.
-    #[arg(long, default_value = "127.0.0.1:7071")]
+    /// Address to listen on (`HOST:PORT`, `localhost:7071` too); a non-loopback address needs a
+    /// token.
+    #[arg(long, default_value = "127.0.0.1:7071", value_parser = listen_addr)]
     listen: SocketAddr,
     /// Bearer token clients must send, at least 16 characters; generated and printed when not given
     /// (loopback only).
@@ -178,6 +179,15 @@ async fn agent_host(args: AgentHostArgs) -> anyhow::Result<()> {
     shutdown_signal().cancelled().await;
     host.shutdown().await;
     Ok(())
+}
+
+/// `HOST:PORT`, the host an IP address or a name (`localhost`), resolved to its first address.
+fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not HOST:PORT: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 /// A secret flag: kept as a [`SecretString`], so the parsed command line never prints it (S2).

@@ -104,6 +104,9 @@ pub struct StdioLink {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Read>,
     label: String,
+    /// How the process ended, once it has: its stdout may stay open (a launcher whose children
+    /// hold it), so its exit, not only EOF, ends the link.
+    exited: Option<String>,
 }
 
 /// Starts the child in its own process group, stdio piped, stderr to the log.
@@ -156,6 +159,7 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
         stdin: Some(stdin),
         lines,
         label,
+        exited: None,
     })
 }
 
@@ -310,12 +314,30 @@ impl StdioLink {
         }
     }
 
-    /// The next line from the child; cancel-safe.
+    /// The next line from the child; cancel-safe. The link ends at EOF, or shortly after the
+    /// process exits (what it wrote before is still read) even if something else holds its stdout.
     pub async fn recv(&mut self) -> Read {
-        match self.lines.recv().await {
-            Some(Read::Ended(why)) if !why.is_empty() => Read::Ended(why),
-            Some(Read::Ended(_)) | None => Read::Ended(self.exit_reason().await),
-            Some(read) => read,
+        if let Some(how) = self.exited.clone() {
+            return match tokio::time::timeout(Duration::from_millis(500), self.lines.recv()).await {
+                Ok(Some(Read::Ended(_)) | None) | Err(_) => Read::Ended(how),
+                Ok(Some(read)) => read,
+            };
+        }
+        tokio::select! {
+            line = self.lines.recv() => match line {
+                Some(Read::Ended(why)) if !why.is_empty() => Read::Ended(why),
+                Some(Read::Ended(_)) | None => Read::Ended(self.exit_reason().await),
+                Some(read) => read,
+            },
+            status = self.child.wait() => {
+                let how = match status {
+                    Ok(s) => format!("the agent process exited ({s})"),
+                    Err(e) => format!("the agent process could not be waited for: {e}"),
+                };
+                tracing::debug!(agent = %self.label, %how, "the agent process exited");
+                self.exited = Some(how);
+                Box::pin(self.recv()).await
+            }
         }
     }
 
@@ -425,6 +447,27 @@ mod tests {
         assert!(matches!(link.recv().await, Read::TooLong(n) if n >= 100));
         assert!(matches!(link.recv().await, Read::Line(l) if l == b"after"));
         assert!(matches!(link.recv().await, Read::Ended(r) if r.contains("exited")));
+        link.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_launchers_exit_ends_the_link_while_its_children_hold_stdout() {
+        // Issue 18 review, item 11: the direct child exits, a grandchild keeps stdout open.
+        let cmd = AgentCommand::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo last; sleep 30 & exit 4".into(),
+        ])
+        .expect("valid");
+        let mut link = spawn(&cmd, 1024).expect("spawn");
+        assert!(matches!(link.recv().await, Read::Line(l) if l == b"last"));
+        let ended = tokio::time::timeout(Duration::from_secs(5), link.recv())
+            .await
+            .expect("noticed without EOF");
+        assert!(
+            matches!(&ended, Read::Ended(r) if r.contains("exit status: 4")),
+            "{ended:?}"
+        );
         link.close().await;
     }
 

@@ -155,6 +155,8 @@ struct Hub {
     limits: Limits,
     next: AtomicU64,
     shutdown: CancellationToken,
+    /// When a non-JSON line from an agent was last logged, and how many were skipped since.
+    garbage: Mutex<(Option<Instant>, u64)>,
 }
 
 /// A running agent-host. Its `Debug` never shows the token.
@@ -238,6 +240,7 @@ impl AgentHost {
             limits,
             next: AtomicU64::new(1),
             shutdown: shutdown.clone(),
+            garbage: Mutex::new((None, 0)),
         });
         let mut tasks = Vec::new();
         match mode {
@@ -405,10 +408,17 @@ impl Hub {
     /// that owns its session.
     async fn on_child_line(&self, child: u64, line: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(line) else {
-            tracing::warn!(
-                bytes = line.len(),
-                "a line from the agent that is not JSON was skipped"
-            );
+            // Some agents print banners on stdout: counted, and logged at most every 10 s.
+            let mut g = lock(&self.garbage);
+            g.1 += 1;
+            if g.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                tracing::warn!(
+                    bytes = line.len(),
+                    skipped = g.1,
+                    "lines from the agent that are not JSON were skipped"
+                );
+                *g = (Some(Instant::now()), 0);
+            }
             return;
         };
         if let Some(slot) = lock(&self.children).get_mut(&child) {
