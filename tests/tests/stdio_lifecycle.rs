@@ -103,3 +103,33 @@ async fn a_missing_program_or_cwd_is_refused_by_the_check_and_at_start_in_the_sa
 
     daemon_client::stdio::check(&sh("true")).expect("sh is on PATH");
 }
+
+/// Issue 18 review, item 3: a stop (SIGTERM) while the agent has not answered `initialize` ends
+/// start-up at once instead of after the request timeout.
+#[tokio::test]
+async fn a_stop_while_the_agent_starts_ends_start_up_at_once() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("cb.db").display());
+    let mut cfg = chat_bridge_tests::bridge::config(&url, dir.path());
+    cfg.daemon.command = Some(vec!["sh".into(), "-c".into(), "sleep 30".into()]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            stop.cancel();
+        });
+    }
+    let rec = std::sync::Arc::new(chat_bridge_tests::recorder::Recorder::default());
+    let began = Instant::now();
+    let built = chat_bridge::app::Application::build_until(&cfg, rec, &stop)
+        .await
+        .expect("a stop is no error");
+    assert!(built.is_none(), "stopped, not started");
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "at once: {:?}",
+        began.elapsed()
+    );
+}
