@@ -175,9 +175,9 @@ fn spawn_reason(cmd: &AgentCommand, e: &std::io::Error) -> String {
         );
     }
     if e.kind() == std::io::ErrorKind::NotFound {
-        return format!("{}: {e} (not found, or not on PATH)", cmd.program());
+        return format!("{e} (not found, or not on PATH)");
     }
-    format!("{}: {e}", cmd.program())
+    e.to_string()
 }
 
 /// Checks, without starting it, that the command could be started: its working directory exists
