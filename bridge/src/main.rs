@@ -133,8 +133,9 @@ struct ShellAgentArgs {
 
 #[derive(Debug, clap::Args)]
 struct AgentHostArgs {
-    /// Address to listen on; a non-loopback address needs a token.
-    #[arg(long, default_value = "127.0.0.1:7071")]
+    /// Address to listen on (`HOST:PORT`, `localhost:7071` too); a non-loopback address needs a
+    /// token.
+    #[arg(long, default_value = "127.0.0.1:7071", value_parser = listen_addr)]
     listen: SocketAddr,
     /// Bearer token clients must send, at least 16 characters; generated and printed when not given
     /// (loopback only).
@@ -178,6 +179,15 @@ async fn agent_host(args: AgentHostArgs) -> anyhow::Result<()> {
     shutdown_signal().cancelled().await;
     host.shutdown().await;
     Ok(())
+}
+
+/// `HOST:PORT`, the host an IP address or a name (`localhost`), resolved to its first address.
+fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not HOST:PORT: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 /// A secret flag: kept as a [`SecretString`], so the parsed command line never prints it (S2).
@@ -315,6 +325,12 @@ fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 
 fn check_config(cfg: &Config) -> anyhow::Result<()> {
     let platforms = cfg.validate()?;
+    if let Some(argv) = &cfg.daemon.command {
+        // A program that is not there, or a missing cwd: refused here in start-up's words (S3).
+        let mut c = daemon_client::AgentCommand::new(argv.clone()).context("daemon.command")?;
+        c.cwd.clone_from(&cfg.daemon.cwd);
+        daemon_client::stdio::check(&c).context("daemon.command")?;
+    }
     let (label, names, access) = match platforms.as_slice() {
         [one] => ("platform", one.name().to_owned(), one.access(cfg)),
         many => (

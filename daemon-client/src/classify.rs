@@ -49,7 +49,7 @@ pub enum Inbound {
         result: Result<Box<RawValue>, RpcErrorObject>,
     },
     /// A vendor "turn complete" notification (qwen's `_qwen/notify` `turn_complete`, shell-agent's
-    /// `_shell_agent/turn_complete`). The bridge sees it as `Other`; the client uses it to close a turn
+    /// `_shell_agent/turn_complete`, agent-host's `_agent_host/turn_complete`). The bridge sees it as `Other`; the client uses it to close a turn
     /// whose `session/prompt` response was lost with a dropped connection.
     VendorTurnComplete {
         /// The event the bridge sees (`Other`).
@@ -280,7 +280,9 @@ impl Classifier {
     fn notification(&mut self, method: &str, params: Option<&RawValue>) -> Inbound {
         match method {
             "session/update" => Inbound::Event(self.session_update(params)),
-            "_qwen/notify" | "_shell_agent/turn_complete" => vendor_notify(method, params),
+            "_qwen/notify" | "_shell_agent/turn_complete" | "_agent_host/turn_complete" => {
+                vendor_notify(method, params)
+            }
             other => Inbound::Event(DaemonEvent::Other {
                 session: None,
                 method: other.to_owned(),
@@ -664,7 +666,7 @@ fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
 }
 
 fn vendor_parts<'a>(method: &str, raw: &'a RawValue) -> Option<(Option<String>, VendorData<'a>)> {
-    if method == "_shell_agent/turn_complete" {
+    if method == "_shell_agent/turn_complete" || method == "_agent_host/turn_complete" {
         serde_json::from_str::<VendorData<'a>>(raw.get())
             .ok()
             .map(|d| (Some("turn_complete".to_owned()), d))

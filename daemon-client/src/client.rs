@@ -64,6 +64,10 @@ pub struct ClientConfig {
     pub backoff_base: Duration,
     /// Longest reconnect delay; default 30 s.
     pub backoff_cap: Duration,
+    /// A connection (or child agent) that stayed up this long resets the backoff; one that drops
+    /// sooner (a crash-looping agent that answers `initialize` and exits) keeps doubling it.
+    /// Default 10 s.
+    pub stable_after: Duration,
     /// Events buffered before the reader waits for the consumer; default 1024.
     pub event_buffer: usize,
     /// Optional automatic answer to permission requests.
@@ -104,6 +108,7 @@ impl ClientConfig {
             pong_timeout: Duration::from_secs(10),
             backoff_base: Duration::from_millis(250),
             backoff_cap: Duration::from_secs(30),
+            stable_after: Duration::from_secs(10),
             event_buffer: 1024,
             permission_policy: None,
             session_mode: None,
@@ -345,11 +350,23 @@ impl DaemonClient {
             shutdown: CancellationToken::new(),
         });
         let link = shared.open().await?;
-        let io = Shared::spawn_connection(&shared, link);
+        let mut io = Shared::spawn_connection(&shared, link);
         let client = Self {
             shared: shared.clone(),
         };
-        let info = match client.initialize().await {
+        // An agent that exits (or a daemon that hangs up) before answering fails start-up at once,
+        // with how it ended, instead of after the request timeout.
+        let first = tokio::select! {
+            r = client.initialize() => r,
+            ended = &mut io => {
+                let reason = ended.unwrap_or_else(|e| format!("connection task failed: {e}"));
+                Err(match &shared.cfg.command {
+                    Some(c) => Error::Spawn { command: c.label(), reason },
+                    None => Error::ConnectionLost,
+                })
+            }
+        };
+        let info = match first {
             Ok(info) => info,
             Err(e) => {
                 shared.shutdown.cancel();
@@ -848,10 +865,19 @@ impl Shared {
                     tracing::debug!(%id, "response to an unknown or timed-out request ignored");
                     return;
                 };
-                let result = result.map_err(|e| Error::Rpc {
-                    method: pending.method,
-                    code: e.code,
-                    message: e.message,
+                let result = result.map_err(|e| {
+                    // agent-host answers the calls of an agent process that died with how it
+                    // ended: the turn went with it, as with a child of our own.
+                    match e.data.as_ref().and_then(|d| d.get("agentExited")) {
+                        Some(how) if pending.method == "session/prompt" => Error::AgentExited {
+                            reason: how.as_str().unwrap_or(&e.message).to_owned(),
+                        },
+                        _ => Error::Rpc {
+                            method: pending.method,
+                            code: e.code,
+                            message: e.message,
+                        },
+                    }
                 });
                 // The replay's end is decided here, in frame order, not when the caller wakes up.
                 if pending.method == "session/load"
@@ -967,10 +993,16 @@ impl Shared {
     }
 
     async fn supervise(self: Arc<Self>, mut io: JoinHandle<String>) {
+        // Kept across connections: only one that stayed up `stable_after` starts the backoff over.
+        let mut attempt = 0u32;
+        let mut up_since = tokio::time::Instant::now();
         loop {
             let reason = (&mut io)
                 .await
                 .unwrap_or_else(|e| format!("connection task failed: {e}"));
+            if up_since.elapsed() >= self.cfg.stable_after {
+                attempt = 0;
+            }
             self.on_disconnect(&reason);
             if self.shutdown.is_cancelled() {
                 self.fail_orphans(|| Error::Closed);
@@ -979,7 +1011,6 @@ impl Shared {
             }
             tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
             self.emit(DaemonEvent::Disconnected { reason }).await;
-            let mut attempt = 0u32;
             io = loop {
                 let delay = backoff_delay(self.cfg.backoff_base, self.cfg.backoff_cap, attempt);
                 attempt = attempt.saturating_add(1);
@@ -995,7 +1026,10 @@ impl Shared {
                     Ok(link) => {
                         let io = Self::spawn_connection(&self, link);
                         match self.resume().await {
-                            Ok(()) => break io,
+                            Ok(()) => {
+                                up_since = tokio::time::Instant::now();
+                                break io;
+                            }
                             Err(e) => {
                                 tracing::warn!(error = %e, attempt, "re-initialising the daemon connection failed");
                                 io.abort();

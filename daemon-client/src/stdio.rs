@@ -104,6 +104,9 @@ pub struct StdioLink {
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Read>,
     label: String,
+    /// How the process ended, once it has: its stdout may stay open (a launcher whose children
+    /// hold it), so its exit, not only EOF, ends the link.
+    exited: Option<String>,
 }
 
 /// Starts the child in its own process group, stdio piped, stderr to the log.
@@ -130,7 +133,7 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
     let label = cmd.label();
     let mut child = c.spawn().map_err(|e| Error::Spawn {
         command: label.clone(),
-        reason: e.to_string(),
+        reason: spawn_reason(cmd, &e),
     })?;
     let pgid = child
         .id()
@@ -149,14 +152,77 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
     // connection loop's `select!` (a line read partly would be lost).
     let (tx, lines) = mpsc::channel(64);
     tokio::spawn(read_lines(BufReader::new(stdout), max_line, tx));
-    tracing::info!(agent = %label, pid = ?pgid.map(Pid::as_raw), "agent process started");
+    tracing::info!(agent = %label, pid = pgid.map_or(0, Pid::as_raw), "agent process started");
     Ok(StdioLink {
         child,
         pgid,
         stdin: Some(stdin),
         lines,
         label,
+        exited: None,
     })
+}
+
+/// Why a spawn failed, naming what is missing: the OS says only "No such file or directory" both
+/// for a missing program and for a missing working directory.
+fn spawn_reason(cmd: &AgentCommand, e: &std::io::Error) -> String {
+    if let Some(dir) = &cmd.cwd
+        && !dir.is_dir()
+    {
+        return format!(
+            "its working directory {} does not exist or is not a directory",
+            dir.display()
+        );
+    }
+    if e.kind() == std::io::ErrorKind::NotFound {
+        return format!("{e} (not found, or not on PATH)");
+    }
+    e.to_string()
+}
+
+/// Checks, without starting it, that the command could be started: its working directory exists
+/// and its program is an executable file (by path, or found on `PATH`). `check-config` uses it, so
+/// it refuses what start-up would (S3); the messages are the same.
+///
+/// # Errors
+/// [`Error::Spawn`], worded as a failed start.
+pub fn check(cmd: &AgentCommand) -> Result<(), Error> {
+    let fail = |reason: String| Error::Spawn {
+        command: cmd.label(),
+        reason,
+    };
+    if let Some(dir) = &cmd.cwd
+        && !dir.is_dir()
+    {
+        return Err(fail(format!(
+            "its working directory {} does not exist or is not a directory",
+            dir.display()
+        )));
+    }
+    let program = cmd.program();
+    let found = if program.contains('/') {
+        let p = std::path::Path::new(program);
+        let p = match &cmd.cwd {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        };
+        is_executable(&p)
+    } else {
+        std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|d| is_executable(&d.join(program)))
+        })
+    };
+    if found {
+        Ok(())
+    } else {
+        let e = std::io::Error::from(nix::errno::Errno::ENOENT);
+        Err(fail(spawn_reason(cmd, &e)))
+    }
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// What one read from the child gave.
@@ -236,22 +302,42 @@ impl StdioLink {
         let mut line = Vec::with_capacity(text.len() + 1);
         line.extend_from_slice(text.as_bytes());
         line.push(b'\n');
-        stdin
-            .write_all(&line)
-            .await
-            .map_err(|e| format!("writing to the agent failed: {e}"))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| format!("writing to the agent failed: {e}"))
+        let written = match stdin.write_all(&line).await {
+            Ok(()) => stdin.flush().await,
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => Ok(()),
+            // The child is gone: how it ended says more than the broken pipe.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(self.exit_reason().await),
+            Err(e) => Err(format!("writing to the agent failed: {e}")),
+        }
     }
 
-    /// The next line from the child; cancel-safe.
+    /// The next line from the child; cancel-safe. The link ends at EOF, or shortly after the
+    /// process exits (what it wrote before is still read) even if something else holds its stdout.
     pub async fn recv(&mut self) -> Read {
-        match self.lines.recv().await {
-            Some(Read::Ended(why)) if !why.is_empty() => Read::Ended(why),
-            Some(Read::Ended(_)) | None => Read::Ended(self.exit_reason().await),
-            Some(read) => read,
+        if let Some(how) = self.exited.clone() {
+            return match tokio::time::timeout(Duration::from_millis(500), self.lines.recv()).await {
+                Ok(Some(Read::Ended(_)) | None) | Err(_) => Read::Ended(how),
+                Ok(Some(read)) => read,
+            };
+        }
+        tokio::select! {
+            line = self.lines.recv() => match line {
+                Some(Read::Ended(why)) if !why.is_empty() => Read::Ended(why),
+                Some(Read::Ended(_)) | None => Read::Ended(self.exit_reason().await),
+                Some(read) => read,
+            },
+            status = self.child.wait() => {
+                let how = match status {
+                    Ok(s) => format!("the agent process exited ({s})"),
+                    Err(e) => format!("the agent process could not be waited for: {e}"),
+                };
+                tracing::debug!(agent = %self.label, %how, "the agent process exited");
+                self.exited = Some(how);
+                Box::pin(self.recv()).await
+            }
         }
     }
 
@@ -361,6 +447,27 @@ mod tests {
         assert!(matches!(link.recv().await, Read::TooLong(n) if n >= 100));
         assert!(matches!(link.recv().await, Read::Line(l) if l == b"after"));
         assert!(matches!(link.recv().await, Read::Ended(r) if r.contains("exited")));
+        link.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_launchers_exit_ends_the_link_while_its_children_hold_stdout() {
+        // Issue 18 review, item 11: the direct child exits, a grandchild keeps stdout open.
+        let cmd = AgentCommand::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo last; sleep 30 & exit 4".into(),
+        ])
+        .expect("valid");
+        let mut link = spawn(&cmd, 1024).expect("spawn");
+        assert!(matches!(link.recv().await, Read::Line(l) if l == b"last"));
+        let ended = tokio::time::timeout(Duration::from_secs(5), link.recv())
+            .await
+            .expect("noticed without EOF");
+        assert!(
+            matches!(&ended, Read::Ended(r) if r.contains("exit status: 4")),
+            "{ended:?}"
+        );
         link.close().await;
     }
 

@@ -35,6 +35,10 @@ pub struct RpcErrorObject {
     /// The daemon's message.
     #[serde(default)]
     pub message: String,
+    /// Extra detail; agent-host puts `{"agentExited": "<how>"}` here when its agent process died
+    /// with the call in flight.
+    #[serde(default)]
+    pub data: Option<serde_json::Value>,
 }
 
 /// The single-pass form of a `session/update` notification: plain borrowed strings, params and

@@ -76,6 +76,29 @@ pub enum Mode {
     },
 }
 
+/// What one client may hold of agent-host: bounds so that a token holder (or anyone who can reach
+/// the port, before the handshake) cannot exhaust its file descriptors or bury the shared agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Time for a client to complete the WebSocket handshake (with its token); default 10 s.
+    pub handshake: Duration,
+    /// Connections served at once, authenticated or not; more are closed at once. Default 64.
+    pub max_connections: usize,
+    /// Requests of one connection waiting for the agent; more are answered with an error and not
+    /// passed on. Default 1024 (a bridge has about one per open turn).
+    pub max_in_flight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            handshake: Duration::from_secs(10),
+            max_connections: 64,
+            max_in_flight: 1024,
+        }
+    }
+}
+
 /// The shared child's id.
 const SHARED: u64 = 0;
 
@@ -85,6 +108,8 @@ struct Call {
     id: Value,
     method: String,
     child: u64,
+    /// The call's `params.sessionId`, if any.
+    session: Option<String>,
 }
 
 /// A request from a child, waiting for a client's answer.
@@ -109,6 +134,9 @@ struct Routes {
     init_params: Option<Value>,
     /// Clients waiting for the first `initialize` answer.
     initializing: Vec<(u64, Value)>,
+    /// Turns that ended while the connection that prompted them was gone and no other client had
+    /// loaded their session yet: session → stop reason, told to the next client that loads it.
+    ended: HashMap<String, Value>,
 }
 
 struct Slot {
@@ -124,8 +152,11 @@ struct Hub {
     internal: Mutex<HashMap<String, (u64, oneshot::Sender<Value>)>>,
     command: AgentCommand,
     mode: Mode,
+    limits: Limits,
     next: AtomicU64,
     shutdown: CancellationToken,
+    /// When a non-JSON line from an agent was last logged, and how many were skipped since.
+    garbage: Mutex<(Option<Instant>, u64)>,
 }
 
 /// A running agent-host. Its `Debug` never shows the token.
@@ -162,6 +193,20 @@ impl AgentHost {
         command: AgentCommand,
         mode: Mode,
     ) -> Result<Self, HostError> {
+        Self::start_limited(listen, token, command, mode, Limits::default()).await
+    }
+
+    /// Like [`AgentHost::start_with`], with the client bounds `limits`.
+    ///
+    /// # Errors
+    /// As [`AgentHost::start`].
+    pub async fn start_limited(
+        listen: SocketAddr,
+        token: Option<String>,
+        command: AgentCommand,
+        mode: Mode,
+        limits: Limits,
+    ) -> Result<Self, HostError> {
         if token
             .as_deref()
             .is_some_and(|t| t.trim().chars().count() < MIN_TOKEN_LEN)
@@ -192,8 +237,10 @@ impl AgentHost {
             internal: Mutex::new(HashMap::new()),
             command,
             mode,
+            limits,
             next: AtomicU64::new(1),
             shutdown: shutdown.clone(),
+            garbage: Mutex::new((None, 0)),
         });
         let mut tasks = Vec::new();
         match mode {
@@ -361,10 +408,17 @@ impl Hub {
     /// that owns its session.
     async fn on_child_line(&self, child: u64, line: &[u8]) {
         let Ok(mut msg) = serde_json::from_slice::<Value>(line) else {
-            tracing::warn!(
-                bytes = line.len(),
-                "a line from the agent that is not JSON was skipped"
-            );
+            // Some agents print banners on stdout: counted, and logged at most every 10 s.
+            let mut g = lock(&self.garbage);
+            g.1 += 1;
+            if g.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                tracing::warn!(
+                    bytes = line.len(),
+                    skipped = g.1,
+                    "lines from the agent that are not JSON were skipped"
+                );
+                *g = (Some(Instant::now()), 0);
+            }
             return;
         };
         if let Some(slot) = lock(&self.children).get_mut(&child) {
@@ -378,32 +432,64 @@ impl Hub {
                 let _ = tx.send(msg);
                 return;
             }
+            let mut after: Option<(u64, Value)> = None;
             let targets: Vec<(u64, Value)> = {
                 let mut routes = lock(&self.routes);
                 let Some(call) = routes.calls.remove(&key) else {
                     return;
                 };
-                if call.method == "session/new"
-                    && let Some(s) = msg.pointer("/result/sessionId").and_then(Value::as_str)
+                if call.method == "session/prompt"
+                    && !routes.conns.contains_key(&call.conn)
+                    && let (Some(s), Some(stop)) = (
+                        call.session.clone(),
+                        msg.pointer("/result/stopReason").cloned(),
+                    )
                 {
-                    routes.owners.insert(s.to_owned(), call.conn);
-                    routes.session_child.insert(s.to_owned(), call.child);
-                }
-                if call.method == "initialize" {
-                    if msg.get("result").is_some() {
-                        routes.initialized = msg.get("result").cloned();
+                    // The client that prompted is gone (a bridge restart): its answer would be
+                    // lost, and the turn with it. Whoever loaded the session since hears that the
+                    // turn ended; if nobody has yet, the next client that loads it does.
+                    match routes.owners.get(&s).copied() {
+                        Some(owner) if owner != call.conn && routes.conns.contains_key(&owner) => {
+                            after = Some((owner, turn_complete(&s, &stop)));
+                        }
+                        _ => {
+                            routes.ended.insert(s, stop);
+                        }
                     }
-                    let mut waiting = std::mem::take(&mut routes.initializing);
-                    waiting.retain(|(c, _)| *c != call.conn);
-                    waiting.push((call.conn, call.id));
-                    waiting
+                    Vec::new()
                 } else {
-                    vec![(call.conn, call.id)]
+                    if call.method == "session/load"
+                        && msg.get("result").is_some()
+                        && let Some(s) = &call.session
+                        && let Some(stop) = routes.ended.remove(s)
+                    {
+                        after = Some((call.conn, turn_complete(s, &stop)));
+                    }
+                    if call.method == "session/new"
+                        && let Some(s) = msg.pointer("/result/sessionId").and_then(Value::as_str)
+                    {
+                        routes.owners.insert(s.to_owned(), call.conn);
+                        routes.session_child.insert(s.to_owned(), call.child);
+                    }
+                    if call.method == "initialize" {
+                        if msg.get("result").is_some() {
+                            routes.initialized = msg.get("result").cloned();
+                        }
+                        let mut waiting = std::mem::take(&mut routes.initializing);
+                        waiting.retain(|(c, _)| *c != call.conn);
+                        waiting.push((call.conn, call.id));
+                        waiting
+                    } else {
+                        vec![(call.conn, call.id)]
+                    }
                 }
             };
             for (conn, id) in targets {
                 msg["id"] = id;
                 self.send_to(conn, &msg).await;
+            }
+            if let Some((conn, note)) = after {
+                self.send_to(conn, &note).await;
             }
             return;
         }
@@ -493,6 +579,17 @@ impl Hub {
             .pointer("/params/sessionId")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        let is_answer =
+            msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
+        if method.is_none() && !is_answer {
+            // Valid JSON that is neither a request, a notification nor an answer ([], 42, {}).
+            self.send_to(
+                conn,
+                &json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "invalid request: not a JSON-RPC request, notification or response"}}),
+            )
+            .await;
+            return;
+        }
         let Some(method) = method else {
             // An answer to an agent's request: back to the child that asked, under its own id.
             let key = msg.get("id").map(Value::to_string).unwrap_or_default();
@@ -515,6 +612,20 @@ impl Hub {
             }
             return;
         };
+        let in_flight = lock(&self.routes)
+            .calls
+            .values()
+            .filter(|c| c.conn == conn)
+            .count();
+        if in_flight >= self.limits.max_in_flight {
+            // Not passed on: one client must not bury the agent that others share.
+            self.send_to(
+                conn,
+                &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": format!("agent-host: too many requests in flight on this connection (limit {}); wait for answers", self.limits.max_in_flight)}}),
+            )
+            .await;
+            return;
+        }
         let cached = {
             let mut routes = lock(&self.routes);
             let mut cached = None;
@@ -588,6 +699,7 @@ impl Hub {
                 id,
                 method,
                 child,
+                session,
             },
         );
         msg["id"] = Value::String(host_id);
@@ -627,7 +739,9 @@ impl Hub {
         lock(&self.internal).retain(|_, (child, _)| *child != id);
         for call in calls {
             if let Some(tx) = conns.get(&call.conn) {
-                let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again")}});
+                // `data.agentExited` lets the client tell this from the agent's own errors: the
+                // turn went with the process (its tool messages are closed as interrupted).
+                let answer = json!({"jsonrpc": "2.0", "id": call.id, "error": {"code": -32603, "message": format!("{reason}; agent-host is starting it again"), "data": {"agentExited": reason}}});
                 let _ = tx.send(Message::text(answer.to_string())).await;
             }
         }
@@ -635,6 +749,12 @@ impl Hub {
         // its socket.
         drop(conns);
     }
+}
+
+/// `_agent_host/turn_complete`: a turn of `session` ended with `stop` while the client that
+/// prompted it was gone (the same params as `_shell_agent/turn_complete`).
+fn turn_complete(session: &str, stop: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "_agent_host/turn_complete", "params": {"sessionId": session, "stopReason": stop}})
 }
 
 /// Runs the shared child, restarting it with backoff when it exits, until shutdown.
@@ -705,14 +825,25 @@ async fn reap(hub: Arc<Hub>, idle: Duration) {
 }
 
 async fn accept_loop(listener: TcpListener, hub: Arc<Hub>, expected: String) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(hub.limits.max_connections));
+    let mut refused_at: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = hub.shutdown.cancelled() => break,
             a = listener.accept() => a,
         };
         let Ok((tcp, peer)) = accepted else { continue };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Closed at once (dropped); logged at most once a minute.
+            if refused_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                refused_at = Some(Instant::now());
+                tracing::warn!(%peer, limit = hub.limits.max_connections, "connection limit reached; closing new connections");
+            }
+            continue;
+        };
         let (hub, expected) = (hub.clone(), expected.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(reason) = serve(tcp, hub, expected).await {
                 tracing::info!(%peer, %reason, "connection refused");
             }
@@ -750,8 +881,10 @@ async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), St
     let config = WebSocketConfig::default()
         .max_message_size(Some(16 << 20))
         .max_frame_size(Some(16 << 20));
-    let ws = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config))
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config));
+    let ws = tokio::time::timeout(hub.limits.handshake, handshake)
         .await
+        .map_err(|_| "no WebSocket handshake in time".to_owned())?
         .map_err(|e| e.to_string())?;
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(256);

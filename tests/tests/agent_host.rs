@@ -138,9 +138,11 @@ async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serv
         .prompt(&s, "exit")
         .await
         .expect_err("the child exited");
+    // Item 8 of the issue-18 review: an agent-exited error, not a plain RPC error, so the bridge
+    // closes the turn's tool messages as interrupted as it does for its own child.
     assert!(
-        matches!(&e, Error::Rpc { message, .. } if message.contains("exit status: 7")),
-        "the call names the exit: {e}"
+        matches!(&e, Error::AgentExited { reason } if reason.contains("exit status: 7")),
+        "the call names the exit: {e:?}"
     );
     // The host closed the connection: the client reconnects to the restarted child.
     loop {
@@ -184,6 +186,59 @@ async fn a_child_that_exits_mid_turn_fails_the_call_and_the_restarted_child_serv
             });
         assert!(!alive, "agent {pid} outlived agent-host");
     }
+}
+
+async fn turn_complete_of(events: &mut EventStream, session: &daemon_client::SessionId) {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("the turn's end reaches the client that loaded the session")
+            .expect("open");
+        if let DaemonEvent::Other {
+            session: Some(s),
+            kind: Some(k),
+            ..
+        } = &e
+            && s == session
+            && k == "turn_complete"
+        {
+            return;
+        }
+    }
+}
+
+/// D3/L6 through agent-host (issue 18 review, item 1): a bridge restarted while its turn runs
+/// loads the session on a new connection; the `session/prompt` answer, whose connection is gone,
+/// must still end the turn there — both when the turn ends after the load and before it.
+#[tokio::test]
+async fn d3_a_turn_whose_client_left_ends_for_the_client_that_loaded_its_session() {
+    init_tracing();
+    let host = host().await;
+    for (prompt, load_after) in [
+        ("sleep 1", Duration::ZERO),
+        ("sleep 0.2", Duration::from_secs(1)),
+    ] {
+        let (a, _, _a_events) = DaemonClient::connect(client_config(&host))
+            .await
+            .expect("a");
+        let s = a.new_session("/tmp").await.expect("session").session;
+        let running = {
+            let (a, s) = (a.clone(), s.clone());
+            tokio::spawn(async move { a.prompt(&s, prompt).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The bridge stops: its connection closes with the prompt in flight.
+        a.close();
+        running.abort();
+        tokio::time::sleep(load_after).await;
+        let (b, _, mut b_events) = DaemonClient::connect(client_config(&host))
+            .await
+            .expect("b");
+        b.load_session(&s, "/tmp").await.expect("the session loads");
+        turn_complete_of(&mut b_events, &s).await;
+        b.close();
+    }
+    host.shutdown().await;
 }
 
 fn alive(pid: i32) -> bool {
@@ -262,4 +317,130 @@ async fn per_session_gives_each_session_its_own_child_reaps_idle_ones_and_reload
         .filter(|p| alive(*p))
         .collect();
     assert!(left.is_empty(), "children outlived agent-host: {left:?}");
+}
+
+async fn closed_within(mut tcp: tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(limit, tcp.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// Issue 18 review, item 4: a socket that never completes the handshake is closed after the
+/// handshake limit, and connections beyond the limit are closed at once (no fd exhaustion).
+#[tokio::test]
+async fn s_agent_host_closes_idle_handshakes_and_connections_over_the_limit() {
+    init_tracing();
+    let limits = shell_agent::host::Limits {
+        handshake: Duration::from_millis(300),
+        max_connections: 2,
+        ..Default::default()
+    };
+    let host = AgentHost::start_limited(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(None),
+        Mode::Shared,
+        limits,
+    )
+    .await
+    .expect("starts");
+    let a = tokio::net::TcpStream::connect(host.addr())
+        .await
+        .expect("a");
+    let b = tokio::net::TcpStream::connect(host.addr())
+        .await
+        .expect("b");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let c = tokio::net::TcpStream::connect(host.addr())
+        .await
+        .expect("c");
+    assert!(
+        closed_within(c, Duration::from_millis(200)).await,
+        "a third connection is closed at once"
+    );
+    assert!(
+        closed_within(a, Duration::from_secs(3)).await,
+        "an idle socket is closed after the handshake limit"
+    );
+    assert!(closed_within(b, Duration::from_secs(3)).await);
+    // The slots are free again: a real client gets in.
+    let (client, _, _events) = DaemonClient::connect(client_config(&host))
+        .await
+        .expect("a client after the idle ones left");
+    client.close();
+    host.shutdown().await;
+}
+
+/// Issue 18 review, items 5 and 12: requests beyond a connection's in-flight limit are answered
+/// with an error and not passed to the shared agent; JSON that is no request gets an error reply.
+#[tokio::test]
+async fn s_agent_host_caps_requests_in_flight_per_connection_and_answers_non_requests() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    init_tracing();
+    let limits = shell_agent::host::Limits {
+        max_in_flight: 2,
+        ..Default::default()
+    };
+    let host = AgentHost::start_limited(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some(TOKEN.into()),
+        echo_agent(None),
+        Mode::Shared,
+        limits,
+    )
+    .await
+    .expect("starts");
+    let mut req = host.url().into_client_request().expect("request");
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("header"),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("ws");
+    for id in 1..=4 {
+        let prompt = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": "s0-1", "prompt": [{"type": "text", "text": "sleep 0.5"}]}});
+        ws.send(Message::text(prompt.to_string()))
+            .await
+            .expect("send");
+    }
+    ws.send(Message::text("42")).await.expect("send");
+    let mut refused = Vec::new();
+    let mut answered = Vec::new();
+    let mut invalid = 0;
+    while answered.len() < 2 {
+        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a frame")
+            .expect("open")
+            .expect("ok");
+        let Message::Text(text) = frame else { continue };
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        match (
+            v.get("id").and_then(serde_json::Value::as_i64),
+            v.get("error"),
+        ) {
+            (Some(id), Some(e)) => {
+                assert_eq!(e["code"], -32000, "{v}");
+                refused.push(id);
+            }
+            (Some(id), None) if v.get("result").is_some() => answered.push(id),
+            (None, Some(e)) if v.get("method").is_none() => {
+                assert_eq!(e["code"], -32600, "{v}");
+                invalid += 1;
+            }
+            _ => {}
+        }
+    }
+    refused.sort_unstable();
+    answered.sort_unstable();
+    assert_eq!(refused, vec![3, 4], "beyond the limit, refused at once");
+    assert_eq!(answered, vec![1, 2], "within it, passed to the agent");
+    assert_eq!(invalid, 1, "a bare 42 gets an invalid-request reply");
+    let _ = ws.close(None).await;
+    host.shutdown().await;
 }

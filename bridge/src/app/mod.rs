@@ -137,19 +137,29 @@ impl Application {
                 }
             };
         let lease = Watch::start(store.clone(), lease, cfg.service.leader_check, &tracker);
-        match Self::activate(cfg, channel, store.clone(), status.clone(), lease, tracker).await {
-            Ok(mut app) => {
+        let activated = Self::activate(
+            cfg,
+            channel,
+            store.clone(),
+            status.clone(),
+            lease,
+            tracker,
+            stop_waiting,
+        )
+        .await;
+        match activated {
+            Ok(Some(mut app)) => {
                 app.http = http;
                 app.http_addr = http_addr;
                 Ok(Some(app))
             }
-            Err(e) => {
+            other => {
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 if let Some(http) = http {
                     http.stop(deadline).await;
                 }
                 bounded("closing the store", deadline, store.close()).await;
-                Err(e)
+                other.map(|_| None)
             }
         }
     }
@@ -161,7 +171,8 @@ impl Application {
         status: Arc<Status>,
         lease: Watch,
         tracker: TaskTracker,
-    ) -> anyhow::Result<Self> {
+        stop_waiting: &CancellationToken,
+    ) -> anyhow::Result<Option<Self>> {
         {
             // This process is the one active replica: claims left by a previous run are void.
             let mut c = store.conn().await?;
@@ -217,9 +228,15 @@ impl Application {
             client_cfg = client_cfg.with_token(t);
         }
         client_cfg.session_mode.clone_from(&cfg.daemon.mode);
-        let (client, info, events) = DaemonClient::connect(client_cfg)
-            .await
-            .context("connecting to the agent daemon")?;
+        // SIGTERM is honoured while the agent starts (a slow or hung `initialize`).
+        let connected = tokio::select! {
+            c = DaemonClient::connect(client_cfg) => c,
+            () = stop_waiting.cancelled() => {
+                tracing::info!("stopped while connecting to the agent");
+                return Ok(None);
+            }
+        };
+        let (client, info, events) = connected.context("connecting to the agent daemon")?;
         let cwd = match info.session_cwd(cfg.daemon.cwd.as_deref())? {
             Some(c) => c,
             None => std::env::current_dir().context("reading the current directory")?,
@@ -332,7 +349,7 @@ impl Application {
             Arc::new(SystemClock),
             stop.clone(),
         ));
-        Ok(Self {
+        Ok(Some(Self {
             core,
             store,
             status,
@@ -348,7 +365,7 @@ impl Application {
             grace: SHUTDOWN_GRACE,
             daemon_url: url,
             http_addr: None,
-        })
+        }))
     }
 
     /// Resolves when this replica must stop acting because another took the leader lease.

@@ -421,7 +421,8 @@ impl Core {
             match &event {
                 DaemonEvent::Disconnected { reason } => {
                     self.daemon_connected.store(false, Ordering::SeqCst);
-                    tracing::warn!(%reason, "daemon connection lost; reconnecting");
+                    // The client logged it at warn, once per loss (with its backoff).
+                    tracing::debug!(%reason, "daemon connection lost; reconnecting");
                     self.tell_conversations(false).await;
                     continue;
                 }
