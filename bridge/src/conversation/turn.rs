@@ -240,8 +240,8 @@ pub fn stall_text(stall: &Stall, resumed: bool) -> (String, bool) {
         return (
             format!(
                 "No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted and was not re-run. {}",
-                super::state::FRESH_SESSION_TEXT,
-                human_duration(stall.silent_for)
+                human_duration(stall.silent_for),
+                super::state::FRESH_SESSION_TEXT
             ),
             true,
         );

@@ -283,7 +283,15 @@ fn d3_a_resumed_turn_that_stays_silent_is_closed_as_interrupted() {
     };
     let (text, interrupted) = stall_text(&stall, true);
     assert!(interrupted);
-    assert!(text.contains("after the bridge restarted"), "{text}");
+    // The duration sits after "for", the session notice at the end (the outside tester saw them
+    // swapped).
+    assert_eq!(
+        text,
+        format!(
+            "No word from the agent for 2m 0s after the bridge restarted; this turn's end was not seen, so it is marked interrupted and was not re-run. {}",
+            crate::conversation::state::FRESH_SESSION_TEXT
+        )
+    );
 }
 
 #[test]
