@@ -142,3 +142,106 @@ fn q2_a_killed_and_restarted_daemon_that_lost_the_session_gives_an_interrupted_n
     daemon.kill().expect("stop the daemon");
     let _ = daemon.wait();
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// L7 at start-up (outside tester's report, item 3): the daemon is down when the bridge starts.
+/// The bridge does not exit: it serves chat, holds the messages with one notice, says on
+/// `/readyz` that the daemon is not connected, and runs the held messages in order once the
+/// daemon listens.
+#[test]
+fn l7_the_bridge_starts_while_the_daemon_is_down_holds_messages_and_runs_them_once_it_is_back() {
+    let port = free_port();
+    let http = free_port();
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut bridge = Command::new(env!("CARGO_BIN_EXE_chat-bridge"))
+        .current_dir(dir.path())
+        .env_remove("CHAT_BRIDGE_CONFIG")
+        .env(
+            "CHAT_BRIDGE_DAEMON__URL",
+            format!("ws://127.0.0.1:{port}/acp"),
+        )
+        .env("CHAT_BRIDGE_DAEMON__TOKEN", TOKEN)
+        .env("CHAT_BRIDGE_HTTP__LISTEN", format!("127.0.0.1:{http}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("bridge.log")).expect("log"))
+        .spawn()
+        .expect("start chat-bridge");
+    let mut stdin = bridge.stdin.take().expect("stdin");
+    let rx = lines(&mut bridge);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = http_get(http, "/readyz");
+        if body.contains("\"role\":\"active\"") {
+            assert_eq!(status, 503, "not ready while the daemon is down: {body}");
+            assert!(body.contains("\"daemon\":false"), "{body}");
+            break;
+        }
+        assert!(
+            bridge.try_wait().expect("try_wait").is_none(),
+            "the bridge exited while the daemon was down: {}",
+            std::fs::read_to_string(dir.path().join("bridge.log")).unwrap_or_default()
+        );
+        assert!(Instant::now() < deadline, "never active: {status} {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    writeln!(stdin, "echo held-1").expect("write");
+    writeln!(stdin, "echo held-2").expect("write");
+    wait_line(&rx, &mut seen, |l| l.contains("The agent is unreachable"));
+
+    let mut daemon = agent(port);
+    wait_line(&rx, &mut seen, |l| l.starts_with("✅ echo held-2"));
+    let first = seen.iter().position(|l| l.starts_with("✅ echo held-1"));
+    let second = seen.iter().position(|l| l.starts_with("✅ echo held-2"));
+    assert!(
+        first.is_some() && first < second,
+        "both ran, in order: {}",
+        seen.join("\n")
+    );
+    assert_eq!(
+        seen.iter()
+            .filter(|l| l.contains("The agent is unreachable"))
+            .count(),
+        1,
+        "one notice: {}",
+        seen.join("\n")
+    );
+    let (status, body) = http_get(http, "/readyz");
+    assert_eq!(status, 200, "ready once the daemon is back: {body}");
+    drop(stdin);
+    let status = bridge.wait().expect("wait");
+    assert!(status.success(), "exits 0 once stdin closes: {status:?}");
+    daemon.kill().expect("stop the daemon");
+    let _ = daemon.wait();
+}
