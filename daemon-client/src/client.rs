@@ -57,7 +57,7 @@ pub struct ClientConfig {
     pub pong_timeout: Duration,
     /// First reconnect delay; doubled per attempt, with jitter; default 250 ms.
     pub backoff_base: Duration,
-    /// Longest reconnect delay; default 10 s.
+    /// Longest reconnect delay; default 30 s.
     pub backoff_cap: Duration,
     /// Events buffered before the reader waits for the consumer; default 1024.
     pub event_buffer: usize,
@@ -96,7 +96,7 @@ impl ClientConfig {
             ping_interval: Duration::from_secs(20),
             pong_timeout: Duration::from_secs(10),
             backoff_base: Duration::from_millis(250),
-            backoff_cap: Duration::from_secs(10),
+            backoff_cap: Duration::from_secs(30),
             event_buffer: 1024,
             permission_policy: None,
             session_mode: None,
