@@ -277,8 +277,6 @@ struct Shared {
     events: mpsc::Sender<DaemonEvent>,
     reconnects: AtomicU64,
     shutdown: CancellationToken,
-    /// What the latest `initialize` said (the daemon may come back a different one).
-    info: Mutex<Option<AgentInfo>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -306,30 +304,6 @@ impl DaemonClient {
     /// [`Error::Unauthorized`] or [`Error::BadUrl`] (fatal), [`Error::Unreachable`] (retry later),
     /// or the `initialize` call's error.
     pub async fn connect(cfg: ClientConfig) -> Result<(Self, AgentInfo, EventStream), Error> {
-        match Self::connect_or_wait(cfg, false).await? {
-            (client, Some(info), events) => Ok((client, info, events)),
-            // Unreachable with `wait` off is returned as an error above.
-            (client, None, _) => {
-                client.close();
-                Err(Error::ConnectionLost)
-            }
-        }
-    }
-
-    /// [`DaemonClient::connect`], except that with `wait` a daemon that cannot be reached yet is
-    /// not an error: the client starts disconnected (its first event is
-    /// [`DaemonEvent::Disconnected`]), keeps trying with the reconnect backoff, and reports
-    /// [`DaemonEvent::Reconnected`] once it is up; the [`AgentInfo`] is then `None` until
-    /// [`DaemonClient::agent_info`] has it. A bridge started during a daemon outage serves chat and
-    /// holds messages (L7) instead of exiting.
-    ///
-    /// # Errors
-    /// [`Error::Unauthorized`] or [`Error::BadUrl`] (fatal), [`Error::Unreachable`] when not
-    /// `wait`ing, or the `initialize` call's error.
-    pub async fn connect_or_wait(
-        cfg: ClientConfig,
-        wait: bool,
-    ) -> Result<(Self, Option<AgentInfo>, EventStream), Error> {
         let (events, rx) = mpsc::channel(cfg.event_buffer.max(1));
         let shared = Arc::new(Shared {
             cfg,
@@ -346,28 +320,12 @@ impl DaemonClient {
             events,
             reconnects: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
-            info: Mutex::new(None),
         });
+        let ws = shared.open().await?;
+        let io = Shared::spawn_connection(&shared, ws);
         let client = Self {
             shared: shared.clone(),
         };
-        let ws = match shared.open().await {
-            Ok(ws) => ws,
-            Err(e @ Error::Unreachable { .. }) if wait => {
-                tracing::warn!(error = %e, "the agent daemon is not reachable yet; starting without it and retrying");
-                // Its first event says the connection is down, so messages are held (L7).
-                let _ = shared
-                    .events
-                    .send(DaemonEvent::Disconnected {
-                        reason: e.to_string(),
-                    })
-                    .await;
-                tokio::spawn(Shared::supervise(shared, None));
-                return Ok((client, None, EventStream(rx)));
-            }
-            Err(e) => return Err(e),
-        };
-        let io = Shared::spawn_connection(&shared, ws);
         let info = match client.initialize().await {
             Ok(info) => info,
             Err(e) => {
@@ -375,14 +333,8 @@ impl DaemonClient {
                 return Err(e);
             }
         };
-        tokio::spawn(Shared::supervise(shared, Some(io)));
-        Ok((client, Some(info), EventStream(rx)))
-    }
-
-    /// What the latest `initialize` told (`None` before the daemon was first reached).
-    #[must_use]
-    pub fn agent_info(&self) -> Option<AgentInfo> {
-        lock(&self.shared.info).clone()
+        tokio::spawn(Shared::supervise(shared, io));
+        Ok((client, info, EventStream(rx)))
     }
 
     /// Closes the connection; the event stream ends with [`DaemonEvent::Closed`].
@@ -641,14 +593,12 @@ impl Shared {
         } else {
             ReplayEnd::WithResponse
         };
-        let info = AgentInfo {
+        Ok(AgentInfo {
             protocol_version,
             load_session,
             images,
             workspace,
-        };
-        *lock(&self.info) = Some(info.clone());
-        Ok(info)
+        })
     }
 
     /// `session/load`; its replay is marked as such from the moment the request is sent (L6).
@@ -941,25 +891,21 @@ impl Shared {
         Ok(())
     }
 
-    /// Watches the connection `io` and reconnects when it ends; with `None`, starts by connecting
-    /// (the daemon was not reachable at start-up).
-    async fn supervise(self: Arc<Self>, mut io: Option<JoinHandle<String>>) {
+    async fn supervise(self: Arc<Self>, mut io: JoinHandle<String>) {
         loop {
-            if let Some(mut current) = io.take() {
-                let reason = (&mut current)
-                    .await
-                    .unwrap_or_else(|e| format!("connection task failed: {e}"));
-                self.on_disconnect();
-                if self.shutdown.is_cancelled() {
-                    self.fail_orphans(|| Error::Closed);
-                    self.emit(DaemonEvent::Closed { reason }).await;
-                    return;
-                }
-                tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
-                self.emit(DaemonEvent::Disconnected { reason }).await;
+            let reason = (&mut io)
+                .await
+                .unwrap_or_else(|e| format!("connection task failed: {e}"));
+            self.on_disconnect();
+            if self.shutdown.is_cancelled() {
+                self.fail_orphans(|| Error::Closed);
+                self.emit(DaemonEvent::Closed { reason }).await;
+                return;
             }
+            tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
+            self.emit(DaemonEvent::Disconnected { reason }).await;
             let mut attempt = 0u32;
-            io = Some(loop {
+            io = loop {
                 let delay = backoff_delay(self.cfg.backoff_base, self.cfg.backoff_cap, attempt);
                 attempt = attempt.saturating_add(1);
                 tokio::select! {
@@ -993,7 +939,7 @@ impl Shared {
                     }
                     Err(e) => tracing::warn!(error = %e, attempt, "reconnect attempt failed"),
                 }
-            });
+            };
         }
     }
 }

@@ -198,20 +198,13 @@ impl Application {
             client_cfg = client_cfg.with_token(t);
         }
         client_cfg.session_mode.clone_from(&cfg.daemon.mode);
-        // A daemon that cannot be reached yet is waited for (L7: chat is served and messages are
-        // held); a bad URL, a refused token or a workspace mismatch stop the start-up.
-        let (client, info, events) = DaemonClient::connect_or_wait(client_cfg, true)
+        let (client, info, events) = DaemonClient::connect(client_cfg)
             .await
             .context("connecting to the agent daemon")?;
-        let cwd = match &info {
-            Some(info) => match info.session_cwd(cfg.daemon.cwd.as_deref())? {
-                Some(c) => c,
-                None => std::env::current_dir().context("reading the current directory")?,
-            },
-            // Unknown until the daemon is reached: `daemon.cwd`, else (empty) what it reports then.
-            None => cfg.daemon.cwd.clone().unwrap_or_default(),
+        let cwd = match info.session_cwd(cfg.daemon.cwd.as_deref())? {
+            Some(c) => c,
+            None => std::env::current_dir().context("reading the current directory")?,
         };
-        let images = info.as_ref().is_some_and(|i| i.images);
         let core_cfg = CoreConfig {
             liveness: LivenessConfig {
                 idle: cfg.liveness.idle,
@@ -235,7 +228,7 @@ impl Application {
             announce_connection: !channel.capabilities().has_threads,
             api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
             actor_idle: cfg.service.conversation_idle,
-            files: cfg.attachments.limits(images),
+            files: cfg.attachments.limits(info.images),
             answer_len: channel.capabilities().answer_len,
             upload_over: cfg.render.upload_over,
             // The console prints every edit: it gets the answer whole.
@@ -278,9 +271,6 @@ impl Application {
             cfg.service.outbox_workers,
             Arc::new(SystemClock),
         ));
-        if info.is_none() {
-            core.start_without_daemon();
-        }
         status.attach(core.clone(), channel);
         status.set_role(Role::Active);
         let resumed = core.resume_open_turns().await?;
@@ -318,13 +308,6 @@ impl Application {
         })
     }
 
-    fn fatal_text(&self) -> String {
-        format!(
-            "connecting to the agent daemon: {}",
-            self.core.fatal_reason().unwrap_or_default()
-        )
-    }
-
     /// Resolves when this replica must stop acting because another took the leader lease.
     pub async fn lease_lost(&self) {
         self.lease.lost.cancelled().await;
@@ -339,7 +322,6 @@ impl Application {
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-            () = self.core.fatal.cancelled() => anyhow::bail!(self.fatal_text()),
             () = self.core.wait_idle() => {}
         }
         while !outbox_worker::drained(&self.store).await? {
@@ -432,7 +414,6 @@ impl Application {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-                () = self.core.fatal.cancelled() => anyhow::bail!(self.fatal_text()),
                 m = rx.recv() => match m {
                     Some(m) => self.accept(m, stop).await,
                     None => break,

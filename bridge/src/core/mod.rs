@@ -196,13 +196,6 @@ pub struct Core {
     pub daemon_connected: std::sync::atomic::AtomicBool,
     /// Downloads attached files from the platform (none: files are explained, not used).
     fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
-    /// Started while the daemon was unreachable: its workspace is checked against `daemon.cwd`
-    /// when it is first reached.
-    started_down: std::sync::atomic::AtomicBool,
-    /// Set when the bridge cannot go on (the daemon, first reached late, serves another workspace
-    /// than `daemon.cwd`); the application stops with [`Core::fatal_reason`].
-    pub fatal: CancellationToken,
-    fatal_reason: Mutex<Option<String>>,
 }
 
 impl Core {
@@ -241,53 +234,7 @@ impl Core {
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
             fetch: std::sync::OnceLock::new(),
-            started_down: std::sync::atomic::AtomicBool::new(false),
-            fatal: CancellationToken::new(),
-            fatal_reason: Mutex::new(None),
         })
-    }
-
-    /// The daemon could not be reached at start-up: messages are held until it is (L7), and its
-    /// workspace is checked when it is first reached.
-    pub fn start_without_daemon(&self) {
-        self.daemon_connected.store(false, Ordering::SeqCst);
-        self.started_down.store(true, Ordering::SeqCst);
-    }
-
-    /// Why the bridge must stop, once [`Core::fatal`] is cancelled.
-    #[must_use]
-    pub fn fatal_reason(&self) -> Option<String> {
-        lock(&self.fatal_reason).clone()
-    }
-
-    /// The working directory of a new session: `daemon.cwd`, else the workspace the daemon
-    /// reports, else the bridge's own directory.
-    #[must_use]
-    pub fn session_cwd(&self) -> std::path::PathBuf {
-        if !self.cfg.cwd.as_os_str().is_empty() {
-            return self.cfg.cwd.clone();
-        }
-        self.client
-            .agent_info()
-            .and_then(|i| i.workspace)
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_else(|| std::path::PathBuf::from("."))
-    }
-
-    /// The daemon, first reached after a start without it, must serve `daemon.cwd` (as at a
-    /// normal start-up, where a mismatch stops the bridge at once).
-    fn check_late_workspace(&self) {
-        if !self.started_down.swap(false, Ordering::SeqCst) || self.cfg.cwd.as_os_str().is_empty() {
-            return;
-        }
-        let Some(info) = self.client.agent_info() else {
-            return;
-        };
-        if let Err(e) = info.session_cwd(Some(&self.cfg.cwd)) {
-            tracing::error!(error = %e, "the agent daemon serves another workspace");
-            *lock(&self.fatal_reason) = Some(e.to_string());
-            self.fatal.cancel();
-        }
     }
 
     /// Lets conversations download the files people attach (set once, by the channel's wiring).
@@ -455,7 +402,6 @@ impl Core {
                     continue;
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
-                    self.check_late_workspace();
                     self.daemon_connected.store(true, Ordering::SeqCst);
                     metrics::counter!("chatbridge_daemon_reconnects_total").increment(1);
                     tracing::info!(

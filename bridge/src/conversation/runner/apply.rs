@@ -32,14 +32,6 @@ impl Runner {
 
     /// The daemon connection went down or came back (L7).
     pub(super) async fn on_connection(&mut self, up: bool) -> Result<()> {
-        if up
-            && self.state.turn.as_ref().is_some_and(|t| t.resumed)
-            && self.state.session.is_some()
-            && !self.state.session_ready
-        {
-            // Taken back while the daemon was unreachable (L7, D3): its session is loaded now.
-            self.reload_resumed().await?;
-        }
         for effect in self.handle(Event::Connection(up)) {
             self.apply(effect).await?;
         }

@@ -203,7 +203,7 @@ impl Runner {
         let mut image_bytes = 0u64;
         let mut saved = Vec::new();
         let cwd = if self.conv.cwd.is_empty() {
-            self.core.session_cwd()
+            self.core.cfg.cwd.clone()
         } else {
             std::path::PathBuf::from(&self.conv.cwd)
         };
@@ -333,10 +333,9 @@ impl Runner {
             }
         }
         // The client applies `daemon.mode` after every session/new and session/load (L6).
-        let session_cwd = self.core.session_cwd();
-        let new = self.core.client.new_session(&session_cwd).await?;
+        let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
-        let cwd = session_cwd.display().to_string();
+        let cwd = self.core.cfg.cwd.display().to_string();
         if let Ok(mut c) = self.core.store.conn().await {
             let _ = conversations::set_session(
                 &mut c,
