@@ -219,14 +219,12 @@ const SECRET_BEARING_TARGETS: [&str; 8] = [
 
 /// `CHAT_BRIDGE_LOG` (default `info`), then a cap no directive can lift: a second filter that must
 /// also pass, so even `CHAT_BRIDGE_LOG=trace,tungstenite::handshake=trace` stays at info there.
-fn init_logging() {
+fn init_logging(filter: tracing_subscriber::EnvFilter) {
     use std::io::IsTerminal;
     use tracing_subscriber::Layer;
     use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CHAT_BRIDGE_LOG")
-        .unwrap_or_else(|_| "info".into());
     let cap = Targets::new()
         .with_default(LevelFilter::TRACE)
         .with_targets(
@@ -243,6 +241,30 @@ fn init_logging() {
     tracing_subscriber::registry()
         .with(layer.with_filter(filter.and(cap)))
         .init();
+}
+
+/// The log filter `CHAT_BRIDGE_LOG` asks for (`info` when unset or empty).
+///
+/// # Errors
+/// A value that is not a filter, and a bare number (tracing reads `1` as "errors only", which
+/// silently hides everything a person setting `CHAT_BRIDGE_LOG=1` wanted to see): the message names
+/// the variable and says what it takes.
+fn log_filter(value: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
+    let value = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .unwrap_or("info");
+    let refuse = |why: String| {
+        format!(
+            "CHAT_BRIDGE_LOG={value:?} is not a log filter{why}: use a level (error, warn, info, debug, trace) or directives such as \"info,chat_bridge=debug\""
+        )
+    };
+    if value.chars().all(|c| c.is_ascii_digit()) {
+        return Err(refuse(String::new()));
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(value)
+        .map_err(|e| refuse(format!(" ({e})")))
 }
 
 /// Cancelled on SIGTERM or Ctrl-C.
@@ -436,7 +458,14 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let mut cli = Cli::parse();
-    init_logging();
+    let log = std::env::var_os("CHAT_BRIDGE_LOG").map(|v| v.to_string_lossy().into_owned());
+    match log_filter(log.as_deref()) {
+        Ok(filter) => init_logging(filter),
+        Err(e) => {
+            eprintln!("chat-bridge: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = match cli.command.take() {
         // The standalone agent reads its flags, not the bridge's configuration.
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
@@ -478,6 +507,19 @@ async fn run_command(cfg: &Config, command: Option<Command>) -> anyhow::Result<(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn s3_a_log_filter_that_is_not_one_is_a_start_up_error_naming_the_variable() {
+        for bad in ["1", "0", "info,=,==", "chat_bridge=loud"] {
+            let e = super::log_filter(Some(bad)).expect_err(bad);
+            assert!(e.starts_with("CHAT_BRIDGE_LOG="), "{e}");
+            assert!(e.contains("use a level"), "{e}");
+        }
+        for good in ["info", "warn,chat_bridge=debug", "", " trace "] {
+            assert!(super::log_filter(Some(good)).is_ok(), "{good}");
+        }
+        assert!(super::log_filter(None).is_ok());
+    }
+
     use clap::Parser;
 
     use super::*;

@@ -68,8 +68,10 @@ fn as_typed(sent: &str) -> String {
 
 /// A result that reaches the turn only through a load's replay ended while the connection was down:
 /// the daemon's own words for a call it lost ("The tool had already completed; its output was
-/// discarded.") would mislead, so the thread hears what the bridge knows first.
-pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
+/// discarded.") would mislead, so the thread hears what the bridge knows first — for a turn
+/// `resumed` after a restart, that the bridge restarted; a cancel then is the bridge's connection
+/// closing, and the daemon's words for it are left out.
+pub fn lost_while_running(event: DaemonEvent, resumed: bool) -> DaemonEvent {
     match event {
         DaemonEvent::ToolFinished {
             session,
@@ -78,6 +80,13 @@ pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
         } if result.outcome != daemon_client::Outcome::Completed => {
             let theirs = result.summary.take();
             result.summary = Some(match theirs {
+                _ if resumed && result.outcome == daemon_client::Outcome::Cancelled => {
+                    "The bridge restarted while this ran; the agent stopped it when the bridge's connection closed.".to_owned()
+                }
+                Some(t) if resumed && !t.trim().is_empty() => format!(
+                    "The bridge restarted while this ran; the agent reports: {t}"
+                ),
+                _ if resumed => "The bridge restarted while this ran.".to_owned(),
                 Some(t) if !t.trim().is_empty() => format!(
                     "The connection to the agent was lost while this ran (the agent restarted or the network dropped); the agent reports: {t}"
                 ),
@@ -90,6 +99,26 @@ pub fn lost_while_running(event: DaemonEvent) -> DaemonEvent {
             }
         }
         other => other,
+    }
+}
+
+/// For a turn taken back after a restart: a replayed result saying the daemon cancelled the last
+/// call still running — it did so when the bridge's connection died, so nothing of the turn runs
+/// any more and its end (which the daemon does not replay) will never come (D6).
+#[must_use]
+pub fn resumed_cancelled(
+    turn: &TurnState,
+    event: &DaemonEvent,
+) -> Option<(daemon_client::ToolCallId, daemon_client::ToolResult)> {
+    match event {
+        DaemonEvent::ToolFinished { call, result, .. }
+            if turn.resumed
+                && result.outcome == daemon_client::Outcome::Cancelled
+                && turn.tools.keys().all(|c| c == call) =>
+        {
+            Some((call.clone(), result.clone()))
+        }
+        _ => None,
     }
 }
 

@@ -66,6 +66,10 @@ pub struct State {
 /// What a thread hears about a prompt the bridge's restart cut off (D6).
 pub const CUT_OFF_TEXT: &str = "The bridge restarted just after this message reached the agent, and the agent dropped it unfinished: it is marked interrupted and was not re-run; send it again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
 
+/// What a thread hears when a turn taken back after a restart is found cancelled in the load's
+/// replay: the daemon stopped its command when the bridge's connection died (D6).
+pub const RESUMED_CANCELLED_TEXT: &str = "The bridge restarted while this command ran, and the agent stopped it when the bridge's connection closed: the turn is marked interrupted and was not re-run; send the message again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+
 /// Why the thread continues in a new session after a turn that was cut off (D6).
 pub const FRESH_SESSION_TEXT: &str = "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
 
@@ -123,6 +127,11 @@ pub enum DaemonStep {
     CutOff,
     /// The answer so far streams into draft `seq` (R5).
     Draft(usize, String),
+    /// A turn taken back after a restart learns from the load's replay that the daemon cancelled
+    /// its last running call when the bridge's connection died: the daemon will not go on with it,
+    /// so the call is finished, the turn ends at once as interrupted (not re-run) and what waits
+    /// behind it runs (D6).
+    ResumedCancelled(ToolCallId, ToolResult),
 }
 
 /// What becomes of a prompt.
@@ -255,6 +264,14 @@ impl State {
                     Effect::EndTurnAs(TurnStatus::Interrupted),
                 ],
                 DaemonStep::Draft(seq, text) => vec![Effect::Draft(seq, text)],
+                DaemonStep::ResumedCancelled(call, result) => vec![
+                    Effect::FinishTool(call, result),
+                    Effect::Notice(
+                        crate::channel::Tone::Warning,
+                        RESUMED_CANCELLED_TEXT.to_owned(),
+                    ),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ],
             },
             Event::Timer => {
                 let resumed = self.turn.as_ref().is_some_and(|t| t.resumed);
@@ -580,7 +597,16 @@ impl State {
                     }
                     return DaemonStep::Nothing;
                 }
-                Some(turn) if replay::is_news(turn, &event) => replay::lost_while_running(*event),
+                Some(turn) if replay::is_news(turn, &event) => {
+                    let event = replay::lost_while_running(*event, turn.resumed);
+                    if let Some((call, result)) = replay::resumed_cancelled(turn, &event) {
+                        // D6: nothing of this turn runs any more; its prompt may sit unanswered
+                        // in the session.
+                        self.abandon_session = true;
+                        return DaemonStep::ResumedCancelled(call, result);
+                    }
+                    event
+                }
                 _ => return DaemonStep::Nothing,
             },
             e => e,

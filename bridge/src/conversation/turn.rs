@@ -256,12 +256,37 @@ impl Queue {
     }
 }
 
-/// The notice a full queue gets.
+/// The notice a full queue gets; `unreachable`: nothing runs, the queue holds messages waiting for
+/// the agent to come back (L7).
 #[must_use]
-pub fn queue_full_text(waiting: usize) -> String {
+pub fn queue_full_text(waiting: usize, unreachable: bool) -> String {
+    let messages = plural(waiting, "message", "messages");
+    if unreachable {
+        return format!(
+            "The agent is unreachable and {waiting} {messages} are already queued; this one was not queued. Send it again once the agent is back, or `/cancel` what is queued."
+        );
+    }
     format!(
-        "The queue is full ({waiting} messages waiting for the running turn). Wait for it to finish, or `/cancel` it."
+        "The queue is full ({waiting} {messages} waiting for the running turn); this one was not queued. Wait for the turn to finish, or `/cancel` it."
     )
+}
+
+/// `n` and the noun that fits it.
+#[must_use]
+pub fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// `/status` while the daemon connection is down says so (L7): what is queued runs when it is back.
+#[must_use]
+pub fn status_with_outage(mut text: String, daemon_down: bool) -> String {
+    if daemon_down {
+        text.push_str(
+            "
+The agent is unreachable; queued messages run when it is back.",
+        );
+    }
+    text
 }
 
 /// L3: what the thread is told when a limit fires; a turn taken back after a restart whose end was
@@ -272,8 +297,8 @@ pub fn stall_text(stall: &Stall, resumed: bool) -> (String, bool) {
         return (
             format!(
                 "No word from the agent for {} after the bridge restarted; this turn's end was not seen, so it is marked interrupted and was not re-run. {}",
-                super::state::FRESH_SESSION_TEXT,
-                human_duration(stall.silent_for)
+                human_duration(stall.silent_for),
+                super::state::FRESH_SESSION_TEXT
             ),
             true,
         );
@@ -301,10 +326,19 @@ pub fn status_text(
     now: Instant,
 ) -> String {
     let Some(t) = turn else {
-        return format!(
+        let mut s = format!(
             "Idle. Session: {}.",
             session.map_or("none yet".to_owned(), ToString::to_string)
         );
+        // Held during an outage (L7): nothing runs, yet messages wait.
+        if queued > 0 {
+            let noun = plural(queued, "message", "messages");
+            s.push_str(&format!(
+                "
+{queued} {noun} queued."
+            ));
+        }
+        return s;
     };
     let mut s = format!(
         "A turn is running ({} so far).",

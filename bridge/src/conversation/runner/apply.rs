@@ -147,7 +147,9 @@ impl Runner {
                 Ok(())
             }
             Effect::QueueFull(waiting) => {
-                self.notice(Tone::Warning, &queue_full_text(waiting)).await
+                let unreachable = self.state.daemon_down || self.state.turn.is_none();
+                self.notice(Tone::Warning, &queue_full_text(waiting, unreachable))
+                    .await
             }
             // Only the five above come of a prompt; anything else is carried out as usual.
             other => Box::pin(self.apply(other)).await,

@@ -92,7 +92,10 @@ impl Runner {
                         .await;
                 }
                 let extra = if n > 0 {
-                    format!(" ({n} queued messages dropped)")
+                    format!(
+                        " ({n} queued {} dropped)",
+                        crate::conversation::turn::plural(n, "message", "messages")
+                    )
                 } else {
                     String::new()
                 };
@@ -149,6 +152,7 @@ impl Runner {
             running_for,
             tokio::time::Instant::now(),
         );
+        let text = crate::conversation::turn::status_with_outage(text, self.state.daemon_down);
         self.notice(Tone::Neutral, &text).await
     }
 

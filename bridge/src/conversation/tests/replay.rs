@@ -243,3 +243,79 @@ fn d6_a_resumed_prompt_the_daemon_ended_with_nothing_done_is_interrupted_not_re_
     );
     assert!(s.abandon_session);
 }
+
+/// D6 (outside tester's report, item 1): the bridge is killed while a command runs; qwen cancels
+/// the command when the connection dies and does not replay the turn's end. The resumed turn reads
+/// the cancel in the load's replay and ends at once as interrupted, so the queued follow-up runs —
+/// no idle-limit wait, and a second restart (a new `State`, the same replay) ends it at once too.
+#[test]
+fn d6_a_resumed_turn_whose_command_the_replay_shows_cancelled_ends_at_once() {
+    use crate::conversation::effects::Effect;
+    use crate::conversation::event::{Event, TurnStatus};
+    let c = cfg();
+    for _restart in 0..2 {
+        let clock = Clock::new();
+        let mut s = running(&clock, &c);
+        s.turn.as_mut().expect("turn").resumed = true;
+        let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+        let _ = s.on_daemon(replayed(started(1, "sleep 30")), clock.now(), &c);
+        s.tool_running(call(1), "sleep 30".into(), clock.now(), true);
+        let mut cancelled = result(Outcome::Cancelled);
+        cancelled.summary =
+            Some("The tool had already completed; its output was discarded.".into());
+        let effects = s.handle(
+            Event::Daemon(replayed(DaemonEvent::ToolFinished {
+                session: session(),
+                call: call(1),
+                result: cancelled,
+            })),
+            clock.now(),
+            &c,
+        );
+        let [
+            Effect::FinishTool(finished, r),
+            Effect::Notice(_, notice),
+            Effect::EndTurnAs(TurnStatus::Interrupted),
+        ] = effects.as_slice()
+        else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(finished, &call(1));
+        assert_eq!(
+            r.summary.as_deref(),
+            Some(
+                "The bridge restarted while this ran; the agent stopped it when the bridge's connection closed."
+            ),
+            "the daemon's 'had already completed' is not repeated"
+        );
+        assert!(
+            notice.contains("marked interrupted and was not re-run"),
+            "{notice}"
+        );
+        assert!(s.abandon_session, "the next message opens a new session");
+    }
+}
+
+/// D6: a cancel replayed while another call of the resumed turn still runs does not end the turn.
+#[test]
+fn d6_a_replayed_cancel_with_another_call_running_does_not_end_the_turn() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+    for n in [1, 2] {
+        let _ = s.on_daemon(replayed(started(n, "sleep")), clock.now(), &c);
+        s.tool_running(call(n), "sleep".into(), clock.now(), true);
+    }
+    let step = s.on_daemon(
+        replayed(DaemonEvent::ToolFinished {
+            session: session(),
+            call: call(1),
+            result: result(Outcome::Cancelled),
+        }),
+        clock.now(),
+        &c,
+    );
+    assert!(matches!(step, DaemonStep::ToolFinished(..)), "{step:?}");
+}

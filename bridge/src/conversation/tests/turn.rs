@@ -237,7 +237,8 @@ fn queue_full_refuses_past_the_cap_and_keeps_order() {
     assert_eq!(q.pop().map(|q| q.text), Some("prompt 2".into()));
     assert_eq!(q.pop().map(|q| q.text), Some("prompt 4".into()));
     assert!(q.is_empty());
-    assert!(queue_full_text(2).starts_with("The queue is full (2 messages waiting"));
+    assert!(queue_full_text(2, false).starts_with("The queue is full (2 messages waiting"));
+    assert!(queue_full_text(1, false).starts_with("The queue is full (1 message waiting"));
 }
 
 #[test]
@@ -285,7 +286,15 @@ fn d3_a_resumed_turn_that_stays_silent_is_closed_as_interrupted() {
     };
     let (text, interrupted) = stall_text(&stall, true);
     assert!(interrupted);
-    assert!(text.contains("after the bridge restarted"), "{text}");
+    // The duration sits after "for", the session notice at the end (the outside tester saw them
+    // swapped).
+    assert_eq!(
+        text,
+        format!(
+            "No word from the agent for 2m 0s after the bridge restarted; this turn's end was not seen, so it is marked interrupted and was not re-run. {}",
+            crate::conversation::state::FRESH_SESSION_TEXT
+        )
+    );
 }
 
 #[test]
@@ -308,5 +317,25 @@ fn status_says_idle_with_the_session_or_what_runs() {
     assert_eq!(
         text,
         "A turn is running (1m 30s so far).\n• make — running for 1m 15s, no output yet\n2 messages queued."
+    );
+}
+
+/// L7 (outside tester's report, item 5): during an outage nothing runs; a full queue says the agent
+/// is unreachable and that this message was not queued, and `/status` says the agent is unreachable.
+#[test]
+fn l7_a_full_queue_during_an_outage_says_the_agent_is_unreachable_and_this_message_was_not_queued()
+{
+    assert_eq!(
+        queue_full_text(5, true),
+        "The agent is unreachable and 5 messages are already queued; this one was not queued. Send it again once the agent is back, or `/cancel` what is queued."
+    );
+    let clock = Clock::new();
+    let text = crate::conversation::turn::status_with_outage(
+        status_text(None, Some(&session()), 2, secs(0), clock.now()),
+        true,
+    );
+    assert_eq!(
+        text,
+        "Idle. Session: s1.\n2 messages queued.\nThe agent is unreachable; queued messages run when it is back."
     );
 }
