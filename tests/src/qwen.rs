@@ -329,3 +329,17 @@ impl Drop for QwenStdio {
         let _ = self.model.wait();
     }
 }
+
+/// One real qwen daemon at a time within a test binary. A daemon restarted on its port (after a
+/// stop or a kill) finds that port taken when another test's daemon, starting meanwhile on port 0,
+/// was handed the port just freed; on two cores more daemons at once also make start.sh's wait for
+/// one to listen miss its deadline.
+static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Waits for the slot; hold it for the test's life.
+///
+/// # Panics
+/// Never in practice (the semaphore is never closed).
+pub async fn slot() -> tokio::sync::SemaphorePermit<'static> {
+    SLOTS.acquire().await.expect("never closed")
+}

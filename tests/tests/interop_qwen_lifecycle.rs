@@ -56,6 +56,7 @@ async fn settle(app: &Application) {
 /// runs without `/new`, in `yolo` mode (no approval asked), and its answer is only the new text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l6_a_thread_survives_a_daemon_restart_with_its_mode_and_without_replayed_history() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
     init_tracing();
     let Some(peer) = peer() else { return };
     let dir = tempfile::tempdir().expect("tmp");
@@ -136,6 +137,7 @@ async fn l6_a_thread_survives_a_daemon_restart_with_its_mode_and_without_replaye
 /// instead of refusing every `session/new` later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
     init_tracing();
     let Some(peer) = peer() else { return };
     let dir = tempfile::tempdir().expect("tmp");
@@ -156,6 +158,7 @@ async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
 /// loaded again in `daemon.mode = yolo`: its next command runs with no approval asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l6_after_a_bridge_restart_the_resumed_thread_still_runs_in_yolo_mode() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
     init_tracing();
     let Some(peer) = peer() else { return };
     let dir = tempfile::tempdir().expect("tmp");
@@ -232,6 +235,7 @@ async fn transcript(app: &Application) -> Vec<(String, String)> {
 /// the transcript.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l7_messages_sent_while_the_daemon_is_down_run_in_order_once_it_is_back() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
     init_tracing();
     let Some(peer) = peer() else { return };
     let dir = tempfile::tempdir().expect("tmp");
@@ -329,6 +333,7 @@ async fn l7_messages_sent_while_the_daemon_is_down_run_in_order_once_it_is_back(
 /// qwen cancels the command and ends the turn itself before it goes. Either way the command is
 /// reported once and the next message in the thread runs without `/new`.
 async fn mid_command_restart(hard: bool) {
+    let _slot = chat_bridge_tests::qwen::slot().await;
     init_tracing();
     let Some(peer) = peer() else { return };
     let dir = tempfile::tempdir().expect("tmp");
