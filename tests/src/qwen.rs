@@ -89,7 +89,6 @@ impl QwenPeer {
     /// # Panics
     /// When it does not come back on the same URL.
     pub fn restart(&self) {
-        self.stop();
         let port = self
             .url
             .rsplit(':')
@@ -97,21 +96,39 @@ impl QwenPeer {
             .and_then(|p| p.split('/').next())
             .expect("port in the URL")
             .to_owned();
-        let out = Command::new("bash")
-            .arg(crate::shared_dir().join("peers/qwen/start.sh"))
-            .arg(&self.state.0)
-            .env("QWEN_PORT", &port)
-            .env("QWEN_SERVER_TOKEN", &self.token)
-            .output()
-            .expect("run start.sh");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            stdout.lines().next(),
-            Some(self.url.as_str()),
-            "qwen-code did not come back on {}: {}",
-            self.url,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // A port just freed can be held for a moment (a socket of the killed daemon's peers still
+        // closing): a start that did not come up is tried again, a few times, before failing.
+        let mut last = String::new();
+        for attempt in 0..4 {
+            self.stop();
+            if attempt > 0 {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
+            let out = Command::new("bash")
+                .arg(crate::shared_dir().join("peers/qwen/start.sh"))
+                .arg(&self.state.0)
+                .env("QWEN_PORT", &port)
+                .env("QWEN_SERVER_TOKEN", &self.token)
+                .output()
+                .expect("run start.sh");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if stdout.lines().next() == Some(self.url.as_str()) {
+                return;
+            }
+            let log = std::fs::read_to_string(self.state.0.join("daemon.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+            last = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+            eprintln!(
+                "qwen-code did not come back on {} (attempt {}): {last}",
+                self.url,
+                attempt + 1
+            );
+        }
+        panic!("qwen-code did not come back on {}: {last}", self.url);
     }
 
     /// Kills the daemon and its model with SIGKILL, as a crash would: nothing is cancelled or
