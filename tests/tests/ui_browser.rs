@@ -197,8 +197,10 @@ async fn ui_in_a_real_browser_sign_in_filter_timeline_live_view_and_inert_hostil
         .click()
         .await
         .expect("click");
+    // A click does not wait for the page it submits: wait for the answer page.
     assert!(
-        c.find(Locator::Css("p.error"))
+        c.wait()
+            .for_element(Locator::Css("p.error"))
             .await
             .expect("an error")
             .text()
