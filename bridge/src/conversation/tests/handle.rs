@@ -73,13 +73,25 @@ fn a_timer_expires_approvals_then_shows_lines_then_announces_the_stall() {
     s.approvals
         .ask(super::pending("p1", clock.now() + secs(100)));
     let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
-    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert_eq!(effects.len(), 2, "{effects:#?}");
     assert!(matches!(&effects[0], Effect::ExpireApproval(p) if p.db_id == "p1"));
     assert!(matches!(&effects[1], Effect::ShowLine(l) if l.call == call(1)));
-    assert!(matches!(
-        &effects[2],
-        Effect::Stalled { stall, resumed: false, cancel: false } if stall.kind == StallKind::Idle
-    ));
+    // The silence while the approval waited was the bridge's (L1): the idle limit counts from
+    // when it closed.
+    assert!(
+        s.handle(Event::Timer, clock.advance(secs(119)), &c)
+            .iter()
+            .all(|e| !matches!(e, Effect::Stalled { .. })),
+        "no stall before the idle limit has passed since the approval closed"
+    );
+    let effects = s.handle(Event::Timer, clock.advance(secs(1)), &c);
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Stalled { stall, resumed: false, cancel: false } if stall.kind == StallKind::Idle
+        )),
+        "{effects:#?}"
+    );
     assert!(
         s.handle(Event::Timer, clock.now(), &c).is_empty(),
         "nothing twice"
