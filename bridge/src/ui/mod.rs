@@ -55,6 +55,7 @@ pub struct Ui {
     auth_header: Option<HeaderName>,
     base_url: Option<String>,
     live_every: Duration,
+    keep_alive: Duration,
     stop: CancellationToken,
 }
 
@@ -117,14 +118,23 @@ impl Ui {
                 .as_ref()
                 .map(|u| u.trim_end_matches('/').to_owned()),
             live_every: Duration::from_secs(1),
+            keep_alive: Duration::from_secs(15),
             stop,
         })
     }
 
-    /// The live view's refresh interval (tests make it short).
+    /// The least time between two updates of the live view (default 1 s; tests make it short).
     #[must_use]
     pub fn with_live_every(mut self, every: Duration) -> Self {
         self.live_every = every;
+        self
+    }
+
+    /// How often the live view's stream sends a keep-alive comment while nothing changes (default
+    /// 15 s, under the idle timeouts of common proxies).
+    #[must_use]
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
         self
     }
 
@@ -686,59 +696,62 @@ async fn tool_output(
     }
 }
 
-async fn load_running(state: &HttpState) -> Result<render::Running, crate::store::StoreError> {
-    let mut c = state.store().conn().await?;
-    Ok(render::Running {
-        turns: turns::open(&mut c).await?,
-        calls: tool_calls::running(&mut c).await?,
-    })
+fn standby(state: &HttpState) -> bool {
+    state.status().role() == crate::replica::Role::Standby
 }
 
+/// `/ui/running`: this replica's open turns, from its memory (no store query).
 async fn running(
     State(state): State<HttpState>,
     axum::Extension(viewer): axum::Extension<Viewer>,
 ) -> Response {
-    match load_running(&state).await {
-        Ok(run) => {
-            let chrome = Chrome {
-                who: &viewer.0,
-                now: state.now_ms(),
-            };
-            page(
-                StatusCode::OK,
-                render::running(&ui(&state).redactor, chrome, &run),
-            )
-        }
-        Err(e) => store_failed(&state, &viewer, &e),
-    }
+    let live = state.status().live().snapshot();
+    let chrome = Chrome {
+        who: &viewer.0,
+        now: state.now_ms(),
+    };
+    page(
+        StatusCode::OK,
+        render::running(&ui(&state).redactor, chrome, &live, standby(&state)),
+    )
 }
 
-/// `/ui/running/events`: the live part of the page, re-rendered every `live_every` until the
-/// client goes or the bridge stops.
+/// `/ui/running/events`: the live part of the page as server-sent events — one at once, then one
+/// each time the open turns change (changes closer together than `live_every` are pushed together),
+/// a keep-alive comment while nothing changes — until the client goes or the bridge stops.
 async fn running_events(State(state): State<HttpState>) -> Response {
-    let stop = ui(&state).stop.clone();
-    let every = ui(&state).live_every;
+    let (stop, every, keep_alive) = {
+        let ui = ui(&state);
+        (ui.stop.clone(), ui.live_every, ui.keep_alive)
+    };
+    let mut changes = state.status().live().subscribe();
+    changes.mark_changed();
     let stream = futures_util::stream::unfold(
-        (state, stop, tokio::time::interval(every)),
-        |(state, stop, mut tick)| async move {
+        (state, stop, changes, true),
+        move |(state, stop, mut changes, first)| async move {
+            if !first {
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(every) => {}
+                }
+            }
             tokio::select! {
                 () = stop.cancelled() => return None,
-                _ = tick.tick() => {}
+                changed = changes.changed() => changed.ok()?,
             }
-            let html = match load_running(&state).await {
-                Ok(run) => render::running_fragment(&ui(&state).redactor, state.now_ms(), &run)
-                    .into_string(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "live view: store failure");
-                    "<p class=\"error\">The store is not answering; retrying.</p>".to_owned()
-                }
-            };
-            let event = Event::default().event("running").data(html);
-            Some((Ok::<_, Infallible>(event), (state, stop, tick)))
+            let live = state.status().live().snapshot();
+            let html =
+                render::running_fragment(&ui(&state).redactor, state.now_ms(), &live, standby(&state))
+                    .into_string();
+            let event = Event::default()
+                .event("running")
+                .id(live.version.to_string())
+                .data(html);
+            Some((Ok::<_, Infallible>(event), (state, stop, changes, false)))
         },
     );
     Sse::new(stream)
-        .keep_alive(KeepAlive::default())
+        .keep_alive(KeepAlive::new().interval(keep_alive))
         .into_response()
 }
 
