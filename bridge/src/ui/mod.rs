@@ -11,10 +11,13 @@
 //!
 //! # Layout
 //! - [`ansi`]: terminal output → inert HTML (colours kept, cursor moves and controls defused).
+//! - [`limit`]: wrong tokens on `/ui/login` limited per client address.
+//! - [`oidc`]: single sign-on (OpenID Connect, PKCE), discovery and keys cached.
 //! - [`render`]: the pages as pure functions (what the benchmark measures).
 //! - [`session`]: the signed session cookie.
 
 pub mod ansi;
+pub mod limit;
 pub mod oidc;
 pub mod render;
 pub mod session;
@@ -51,6 +54,7 @@ pub struct Ui {
     redactor: Redactor,
     sessions: Sessions,
     login_token: Option<SecretString>,
+    login_limit: limit::LoginLimit,
     oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
     base_url: Option<String>,
@@ -111,6 +115,7 @@ impl Ui {
             redactor,
             sessions: Sessions::new(key_from, ttl_ms),
             login_token: http.api_token.clone(),
+            login_limit: limit::LoginLimit::new(http.ui_login_attempts, http.ui_login_window),
             oidc,
             auth_header,
             base_url: http
@@ -245,8 +250,19 @@ struct LoginForm {
     token: String,
 }
 
+/// The client's address as the listener saw it (every client counts as one when the server was
+/// started without connection info).
+fn client_ip(
+    peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+) -> std::net::IpAddr {
+    peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
+        p.0.0.ip()
+    })
+}
+
 async fn login(
     State(state): State<HttpState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -261,17 +277,45 @@ async fn login(
             ),
         );
     };
+    let ip = client_ip(peer.as_ref());
+    let now = state.now_ms();
+    if let limit::Verdict::Refused {
+        retry_after_s,
+        first,
+    } = ui.login_limit.check(ip, now)
+    {
+        let client = limit::client_key(ip);
+        if first {
+            tracing::warn!(%client, retry_after_s, "UI sign-in refused: too many wrong tokens from this address");
+        } else {
+            tracing::debug!(%client, retry_after_s, "UI sign-in refused: too many wrong tokens from this address");
+        }
+        let minutes = retry_after_s.div_ceil(60);
+        let msg = format!(
+            "Too many wrong tokens from your address; try again in {minutes} minute{}.",
+            if minutes == 1 { "" } else { "s" }
+        );
+        let mut r = page(
+            StatusCode::TOO_MANY_REQUESTS,
+            render::login(Some(&msg), true, ui.oidc.is_some()),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        return r;
+    }
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
     if !shell_agent::auth::tokens_match(given.trim(), expected.expose_secret())
         || given.trim().is_empty()
     {
-        tracing::warn!("UI sign-in refused: wrong token");
+        ui.login_limit.failed(ip, now);
+        tracing::warn!(client = %limit::client_key(ip), "UI sign-in refused: wrong token");
         return page(
             StatusCode::UNAUTHORIZED,
             render::login(Some("Wrong token."), true, ui.oidc.is_some()),
         );
     }
-    let value = ui.sessions.issue(state.now_ms());
+    ui.login_limit.succeeded(ip);
+    let value = ui.sessions.issue(now);
     let cookie = session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, over_tls(ui, &headers));
     tracing::info!("UI sign-in with the API token");
     let mut r = Redirect::to("/ui/").into_response();

@@ -302,6 +302,24 @@ fn s3_check_config_refuses_what_startup_refuses() {
             ],
             "http.ui_session_minutes",
         ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+                ("CHAT_BRIDGE_HTTP__API_TOKEN", "t0ken-t0ken-t0ken"),
+                ("CHAT_BRIDGE_HTTP__UI_LOGIN_ATTEMPTS", "0"),
+            ],
+            "http.ui_login_attempts",
+        ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+                ("CHAT_BRIDGE_HTTP__API_TOKEN", "t0ken-t0ken-t0ken"),
+                ("CHAT_BRIDGE_HTTP__UI_LOGIN_WINDOW", "0s"),
+            ],
+            "http.ui_login_window",
+        ),
     ];
     for (extra, names) in bad {
         let err = load_with(&SLACK, extra).expect_err(names);
