@@ -719,6 +719,39 @@ mod tests {
         ));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn s_oidc3_cached_documents_expire_after_cache_for() {
+        let cache = Cache {
+            ttl: Duration::from_secs(900),
+            discovery: Mutex::new(None),
+            jwks: Mutex::new(None),
+        };
+        assert!(cache.fresh(&cache.jwks).is_none(), "nothing fetched yet");
+        cache.keep(&cache.jwks, json!({"keys": []}));
+        tokio::time::advance(Duration::from_secs(899)).await;
+        assert!(cache.fresh(&cache.jwks).is_some());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(cache.fresh(&cache.jwks).is_none(), "fetched again after cache_for");
+        let none = Cache {
+            ttl: Duration::ZERO,
+            ..cache
+        };
+        none.keep(&none.jwks, json!({"keys": []}));
+        assert!(none.fresh(&none.jwks).is_none(), "cache_for = 0 fetches every time");
+    }
+
+    #[test]
+    fn unknown_kids_are_recognised_and_only_well_formed_ones_logged() {
+        let jwks = json!({"keys": [{"kid": "k1"}, {"kty": "EC"}]});
+        assert!(names_kid(&jwks, "k1"));
+        assert!(!names_kid(&jwks, "k2"));
+        let token = |h: &Value| format!("{}.e30.sig", b64(h.to_string().as_bytes()));
+        assert_eq!(token_kid(&token(&json!({"kid": "k2"}))).as_deref(), Some("k2"));
+        assert_eq!(token_kid(&token(&json!({"kid": "a b\n"}))), None);
+        assert_eq!(token_kid(&token(&json!({"alg": "RS256"}))), None);
+        assert_eq!(token_kid("!!"), None);
+    }
+
     #[test]
     fn pkce_challenge_is_rfc7636_s256_and_pending_round_trips() {
         // RFC 7636 appendix B.

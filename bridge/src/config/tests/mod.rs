@@ -244,7 +244,7 @@ fn secret_keys_are_exactly_the_secret_typed_fields() {
 fn s3_check_config_refuses_what_startup_refuses() {
     // One path: `load` validates, and start-up and `check-config` both call it. Each bad
     // setting is refused with a message naming it.
-    let bad: [(&[(&str, &str)], &str); 16] = [
+    let bad: [(&[(&str, &str)], &str); 18] = [
         (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
         (
             &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
