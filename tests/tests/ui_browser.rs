@@ -439,7 +439,9 @@ async fn ui_in_a_real_browser_sign_in_filter_timeline_live_view_and_inert_hostil
         .await
         .expect("text");
     assert!(
-        turn_row.contains("alice") && turn_row.contains("console") && turn_row.contains("last frame"),
+        turn_row.contains("alice")
+            && turn_row.contains("console")
+            && turn_row.contains("last frame"),
         "{turn_row}"
     );
     shot(&c, "running").await;

@@ -108,32 +108,60 @@ fn s_login1_wrong_tokens_are_limited_per_address_with_429_and_retry_after_and_lo
                 assert_eq!(header(&r, "retry-after"), "420");
                 assert!(header(&r, "set-cookie").is_empty());
                 let body = r.text().await.expect("body");
-                assert!(body.contains("Too many wrong tokens from your address; try again in 7 minutes."), "{body}");
+                assert!(
+                    body.contains(
+                        "Too many wrong tokens from your address; try again in 7 minutes."
+                    ),
+                    "{body}"
+                );
             }
             // The pages stay closed meanwhile, and other routes are not limited.
             let r = http.get(format!("{base}/ui/")).send().await.expect("list");
             assert_eq!(r.status(), 303);
-            assert_eq!(http.get(format!("{base}/healthz")).send().await.expect("health").status(), 200);
+            assert_eq!(
+                http.get(format!("{base}/healthz"))
+                    .send()
+                    .await
+                    .expect("health")
+                    .status(),
+                200
+            );
             // When the oldest failure leaves the window, one more try is allowed (the other two
             // still count): the right token gets in, and that forgets the failures.
             clock.advance(Duration::from_secs(420));
             let r = post_login(&http, &base, TOKEN).await;
-            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, "/ui/".to_owned()));
+            assert_eq!(
+                (r.status().as_u16(), header(&r, "location")),
+                (303, "/ui/".to_owned())
+            );
             for _ in 0..2 {
                 assert_eq!(post_login(&http, &base, WRONG).await.status(), 401);
             }
-            assert_eq!(post_login(&http, &base, TOKEN).await.status(), 303, "two failures after a success do not block");
+            assert_eq!(
+                post_login(&http, &base, TOKEN).await.status(),
+                303,
+                "two failures after a success do not block"
+            );
             server.abort();
             store.close().await;
         });
     });
     let logs = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf8");
-    assert!(logs.contains("UI sign-in refused: wrong token") && logs.contains("client=127.0.0.1"), "{logs}");
+    assert!(
+        logs.contains("UI sign-in refused: wrong token") && logs.contains("client=127.0.0.1"),
+        "{logs}"
+    );
     let warned = logs
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("too many wrong tokens"))
         .count();
-    assert_eq!(warned, 1, "the first refusal of a block at warn, later ones at debug: {logs}");
+    assert_eq!(
+        warned, 1,
+        "the first refusal of a block at warn, later ones at debug: {logs}"
+    );
     assert!(logs.contains("retry_after_s=420"), "{logs}");
-    assert!(!logs.contains(WRONG) && !logs.contains(TOKEN), "no token in the log: {logs}");
+    assert!(
+        !logs.contains(WRONG) && !logs.contains(TOKEN),
+        "no token in the log: {logs}"
+    );
 }

@@ -49,10 +49,15 @@ impl Signer {
     fn new(kid: &str) -> Self {
         use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
         let rng = ring::rand::SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).expect("key");
+        let pkcs8 =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).expect("key");
         let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
             .expect("key");
-        Self { key, rng, kid: kid.to_owned() }
+        Self {
+            key,
+            rng,
+            kid: kid.to_owned(),
+        }
     }
 
     fn jwk(&self) -> Value {

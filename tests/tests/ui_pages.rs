@@ -378,7 +378,12 @@ impl Frames {
                     self.buf.drain(..at + 2);
                     return frame;
                 }
-                let chunk = self.r.chunk().await.expect("chunk").expect("the stream goes on");
+                let chunk = self
+                    .r
+                    .chunk()
+                    .await
+                    .expect("chunk")
+                    .expect("the stream goes on");
                 self.buf.push_str(&String::from_utf8_lossy(&chunk));
             }
         })
@@ -462,7 +467,12 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
 
     // At once: what runs now (nothing).
     let first = frames.next().await;
-    assert!(first.contains("event: running") && first.contains("id: 0") && first.contains("Nothing is running."), "{first}");
+    assert!(
+        first.contains("event: running")
+            && first.contains("id: 0")
+            && first.contains("Nothing is running."),
+        "{first}"
+    );
 
     // A turn opens with a command that heartbeats: pushed, escaped, with its liveness.
     let runner = board.runner();
@@ -500,12 +510,18 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     ] {
         assert!(opened.contains(want), "{want}: {opened}");
     }
-    assert!(!opened.contains("<script>") && !opened.contains("<img"), "{opened}");
+    assert!(
+        !opened.contains("<script>") && !opened.contains("<img"),
+        "{opened}"
+    );
 
     // Nothing changes (a publish of the same turn changes nothing): keep-alive comments only.
     board.publish(runner, "conv-1", Some(turn.clone()));
     let idle = frames.next().await;
-    assert!(idle.starts_with(':') && !idle.contains("event:"), "a keep-alive comment: {idle}");
+    assert!(
+        idle.starts_with(':') && !idle.contains("event:"),
+        "a keep-alive comment: {idle}"
+    );
 
     // Another heartbeat: pushed.
     let mut beat = turn.clone();
@@ -515,7 +531,10 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     while next.starts_with(':') {
         next = frames.next().await;
     }
-    assert!(next.contains("id: 2") && next.contains("data-heartbeats=\"7\""), "{next}");
+    assert!(
+        next.contains("id: 2") && next.contains("data-heartbeats=\"7\""),
+        "{next}"
+    );
 
     // The page itself renders the same memory.
     let page = http
@@ -527,7 +546,10 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
         .text()
         .await
         .expect("body");
-    assert!(page.contains("data-heartbeats=\"7\"") && page.contains("data-src=\"/ui/running/events\""), "{page}");
+    assert!(
+        page.contains("data-heartbeats=\"7\"") && page.contains("data-src=\"/ui/running/events\""),
+        "{page}"
+    );
 
     // The command finishes and the turn ends: pushed; and the stream ends when the bridge stops.
     board.publish(runner, "conv-1", None);
@@ -535,7 +557,10 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     while ended.starts_with(':') {
         ended = frames.next().await;
     }
-    assert!(ended.contains("id: 3") && ended.contains("Nothing is running."), "{ended}");
+    assert!(
+        ended.contains("id: 3") && ended.contains("Nothing is running."),
+        "{ended}"
+    );
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), async {
         while frames.r.chunk().await.ok().flatten().is_some() {}

@@ -154,10 +154,7 @@ impl Board {
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         let version = *self.version.borrow();
-        let mut turns: Vec<LiveTurn> = lock(&self.turns)
-            .values()
-            .map(|(_, t)| t.clone())
-            .collect();
+        let mut turns: Vec<LiveTurn> = lock(&self.turns).values().map(|(_, t)| t.clone()).collect();
         turns.sort_by(|a, b| {
             (a.started_at, &a.conversation_id).cmp(&(b.started_at, &b.conversation_id))
         });

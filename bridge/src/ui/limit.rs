@@ -76,9 +76,7 @@ impl LoginLimit {
     pub fn with_cap(attempts: u32, window: Duration, cap: usize) -> Self {
         Self {
             attempts: usize::try_from(attempts.max(1)).unwrap_or(usize::MAX),
-            window_ms: i64::try_from(window.as_millis())
-                .unwrap_or(i64::MAX)
-                .max(1),
+            window_ms: i64::try_from(window.as_millis()).unwrap_or(i64::MAX).max(1),
             clients: Mutex::new(HashMap::new()),
             cap: cap.max(1),
         }

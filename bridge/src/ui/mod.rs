@@ -784,9 +784,13 @@ async fn running_events(State(state): State<HttpState>) -> Response {
                 changed = changes.changed() => changed.ok()?,
             }
             let live = state.status().live().snapshot();
-            let html =
-                render::running_fragment(&ui(&state).redactor, state.now_ms(), &live, standby(&state))
-                    .into_string();
+            let html = render::running_fragment(
+                &ui(&state).redactor,
+                state.now_ms(),
+                &live,
+                standby(&state),
+            )
+            .into_string();
             let event = Event::default()
                 .event("running")
                 .id(live.version.to_string())

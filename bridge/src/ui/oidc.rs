@@ -731,13 +731,19 @@ mod tests {
         tokio::time::advance(Duration::from_secs(899)).await;
         assert!(cache.fresh(&cache.jwks).is_some());
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(cache.fresh(&cache.jwks).is_none(), "fetched again after cache_for");
+        assert!(
+            cache.fresh(&cache.jwks).is_none(),
+            "fetched again after cache_for"
+        );
         let none = Cache {
             ttl: Duration::ZERO,
             ..cache
         };
         none.keep(&none.jwks, json!({"keys": []}));
-        assert!(none.fresh(&none.jwks).is_none(), "cache_for = 0 fetches every time");
+        assert!(
+            none.fresh(&none.jwks).is_none(),
+            "cache_for = 0 fetches every time"
+        );
     }
 
     #[test]
@@ -746,7 +752,10 @@ mod tests {
         assert!(names_kid(&jwks, "k1"));
         assert!(!names_kid(&jwks, "k2"));
         let token = |h: &Value| format!("{}.e30.sig", b64(h.to_string().as_bytes()));
-        assert_eq!(token_kid(&token(&json!({"kid": "k2"}))).as_deref(), Some("k2"));
+        assert_eq!(
+            token_kid(&token(&json!({"kid": "k2"}))).as_deref(),
+            Some("k2")
+        );
         assert_eq!(token_kid(&token(&json!({"kid": "a b\n"}))), None);
         assert_eq!(token_kid(&token(&json!({"alg": "RS256"}))), None);
         assert_eq!(token_kid("!!"), None);

@@ -32,10 +32,13 @@ fn l5_output_age_comes_from_the_heartbeat_when_it_says() {
     let mut clock = Clock::new();
     let mut t = ToolState::new("make".into(), clock.now());
     t.last_output = Some(clock.now());
-    t.heartbeat(ShellProgress {
-        last_output_age_ms: Some(4_000),
-        ..ShellProgress::default()
-    }, clock.now());
+    t.heartbeat(
+        ShellProgress {
+            last_output_age_ms: Some(4_000),
+            ..ShellProgress::default()
+        },
+        clock.now(),
+    );
     let (_, age) = t
         .progress_line(clock.advance(secs(20)), secs(15), secs(30))
         .expect("due");
