@@ -143,6 +143,66 @@ fn s_login1_wrong_tokens_are_limited_per_address_with_429_and_retry_after_and_lo
                 "two failures after a success do not block"
             );
             server.abort();
+
+            // Behind a proxy (`http.ui_client_ip_header`): counted per the address the proxy
+            // appended — the last entry — whatever the client wrote before it.
+            let http_cfg = chat_bridge::config::Http {
+                ui_login_attempts: 2,
+                ui_client_ip_header: Some("X-Forwarded-For".into()),
+                ..http_cfg
+            };
+            let ui = chat_bridge::ui::Ui::new(
+                &http_cfg,
+                chat_bridge::core::redact::Redactor::default(),
+                CancellationToken::new(),
+            )
+            .expect("ui");
+            let state = HttpState::new(store.clone(), Arc::default(), Some(TOKEN.into()))
+                .with_ui(ui)
+                .with_clock(clock.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let base = format!("http://{}", listener.local_addr().expect("addr"));
+            let service =
+                router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+            let server = tokio::spawn(async move { axum::serve(listener, service).await });
+            let via = |xff: Option<&str>| {
+                let mut r = http
+                    .post(format!("{base}/ui/login"))
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(serde_urlencoded::to_string([("token", WRONG)]).expect("form"));
+                if let Some(x) = xff {
+                    r = r.header("x-forwarded-for", x);
+                }
+                r.send()
+            };
+            for _ in 0..2 {
+                assert_eq!(via(Some("203.0.113.7")).await.expect("login").status(), 401);
+            }
+            assert_eq!(via(Some("203.0.113.7")).await.expect("login").status(), 429);
+            assert_eq!(
+                via(Some("198.51.100.9, 203.0.113.7"))
+                    .await
+                    .expect("login")
+                    .status(),
+                429,
+                "a made-up entry before the proxy's does not escape"
+            );
+            assert_eq!(
+                via(Some("203.0.113.7, 198.51.100.1"))
+                    .await
+                    .expect("login")
+                    .status(),
+                401,
+                "another client behind the same proxy has its own allowance"
+            );
+            assert_eq!(
+                via(None).await.expect("login").status(),
+                401,
+                "no header: the peer"
+            );
+            server.abort();
             store.close().await;
         });
     });
@@ -156,10 +216,14 @@ fn s_login1_wrong_tokens_are_limited_per_address_with_429_and_retry_after_and_lo
         .filter(|l| l.contains("WARN") && l.contains("too many wrong tokens"))
         .count();
     assert_eq!(
-        warned, 1,
+        warned, 2,
         "the first refusal of a block at warn, later ones at debug: {logs}"
     );
     assert!(logs.contains("retry_after_s=420"), "{logs}");
+    assert!(
+        logs.contains("client=203.0.113.7") && logs.contains("client=198.51.100.1"),
+        "{logs}"
+    );
     assert!(
         !logs.contains(WRONG) && !logs.contains(TOKEN),
         "no token in the log: {logs}"

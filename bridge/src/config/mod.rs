@@ -252,6 +252,10 @@ pub struct Http {
     /// The window of `ui_login_attempts` (default 10 minutes).
     #[serde(deserialize_with = "duration")]
     pub ui_login_window: Duration,
+    /// A header the trusted proxy in front sets to the client's address (`X-Forwarded-For`: its
+    /// last entry, the one the proxy appended; `X-Real-IP`): sign-in attempts are counted per that
+    /// address. Unset: per TCP peer.
+    pub ui_client_ip_header: Option<String>,
     /// `[http.ui_oidc]`: single sign-on with an OpenID Connect provider; unset: off.
     pub ui_oidc: Option<UiOidc>,
     /// The OpenID Connect client secret (environment only:
@@ -311,6 +315,7 @@ impl Default for Http {
             ui_session_minutes: 720,
             ui_login_attempts: 10,
             ui_login_window: Duration::from_secs(600),
+            ui_client_ip_header: None,
             ui_oidc: None,
             ui_oidc_client_secret: None,
         }

@@ -223,6 +223,13 @@ impl Config {
                 "http.ui_auth_header must be a header name (X-Forwarded-Email), not {h:?}"
             ));
         }
+        if let Some(h) = &self.http.ui_client_ip_header
+            && axum::http::HeaderName::from_bytes(h.trim().as_bytes()).is_err()
+        {
+            problems.push(format!(
+                "http.ui_client_ip_header must be a header name (X-Forwarded-For), not {h:?}"
+            ));
+        }
         if let Some(u) = &self.http.ui_url
             && !(u.starts_with("https://") || u.starts_with("http://"))
         {

@@ -57,6 +57,7 @@ pub struct Ui {
     login_limit: limit::LoginLimit,
     oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
+    client_ip_header: Option<HeaderName>,
     base_url: Option<String>,
     live_every: Duration,
     keep_alive: Duration,
@@ -91,6 +92,12 @@ impl Ui {
             .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
             .transpose()
             .map_err(|_| anyhow::anyhow!("http.ui_auth_header is not a header name"))?;
+        let client_ip_header = http
+            .ui_client_ip_header
+            .as_deref()
+            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+            .transpose()
+            .map_err(|_| anyhow::anyhow!("http.ui_client_ip_header is not a header name"))?;
         let ttl_ms = i64::try_from(http.ui_session_minutes.max(1).saturating_mul(60_000))
             .unwrap_or(i64::MAX);
         let oidc = http
@@ -118,6 +125,7 @@ impl Ui {
             login_limit: limit::LoginLimit::new(http.ui_login_attempts, http.ui_login_window),
             oidc,
             auth_header,
+            client_ip_header,
             base_url: http
                 .ui_url
                 .as_ref()
@@ -250,13 +258,23 @@ struct LoginForm {
     token: String,
 }
 
-/// The client's address as the listener saw it (every client counts as one when the server was
-/// started without connection info).
+/// The client's address: from `http.ui_client_ip_header` when it is set and the request carries a
+/// parseable one (of `X-Forwarded-For`, the last entry: the one the trusted proxy appended, not those
+/// the client sent), else the TCP peer's (every client counts as one when the server was started
+/// without connection info).
 fn client_ip(
+    ui: &Ui,
+    headers: &HeaderMap,
     peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> std::net::IpAddr {
-    peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
-        p.0.0.ip()
+    let from_proxy = ui.client_ip_header.as_ref().and_then(|h| {
+        let v = headers.get_all(h).iter().last()?.to_str().ok()?;
+        v.rsplit(',').next()?.trim().parse().ok()
+    });
+    from_proxy.unwrap_or_else(|| {
+        peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
+            p.0.0.ip()
+        })
     })
 }
 
@@ -277,7 +295,7 @@ async fn login(
             ),
         );
     };
-    let ip = client_ip(peer.as_ref());
+    let ip = client_ip(ui, &headers, peer.as_ref());
     let now = state.now_ms();
     if let limit::Verdict::Refused {
         retry_after_s,

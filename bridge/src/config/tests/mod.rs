@@ -244,7 +244,7 @@ fn secret_keys_are_exactly_the_secret_typed_fields() {
 fn s3_check_config_refuses_what_startup_refuses() {
     // One path: `load` validates, and start-up and `check-config` both call it. Each bad
     // setting is refused with a message naming it.
-    let bad: [(&[(&str, &str)], &str); 18] = [
+    let bad: [(&[(&str, &str)], &str); 19] = [
         (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
         (
             &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
@@ -319,6 +319,10 @@ fn s3_check_config_refuses_what_startup_refuses() {
                 ("CHAT_BRIDGE_HTTP__UI_LOGIN_WINDOW", "0s"),
             ],
             "http.ui_login_window",
+        ),
+        (
+            &[("CHAT_BRIDGE_HTTP__UI_CLIENT_IP_HEADER", "not a header")],
+            "http.ui_client_ip_header",
         ),
     ];
     for (extra, names) in bad {
