@@ -268,7 +268,7 @@ fn client_ip(
     peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> std::net::IpAddr {
     let from_proxy = ui.client_ip_header.as_ref().and_then(|h| {
-        let v = headers.get_all(h).iter().last()?.to_str().ok()?;
+        let v = headers.get_all(h).iter().next_back()?.to_str().ok()?;
         v.rsplit(',').next()?.trim().parse().ok()
     });
     from_proxy.unwrap_or_else(|| {
