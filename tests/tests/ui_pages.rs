@@ -227,13 +227,16 @@ on_both! {
         let events = get("/ui/running/events", c).await.expect("events");
         assert_eq!(header(&events, "content-type"), "text/event-stream");
         let mut events = events;
-        run_approved(&app, &rec, "sleep 1.5; echo slept", "t-3").await;
+        run_approved(&app, &rec, "sleep 2.5; echo slept", "t-3").await;
         let mut text = String::new();
         let mut seen_running = false;
+        // The heartbeats the bridge counted in memory, as the stream shows them.
+        let beats = |t: &str| t.split("data-heartbeats=\"").skip(1).filter_map(|s| s.split('"').next()?.parse::<u64>().ok()).max().unwrap_or(0);
         tokio::time::timeout(Duration::from_secs(20), async {
             while let Some(chunk) = events.chunk().await.expect("chunk") {
                 text.push_str(&String::from_utf8_lossy(&chunk));
-                if !seen_running && text.contains("⏳") && text.contains("sleep 1.5") {
+                if !seen_running && text.contains("⏳") && text.contains("sleep 2.5") && beats(&text) > 0 {
+                    assert!(text.contains("alice") && text.contains("console · "), "{text}");
                     seen_running = true;
                     text.clear();
                 } else if seen_running && text.contains("Nothing is running.") {
@@ -242,7 +245,7 @@ on_both! {
             }
         })
         .await
-        .expect("the live view showed the command running, then finished");
+        .expect("the live view showed the command running with its heartbeats, then finished");
         settle(&app).await;
 
         // Sign-out clears the cookie.
