@@ -443,7 +443,7 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     .expect("ui")
     .with_live_every(Duration::from_millis(20))
     .with_keep_alive(Duration::from_millis(300));
-    let state = HttpState::new(store.clone(), status, Some(TOKEN.into())).with_ui(ui);
+    let state = HttpState::new(store.clone(), status.clone(), Some(TOKEN.into())).with_ui(ui);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -563,6 +563,21 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     assert!(
         ended.contains("id: 3") && ended.contains("Nothing is running."),
         "{ended}"
+    );
+    // A standby runs nothing and says so.
+    status.set_role(chat_bridge::replica::Role::Standby);
+    let page = http
+        .get(format!("{base}/ui/running"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains("This replica is standing by") && page.contains("Nothing is running."),
+        "{page}"
     );
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), async {
