@@ -507,6 +507,7 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
         "slack · C-ops",
         "42 lines",
         "1 queued",
+        " UTC is a stall",
         "ago",
         "href=\"/ui/tool-calls/sess-1%2Fcall-1\"",
         "href=\"/ui/conversations/conv-1#turn-2\"",

@@ -672,6 +672,7 @@ pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) 
                     td.liveness {
                         @if t.stalled { "⚠ stalled" } @else if t.cancelling { "cancelling" } @else {
                             "last frame " span.elapsed data-ms=(now - t.last_frame) data-suffix=" ago" { (duration(now - t.last_frame)) " ago" }
+                            @if let Some(at) = t.stall_at { " · silent until " span.t { (time(at).get(11..19).unwrap_or("")) } " UTC is a stall" }
                         }
                         @if t.queued > 0 { " · " (t.queued) " queued" }
                     }
