@@ -62,6 +62,10 @@ impl HttpState {
         self.ui.as_deref()
     }
 
+    pub(crate) fn status(&self) -> &Arc<Status> {
+        &self.status
+    }
+
     pub(crate) fn store(&self) -> &Store {
         &self.store
     }

@@ -67,6 +67,7 @@ pub struct Status {
     requests_only_when_active: std::sync::atomic::AtomicBool,
     core: OnceLock<Arc<Core>>,
     channel: OnceLock<Arc<dyn Channel>>,
+    live: Arc<crate::core::live::Board>,
 }
 
 impl std::fmt::Debug for Status {
@@ -119,6 +120,12 @@ impl Status {
             return (false, body);
         }
         (ready, body)
+    }
+
+    /// The open turns this replica runs (empty while it stands by), for the live view.
+    #[must_use]
+    pub fn live(&self) -> &Arc<crate::core::live::Board> {
+        &self.live
     }
 
     /// The core and channel of the active replica, for readiness.

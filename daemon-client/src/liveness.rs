@@ -230,6 +230,12 @@ impl Liveness {
         self.first_cause
     }
 
+    /// When the last frame of the turn's session arrived (heartbeats included, L1).
+    #[must_use]
+    pub fn last_frame(&self) -> Instant {
+        self.last_frame
+    }
+
     /// Whether a limit has fired during this turn.
     #[must_use]
     pub fn is_stalled(&self) -> bool {

@@ -427,8 +427,23 @@ async fn ui_in_a_real_browser_sign_in_filter_timeline_live_view_and_inert_hostil
         .for_element(Locator::Css("#no-turns"))
         .await
         .expect("nothing running");
-    run_approved(&app, &rec, "sleep 2; echo slept", "t-3").await;
-    wait_until(&c, "the running command", "return document.querySelector('#running-calls') !== null && document.querySelector('#running-calls').textContent.includes('sleep 2')").await;
+    run_approved(&app, &rec, "sleep 3; echo slept", "t-3").await;
+    wait_until(&c, "the running command", "return document.querySelector('#running-calls') !== null && document.querySelector('#running-calls').textContent.includes('sleep 3')").await;
+    // From the bridge's own memory: who asked, where, and the command's heartbeats as they come.
+    wait_until(&c, "a heartbeat of the running command", "const r = document.querySelector('#running-calls tr[data-heartbeats]'); return r !== null && Number(r.dataset.heartbeats) > 0 && r.textContent.includes(' ago')").await;
+    let turn_row = c
+        .find(Locator::Css("#open-turns tbody tr"))
+        .await
+        .expect("the open turn")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        turn_row.contains("alice")
+            && turn_row.contains("console")
+            && turn_row.contains("last frame"),
+        "{turn_row}"
+    );
     shot(&c, "running").await;
     wait_until(
         &c,

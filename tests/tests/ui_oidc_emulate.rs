@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -38,10 +38,61 @@ impl Drop for Emulator {
     }
 }
 
+/// A signing key of the test's own: the provider's key after a rotation.
+struct Signer {
+    key: ring::signature::EcdsaKeyPair,
+    rng: ring::rand::SystemRandom,
+    kid: String,
+}
+
+impl Signer {
+    fn new(kid: &str) -> Self {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).expect("key");
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .expect("key");
+        Self {
+            key,
+            rng,
+            kid: kid.to_owned(),
+        }
+    }
+
+    fn jwk(&self) -> Value {
+        use ring::signature::KeyPair;
+        let pk = self.key.public_key().as_ref();
+        serde_json::json!({"kty": "EC", "crv": "P-256", "kid": self.kid, "use": "sig", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(&pk[1..33]), "y": URL_SAFE_NO_PAD.encode(&pk[33..65])})
+    }
+
+    /// The same claims, signed by this key instead.
+    fn resign(&self, token: &str) -> String {
+        let payload = token.split('.').nth(1).expect("payload");
+        let header = serde_json::json!({"alg": "ES256", "kid": self.kid, "typ": "JWT"});
+        let input = format!("{}.{payload}", URL_SAFE_NO_PAD.encode(header.to_string()));
+        let sig = self.key.sign(&self.rng, input.as_bytes()).expect("sign");
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+    }
+}
+
+/// How the proxy plays the provider's keys.
+#[derive(Default)]
+struct Keys {
+    /// ID tokens are re-signed by this key …
+    signer: Option<Signer>,
+    /// … which the keys document lists (a rotation) or not (a forger).
+    published: bool,
+}
+
 #[derive(Clone)]
 struct Proxy {
     upstream: String,
     tamper: Arc<AtomicBool>,
+    keys: Arc<std::sync::Mutex<Keys>>,
+    discovery_fetches: Arc<AtomicUsize>,
+    key_fetches: Arc<AtomicUsize>,
     http: reqwest::Client,
 }
 
@@ -55,6 +106,13 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    if uri.path().ends_with("/.well-known/openid-configuration") {
+        p.discovery_fetches.fetch_add(1, Ordering::SeqCst);
+    }
+    let keys_doc = uri.path().ends_with("/v1/keys");
+    if keys_doc {
+        p.key_fetches.fetch_add(1, Ordering::SeqCst);
+    }
     let mut req = p.http.request(method, format!("{}{path}", p.upstream));
     for name in ["content-type", "authorization", "accept"] {
         if let Some(v) = headers.get(name) {
@@ -81,6 +139,21 @@ async fn forward(
         answer["id_token"] = format!("{}.{forged}.{}", parts[0], parts[2]).into();
         body = answer.to_string().into_bytes();
     }
+    let keys = p.keys.lock().expect("lock");
+    if let Some(signer) = &keys.signer {
+        if uri.path().ends_with("/v1/token") {
+            let mut answer: Value = serde_json::from_slice(&body).expect("token answer");
+            let token = answer["id_token"].as_str().expect("id_token").to_owned();
+            answer["id_token"] = signer.resign(&token).into();
+            body = answer.to_string().into_bytes();
+        }
+        if keys_doc && keys.published {
+            let mut doc: Value = serde_json::from_slice(&body).expect("keys");
+            doc["keys"].as_array_mut().expect("keys").push(signer.jwk());
+            body = doc.to_string().into_bytes();
+        }
+    }
+    drop(keys);
     (status, out, body).into_response()
 }
 
@@ -117,6 +190,9 @@ fn cookie_pair(set_cookie: &str) -> String {
 struct Rig {
     bridge: String,
     tamper: Arc<AtomicBool>,
+    keys: Arc<std::sync::Mutex<Keys>>,
+    discovery_fetches: Arc<AtomicUsize>,
+    key_fetches: Arc<AtomicUsize>,
     http: reqwest::Client,
     _emulator: Emulator,
     _dir: tempfile::TempDir,
@@ -194,9 +270,14 @@ async fn rig() -> Option<Rig> {
         .expect("start emulate");
     let emulator = Emulator(child);
     let tamper = Arc::new(AtomicBool::new(false));
+    let keys = Arc::new(std::sync::Mutex::new(Keys::default()));
+    let (discovery_fetches, key_fetches) = (Arc::default(), Arc::default());
     let proxy_state = Proxy {
         upstream: format!("http://127.0.0.1:{emu_port}"),
         tamper: tamper.clone(),
+        keys: keys.clone(),
+        discovery_fetches: Arc::clone(&discovery_fetches),
+        key_fetches: Arc::clone(&key_fetches),
         http: client(),
     };
     tokio::spawn(async move {
@@ -252,6 +333,9 @@ async fn rig() -> Option<Rig> {
     Some(Rig {
         bridge,
         tamper,
+        keys,
+        discovery_fetches,
+        key_fetches,
         http,
         _emulator: emulator,
         _dir: dir,
@@ -439,4 +523,48 @@ async fn s_oidc_emulate_okta_allowed_domain_gets_in_others_and_tampered_tokens_a
         .await
         .expect("callback");
     assert_eq!(r.status(), 400);
+}
+
+/// The provider's discovery document and keys are fetched once, not per sign-in; when the provider
+/// rotates to a key the cached set does not name, the keys are fetched again once and the new key
+/// is used from then on; a token signed by a key the provider does not publish is refused after
+/// that one fetch.
+#[tokio::test]
+async fn s_oidc_emulate_discovery_and_keys_are_cached_and_a_rotated_key_is_fetched_once() {
+    let Some(rig) = rig().await else { return };
+    let fetched = || {
+        (
+            rig.discovery_fetches.load(Ordering::SeqCst),
+            rig.key_fetches.load(Ordering::SeqCst),
+        )
+    };
+    let (r, _) = rig.sign_in("ann@example.com").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(fetched(), (1, 1), "the first sign-in fetches both");
+    let (r, _) = rig.sign_in("ann@example.com").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(fetched(), (1, 1), "the second fetches neither");
+
+    // The provider rotates: its tokens are signed by a new key, which its keys document now lists.
+    *rig.keys.lock().expect("lock") = Keys {
+        signer: Some(Signer::new("rotated-1")),
+        published: true,
+    };
+    let (r, session) = rig.sign_in("ann@example.com").await;
+    assert_eq!(r.status(), 200, "the rotated key is picked up");
+    assert_eq!(rig.list_as(&session).await.status(), 200);
+    assert_eq!(fetched(), (1, 2), "the keys, once more");
+    let (r, _) = rig.sign_in("ann@example.com").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(fetched(), (1, 2), "the new key is cached");
+
+    // A key the provider does not publish: the keys are fetched once more, then the token refused.
+    *rig.keys.lock().expect("lock") = Keys {
+        signer: Some(Signer::new("forged-1")),
+        published: false,
+    };
+    let (r, session) = rig.sign_in("ann@example.com").await;
+    assert_eq!(r.status(), 401);
+    assert!(session.is_empty());
+    assert_eq!(fetched(), (1, 3));
 }

@@ -227,13 +227,16 @@ on_both! {
         let events = get("/ui/running/events", c).await.expect("events");
         assert_eq!(header(&events, "content-type"), "text/event-stream");
         let mut events = events;
-        run_approved(&app, &rec, "sleep 1.5; echo slept", "t-3").await;
+        run_approved(&app, &rec, "sleep 2.5; echo slept", "t-3").await;
         let mut text = String::new();
         let mut seen_running = false;
+        // The heartbeats the bridge counted in memory, as the stream shows them.
+        let beats = |t: &str| t.split("data-heartbeats=\"").skip(1).filter_map(|s| s.split('"').next()?.parse::<u64>().ok()).max().unwrap_or(0);
         tokio::time::timeout(Duration::from_secs(20), async {
             while let Some(chunk) = events.chunk().await.expect("chunk") {
                 text.push_str(&String::from_utf8_lossy(&chunk));
-                if !seen_running && text.contains("⏳") && text.contains("sleep 1.5") {
+                if !seen_running && text.contains("⏳") && text.contains("sleep 2.5") && beats(&text) > 0 {
+                    assert!(text.contains("alice") && text.contains("console · "), "{text}");
                     seen_running = true;
                     text.clear();
                 } else if seen_running && text.contains("Nothing is running.") {
@@ -242,7 +245,7 @@ on_both! {
             }
         })
         .await
-        .expect("the live view showed the command running, then finished");
+        .expect("the live view showed the command running with its heartbeats, then finished");
         settle(&app).await;
 
         // Sign-out clears the cookie.
@@ -358,6 +361,231 @@ async fn ui_trusted_proxy_header_is_honoured_only_when_configured() {
         .await
         .expect("list");
     assert_eq!(r.status(), 303);
+    server.abort();
+    store.close().await;
+}
+
+/// Reads server-sent event frames (the text between blank lines) off a streaming response.
+struct Frames {
+    r: reqwest::Response,
+    buf: String,
+}
+
+impl Frames {
+    /// The next frame, within 10 s.
+    async fn next(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(at) = self.buf.find("\n\n") {
+                    let frame = self.buf[..at].to_owned();
+                    self.buf.drain(..at + 2);
+                    return frame;
+                }
+                let chunk = self
+                    .r
+                    .chunk()
+                    .await
+                    .expect("chunk")
+                    .expect("the stream goes on");
+                self.buf.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .expect("a frame within 10 s")
+    }
+}
+
+fn live_turn(tools: Vec<chat_bridge::core::live::LiveTool>) -> chat_bridge::core::live::LiveTurn {
+    let now = chat_bridge::store::now_ms();
+    chat_bridge::core::live::LiveTurn {
+        conversation_id: "conv-1".into(),
+        turn_id: "turn-1".into(),
+        seq: 2,
+        platform: "slack".into(),
+        project: "payments".into(),
+        channel: "C-ops".into(),
+        user: "<b>alice</b>".into(),
+        prompt: "make test <script>alert(1)</script>".into(),
+        started_at: now - 65_000,
+        last_frame: now - 2_000,
+        stall_at: Some(now + 118_000),
+        stalled: false,
+        cancelling: false,
+        queued: 1,
+        tools,
+    }
+}
+
+/// The live view's event stream reads the bridge's own memory (the live board conversations
+/// publish on): one event at once, one per change (never for a publish that changes nothing), a
+/// keep-alive comment while nothing changes, behind the same sign-in as the pages.
+#[tokio::test]
+async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
+    use chat_bridge::core::live::LiveTool;
+    use chat_bridge::http::{HttpState, router};
+    use tokio_util::sync::CancellationToken;
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("ui.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let status = Arc::new(chat_bridge::replica::Status::default());
+    let board = status.live().clone();
+    let http_cfg = chat_bridge::config::Http {
+        ui: true,
+        api_token: Some(TOKEN.into()),
+        ..Default::default()
+    };
+    let stop = CancellationToken::new();
+    let ui = chat_bridge::ui::Ui::new(
+        &http_cfg,
+        chat_bridge::core::redact::Redactor::default(),
+        stop.clone(),
+    )
+    .expect("ui")
+    .with_live_every(Duration::from_millis(20))
+    .with_keep_alive(Duration::from_millis(300));
+    let state = HttpState::new(store.clone(), status.clone(), Some(TOKEN.into())).with_ui(ui);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = client();
+    let events = |cookie: Option<String>| {
+        let mut r = http.get(format!("{base}/ui/running/events"));
+        if let Some(c) = cookie {
+            r = r.header("cookie", c);
+        }
+        r.send()
+    };
+    assert_eq!(events(None).await.expect("events").status(), 401);
+    let set = header(&post_login(&http, &base, TOKEN, false).await, "set-cookie");
+    let cookie = set.split(';').next().expect("cookie").to_owned();
+    let r = events(Some(cookie.clone())).await.expect("events");
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), "text/event-stream");
+    let mut frames = Frames {
+        r,
+        buf: String::new(),
+    };
+
+    // At once: what runs now (nothing).
+    let first = frames.next().await;
+    assert!(
+        first.contains("event: running")
+            && first.contains("id: 0")
+            && first.contains("Nothing is running."),
+        "{first}"
+    );
+
+    // A turn opens with a command that heartbeats: pushed, escaped, with its liveness.
+    let runner = board.runner();
+    let now = chat_bridge::store::now_ms();
+    let tool = LiveTool {
+        id: "sess-1/call-1".into(),
+        title: "make test <img src=x>".into(),
+        started_at: now - 60_000,
+        heartbeats: 6,
+        last_heartbeat: Some(now - 4_000),
+        progress: Some(daemon_client::ShellProgress {
+            total_lines: Some(42),
+            timeout_ms: Some(600_000),
+            ..Default::default()
+        }),
+        awaiting_approval: false,
+    };
+    let turn = live_turn(vec![tool.clone()]);
+    board.publish(runner, "conv-1", Some(turn.clone()));
+    let opened = frames.next().await;
+    assert!(opened.contains("id: 1"), "{opened}");
+    for want in [
+        "data-heartbeats=\"6\"",
+        "⏳",
+        "make test &lt;img src=x&gt;",
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "&lt;b&gt;alice&lt;/b&gt;",
+        "payments",
+        "slack · C-ops",
+        "42 lines",
+        "1 queued",
+        " UTC is a stall",
+        "ago",
+        "href=\"/ui/tool-calls/sess-1%2Fcall-1\"",
+        "href=\"/ui/conversations/conv-1#turn-2\"",
+    ] {
+        assert!(opened.contains(want), "{want}: {opened}");
+    }
+    assert!(
+        !opened.contains("<script>") && !opened.contains("<img"),
+        "{opened}"
+    );
+
+    // Nothing changes (a publish of the same turn changes nothing): keep-alive comments only.
+    board.publish(runner, "conv-1", Some(turn.clone()));
+    let idle = frames.next().await;
+    assert!(
+        idle.starts_with(':') && !idle.contains("event:"),
+        "a keep-alive comment: {idle}"
+    );
+
+    // Another heartbeat: pushed.
+    let mut beat = turn.clone();
+    beat.tools[0].heartbeats = 7;
+    board.publish(runner, "conv-1", Some(beat));
+    let mut next = frames.next().await;
+    while next.starts_with(':') {
+        next = frames.next().await;
+    }
+    assert!(
+        next.contains("id: 2") && next.contains("data-heartbeats=\"7\""),
+        "{next}"
+    );
+
+    // The page itself renders the same memory.
+    let page = http
+        .get(format!("{base}/ui/running"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains("data-heartbeats=\"7\"") && page.contains("data-src=\"/ui/running/events\""),
+        "{page}"
+    );
+
+    // The command finishes and the turn ends: pushed; and the stream ends when the bridge stops.
+    board.publish(runner, "conv-1", None);
+    let mut ended = frames.next().await;
+    while ended.starts_with(':') {
+        ended = frames.next().await;
+    }
+    assert!(
+        ended.contains("id: 3") && ended.contains("Nothing is running."),
+        "{ended}"
+    );
+    // A standby runs nothing and says so.
+    status.set_role(chat_bridge::replica::Role::Standby);
+    let page = http
+        .get(format!("{base}/ui/running"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains("This replica is standing by") && page.contains("Nothing is running."),
+        "{page}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while frames.r.chunk().await.ok().flatten().is_some() {}
+    })
+    .await
+    .expect("the stream ends when the bridge stops");
     server.abort();
     store.close().await;
 }

@@ -309,6 +309,7 @@ impl Application {
             wake.clone(),
             stop.clone(),
         );
+        core.set_live(status.live().clone());
         if let Some(fetch) = channel.fetcher() {
             core.set_fetch(fetch);
         }

@@ -79,7 +79,9 @@ impl Http {
         let router = crate::http::router(state);
         let stop_http = stop.clone();
         let task = tracker.spawn(async move {
-            let _ = axum::serve(listener, router)
+            // The peer's address: wrong sign-in tokens are limited per client.
+            let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            let _ = axum::serve(listener, service)
                 .with_graceful_shutdown(async move { stop_http.cancelled().await })
                 .await;
         });

@@ -246,6 +246,16 @@ pub struct Http {
     pub ui_url: Option<String>,
     /// How long a UI sign-in lasts, in minutes (default 720: 12 hours).
     pub ui_session_minutes: u64,
+    /// Wrong tokens one client address may try on `/ui/login` within `ui_login_window` before it
+    /// is refused (429) for the rest of that window (default 10).
+    pub ui_login_attempts: u32,
+    /// The window of `ui_login_attempts` (default 10 minutes).
+    #[serde(deserialize_with = "duration")]
+    pub ui_login_window: Duration,
+    /// A header the trusted proxy in front sets to the client's address (`X-Forwarded-For`: its
+    /// last entry, the one the proxy appended; `X-Real-IP`): sign-in attempts are counted per that
+    /// address. Unset: per TCP peer.
+    pub ui_client_ip_header: Option<String>,
     /// `[http.ui_oidc]`: single sign-on with an OpenID Connect provider; unset: off.
     pub ui_oidc: Option<UiOidc>,
     /// The OpenID Connect client secret (environment only:
@@ -257,7 +267,7 @@ pub struct Http {
 /// `[http.ui_oidc]`: sign-in to the history pages with the company's identity provider
 /// (authorization code flow with PKCE). Closed unless opened on purpose: at least one of the
 /// allow lists must be set, else the bridge refuses to start.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UiOidc {
     /// The provider's issuer (`https://example.okta.com`); its discovery document is
@@ -274,6 +284,24 @@ pub struct UiOidc {
     pub allowed_domains: Vec<String>,
     /// Groups let in (the ID token's `groups` claim; the `groups` scope is asked for).
     pub allowed_groups: Vec<String>,
+    /// How long the provider's discovery document and keys are kept (default 15 minutes); a
+    /// token signed by a key not among them fetches the keys again at once.
+    #[serde(deserialize_with = "duration")]
+    pub cache_for: Duration,
+}
+
+impl Default for UiOidc {
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            client_id: String::new(),
+            redirect_url: None,
+            allowed_emails: Vec::new(),
+            allowed_domains: Vec::new(),
+            allowed_groups: Vec::new(),
+            cache_for: Duration::from_secs(15 * 60),
+        }
+    }
 }
 
 impl Default for Http {
@@ -285,6 +313,9 @@ impl Default for Http {
             ui_auth_header: None,
             ui_url: None,
             ui_session_minutes: 720,
+            ui_login_attempts: 10,
+            ui_login_window: Duration::from_secs(600),
+            ui_client_ip_header: None,
             ui_oidc: None,
             ui_oidc_client_secret: None,
         }

@@ -206,6 +206,12 @@ impl Config {
             if self.http.ui_session_minutes == 0 {
                 problems.push("http.ui_session_minutes must be at least 1".into());
             }
+            if self.http.ui_login_attempts == 0 {
+                problems.push("http.ui_login_attempts must be at least 1".into());
+            }
+            if self.http.ui_login_window < std::time::Duration::from_secs(1) {
+                problems.push("http.ui_login_window must be at least 1s".into());
+            }
         }
         if let Some(o) = &self.http.ui_oidc {
             self.check_ui_oidc(o, &mut problems);
@@ -215,6 +221,13 @@ impl Config {
         {
             problems.push(format!(
                 "http.ui_auth_header must be a header name (X-Forwarded-Email), not {h:?}"
+            ));
+        }
+        if let Some(h) = &self.http.ui_client_ip_header
+            && axum::http::HeaderName::from_bytes(h.trim().as_bytes()).is_err()
+        {
+            problems.push(format!(
+                "http.ui_client_ip_header must be a header name (X-Forwarded-For), not {h:?}"
             ));
         }
         if let Some(u) = &self.http.ui_url

@@ -641,7 +641,7 @@ impl State {
                 let Some(tool) = turn.tools.get_mut(&call) else {
                     return DaemonStep::Heartbeat(None);
                 };
-                tool.heartbeat(progress);
+                tool.heartbeat(progress, now);
                 DaemonStep::Heartbeat(line(call, tool, now, after, every))
             }
             DaemonEvent::ToolOutput { call, .. } => {

@@ -23,6 +23,10 @@ pub struct ToolState {
     pub unflushed: i64,
     /// The latest progress a heartbeat carried.
     pub progress: Option<ShellProgress>,
+    /// Heartbeats seen in all (for the live view).
+    pub heartbeats: u64,
+    /// When the last one arrived.
+    pub last_heartbeat: Option<Instant>,
     /// When the counts were last handed to the store.
     pub flushed: Instant,
     /// The stored id of the approval it waits for: it is not running yet, so it shows no
@@ -41,6 +45,8 @@ impl ToolState {
             progress_shown: None,
             unflushed: 0,
             progress: None,
+            heartbeats: 0,
+            last_heartbeat: None,
             flushed: now,
             awaiting_approval: None,
         }
@@ -52,9 +58,11 @@ impl ToolState {
         self.progress.and_then(|p| serde_json::to_string(&p).ok())
     }
 
-    /// A heartbeat (F1): counted, its progress kept; nothing is shown for it.
-    pub fn heartbeat(&mut self, progress: ShellProgress) {
+    /// A heartbeat (F1) at `now`: counted, its progress kept; nothing is shown for it.
+    pub fn heartbeat(&mut self, progress: ShellProgress, now: Instant) {
         self.unflushed += 1;
+        self.heartbeats += 1;
+        self.last_heartbeat = Some(now);
         self.progress = Some(progress);
     }
 

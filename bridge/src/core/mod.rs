@@ -9,6 +9,7 @@
 //! # Layout
 //! - [`access`]: A2, A3, who may act in a thread.
 //! - [`keys`]: message keys and button values, typed.
+//! - [`live`]: the open turns as this replica holds them, for the live "running now" view.
 //! - [`redact`]: R7, secrets out of chat-bound text.
 //! - [`render`]: R1–R6 as platform-neutral messages.
 //! - `inbox`: D2 and S4 — recording, handing on and setting aside inbound events.
@@ -19,6 +20,7 @@
 pub mod access;
 pub(crate) mod inbox;
 pub mod keys;
+pub mod live;
 mod progress;
 pub mod redact;
 pub mod render;
@@ -219,6 +221,8 @@ pub struct Core {
     fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
     /// Speakers' display names, asked of the platform once per user.
     pub speakers: crate::conversation::speaker::Speakers,
+    /// Where conversations publish their open turns (the live view reads it).
+    live: std::sync::OnceLock<Arc<live::Board>>,
 }
 
 impl Core {
@@ -258,7 +262,20 @@ impl Core {
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
             fetch: std::sync::OnceLock::new(),
             speakers: crate::conversation::speaker::Speakers::default(),
+            live: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Publishes the open turns on `board` (set once, before the first conversation runs; unset:
+    /// a board of the core's own).
+    pub fn set_live(&self, board: Arc<live::Board>) {
+        let _ = self.live.set(board);
+    }
+
+    /// The board conversations publish their open turns on.
+    #[must_use]
+    pub fn live(&self) -> &Arc<live::Board> {
+        self.live.get_or_init(live::Board::shared)
     }
 
     /// Lets conversations download the files people attach (set once, by the channel's wiring).

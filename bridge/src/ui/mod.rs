@@ -11,10 +11,13 @@
 //!
 //! # Layout
 //! - [`ansi`]: terminal output → inert HTML (colours kept, cursor moves and controls defused).
+//! - [`limit`]: wrong tokens on `/ui/login` limited per client address.
+//! - [`oidc`]: single sign-on (OpenID Connect, PKCE), discovery and keys cached.
 //! - [`render`]: the pages as pure functions (what the benchmark measures).
 //! - [`session`]: the signed session cookie.
 
 pub mod ansi;
+pub mod limit;
 pub mod oidc;
 pub mod render;
 pub mod session;
@@ -51,10 +54,13 @@ pub struct Ui {
     redactor: Redactor,
     sessions: Sessions,
     login_token: Option<SecretString>,
+    login_limit: limit::LoginLimit,
     oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
+    client_ip_header: Option<HeaderName>,
     base_url: Option<String>,
     live_every: Duration,
+    keep_alive: Duration,
     stop: CancellationToken,
 }
 
@@ -86,6 +92,12 @@ impl Ui {
             .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
             .transpose()
             .map_err(|_| anyhow::anyhow!("http.ui_auth_header is not a header name"))?;
+        let client_ip_header = http
+            .ui_client_ip_header
+            .as_deref()
+            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+            .transpose()
+            .map_err(|_| anyhow::anyhow!("http.ui_client_ip_header is not a header name"))?;
         let ttl_ms = i64::try_from(http.ui_session_minutes.max(1).saturating_mul(60_000))
             .unwrap_or(i64::MAX);
         let oidc = http
@@ -110,21 +122,32 @@ impl Ui {
             redactor,
             sessions: Sessions::new(key_from, ttl_ms),
             login_token: http.api_token.clone(),
+            login_limit: limit::LoginLimit::new(http.ui_login_attempts, http.ui_login_window),
             oidc,
             auth_header,
+            client_ip_header,
             base_url: http
                 .ui_url
                 .as_ref()
                 .map(|u| u.trim_end_matches('/').to_owned()),
             live_every: Duration::from_secs(1),
+            keep_alive: Duration::from_secs(15),
             stop,
         })
     }
 
-    /// The live view's refresh interval (tests make it short).
+    /// The least time between two updates of the live view (default 1 s; tests make it short).
     #[must_use]
     pub fn with_live_every(mut self, every: Duration) -> Self {
         self.live_every = every;
+        self
+    }
+
+    /// How often the live view's stream sends a keep-alive comment while nothing changes (default
+    /// 15 s, under the idle timeouts of common proxies).
+    #[must_use]
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
         self
     }
 
@@ -235,8 +258,29 @@ struct LoginForm {
     token: String,
 }
 
+/// The client's address: from `http.ui_client_ip_header` when it is set and the request carries a
+/// parseable one (of `X-Forwarded-For`, the last entry: the one the trusted proxy appended, not those
+/// the client sent), else the TCP peer's (every client counts as one when the server was started
+/// without connection info).
+fn client_ip(
+    ui: &Ui,
+    headers: &HeaderMap,
+    peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+) -> std::net::IpAddr {
+    let from_proxy = ui.client_ip_header.as_ref().and_then(|h| {
+        let v = headers.get_all(h).iter().next_back()?.to_str().ok()?;
+        v.rsplit(',').next()?.trim().parse().ok()
+    });
+    from_proxy.unwrap_or_else(|| {
+        peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
+            p.0.0.ip()
+        })
+    })
+}
+
 async fn login(
     State(state): State<HttpState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -251,17 +295,45 @@ async fn login(
             ),
         );
     };
+    let ip = client_ip(ui, &headers, peer.as_ref());
+    let now = state.now_ms();
+    if let limit::Verdict::Refused {
+        retry_after_s,
+        first,
+    } = ui.login_limit.check(ip, now)
+    {
+        let client = limit::client_key(ip);
+        if first {
+            tracing::warn!(%client, retry_after_s, "UI sign-in refused: too many wrong tokens from this address");
+        } else {
+            tracing::debug!(%client, retry_after_s, "UI sign-in refused: too many wrong tokens from this address");
+        }
+        let minutes = retry_after_s.div_ceil(60);
+        let msg = format!(
+            "Too many wrong tokens from your address; try again in {minutes} minute{}.",
+            if minutes == 1 { "" } else { "s" }
+        );
+        let mut r = page(
+            StatusCode::TOO_MANY_REQUESTS,
+            render::login(Some(&msg), true, ui.oidc.is_some()),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        return r;
+    }
     let given = form.map(|Form(f)| f.token).unwrap_or_default();
     if !shell_agent::auth::tokens_match(given.trim(), expected.expose_secret())
         || given.trim().is_empty()
     {
-        tracing::warn!("UI sign-in refused: wrong token");
+        ui.login_limit.failed(ip, now);
+        tracing::warn!(client = %limit::client_key(ip), "UI sign-in refused: wrong token");
         return page(
             StatusCode::UNAUTHORIZED,
             render::login(Some("Wrong token."), true, ui.oidc.is_some()),
         );
     }
-    let value = ui.sessions.issue(state.now_ms());
+    ui.login_limit.succeeded(ip);
+    let value = ui.sessions.issue(now);
     let cookie = session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, over_tls(ui, &headers));
     tracing::info!("UI sign-in with the API token");
     let mut r = Redirect::to("/ui/").into_response();
@@ -686,59 +758,66 @@ async fn tool_output(
     }
 }
 
-async fn load_running(state: &HttpState) -> Result<render::Running, crate::store::StoreError> {
-    let mut c = state.store().conn().await?;
-    Ok(render::Running {
-        turns: turns::open(&mut c).await?,
-        calls: tool_calls::running(&mut c).await?,
-    })
+fn standby(state: &HttpState) -> bool {
+    state.status().role() == crate::replica::Role::Standby
 }
 
+/// `/ui/running`: this replica's open turns, from its memory (no store query).
 async fn running(
     State(state): State<HttpState>,
     axum::Extension(viewer): axum::Extension<Viewer>,
 ) -> Response {
-    match load_running(&state).await {
-        Ok(run) => {
-            let chrome = Chrome {
-                who: &viewer.0,
-                now: state.now_ms(),
-            };
-            page(
-                StatusCode::OK,
-                render::running(&ui(&state).redactor, chrome, &run),
-            )
-        }
-        Err(e) => store_failed(&state, &viewer, &e),
-    }
+    let live = state.status().live().snapshot();
+    let chrome = Chrome {
+        who: &viewer.0,
+        now: state.now_ms(),
+    };
+    page(
+        StatusCode::OK,
+        render::running(&ui(&state).redactor, chrome, &live, standby(&state)),
+    )
 }
 
-/// `/ui/running/events`: the live part of the page, re-rendered every `live_every` until the
-/// client goes or the bridge stops.
+/// `/ui/running/events`: the live part of the page as server-sent events — one at once, then one
+/// each time the open turns change (changes closer together than `live_every` are pushed together),
+/// a keep-alive comment while nothing changes — until the client goes or the bridge stops.
 async fn running_events(State(state): State<HttpState>) -> Response {
-    let stop = ui(&state).stop.clone();
-    let every = ui(&state).live_every;
+    let (stop, every, keep_alive) = {
+        let ui = ui(&state);
+        (ui.stop.clone(), ui.live_every, ui.keep_alive)
+    };
+    let mut changes = state.status().live().subscribe();
+    changes.mark_changed();
     let stream = futures_util::stream::unfold(
-        (state, stop, tokio::time::interval(every)),
-        |(state, stop, mut tick)| async move {
+        (state, stop, changes, true),
+        move |(state, stop, mut changes, first)| async move {
+            if !first {
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(every) => {}
+                }
+            }
             tokio::select! {
                 () = stop.cancelled() => return None,
-                _ = tick.tick() => {}
+                changed = changes.changed() => changed.ok()?,
             }
-            let html = match load_running(&state).await {
-                Ok(run) => render::running_fragment(&ui(&state).redactor, state.now_ms(), &run)
-                    .into_string(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "live view: store failure");
-                    "<p class=\"error\">The store is not answering; retrying.</p>".to_owned()
-                }
-            };
-            let event = Event::default().event("running").data(html);
-            Some((Ok::<_, Infallible>(event), (state, stop, tick)))
+            let live = state.status().live().snapshot();
+            let html = render::running_fragment(
+                &ui(&state).redactor,
+                state.now_ms(),
+                &live,
+                standby(&state),
+            )
+            .into_string();
+            let event = Event::default()
+                .event("running")
+                .id(live.version.to_string())
+                .data(html);
+            Some((Ok::<_, Infallible>(event), (state, stop, changes, false)))
         },
     );
     Sse::new(stream)
-        .keep_alive(KeepAlive::default())
+        .keep_alive(KeepAlive::new().interval(keep_alive))
         .into_response()
 }
 

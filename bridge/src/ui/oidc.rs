@@ -5,8 +5,12 @@
 //! endpoint, verifies the ID token's signature against the provider's JWKS (RS256, ES256) and its
 //! `iss`, `aud`, `azp`, `exp` and `nonce`, then lets the person in only when an allow rule names
 //! their email, their email's domain (when the provider says it is verified) or one of their
-//! groups. The provider's discovery document and keys are fetched on each sign-in (key rotation
-//! needs nothing).
+//! groups. The provider's discovery document and keys are cached for `cache_for` (default 15
+//! minutes); an ID token signed by a key the cached set does not name (the provider rotated its
+//! keys) makes the bridge fetch the keys again once before it decides.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -16,6 +20,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::UiOidc;
+use crate::core::lock;
+use tokio::time::Instant;
 
 /// The cookie holding a sign-in in progress.
 pub const PENDING_COOKIE: &str = "chat_bridge_oidc";
@@ -74,6 +80,40 @@ pub enum OidcError {
     Flow(String),
 }
 
+/// A document fetched from the provider and when.
+#[derive(Debug)]
+struct Cached<T> {
+    value: Arc<T>,
+    at: Instant,
+}
+
+/// The provider's documents, each kept for `ttl`. The lock is held only to read or replace an
+/// entry, never across a fetch (two sign-ins at once may both fetch; either result is right).
+#[derive(Debug)]
+struct Cache {
+    ttl: Duration,
+    discovery: Mutex<Option<Cached<Discovery>>>,
+    jwks: Mutex<Option<Cached<Value>>>,
+}
+
+impl Cache {
+    fn fresh<T>(&self, slot: &Mutex<Option<Cached<T>>>) -> Option<Arc<T>> {
+        lock(slot)
+            .as_ref()
+            .filter(|c| c.at.elapsed() < self.ttl)
+            .map(|c| c.value.clone())
+    }
+
+    fn keep<T>(&self, slot: &Mutex<Option<Cached<T>>>, value: T) -> Arc<T> {
+        let value = Arc::new(value);
+        *lock(slot) = Some(Cached {
+            value: value.clone(),
+            at: Instant::now(),
+        });
+        value
+    }
+}
+
 /// The OpenID Connect client.
 pub struct Oidc {
     cfg: UiOidc,
@@ -81,6 +121,7 @@ pub struct Oidc {
     secret: SecretString,
     redirect_url: String,
     http: reqwest::Client,
+    cache: Cache,
 }
 
 impl std::fmt::Debug for Oidc {
@@ -185,6 +226,11 @@ impl Oidc {
             secret: secret.clone(),
             redirect_url,
             http,
+            cache: Cache {
+                ttl: cfg.cache_for,
+                discovery: Mutex::new(None),
+                jwks: Mutex::new(None),
+            },
         })
     }
 
@@ -203,11 +249,28 @@ impl Oidc {
             .map_err(|e| OidcError::Provider(format!("{url}: not JSON: {}", e.without_url())))
     }
 
-    /// The discovery document, whose `issuer` must be the configured one.
+    /// The discovery document, whose `issuer` must be the configured one: cached, else fetched.
     ///
     /// # Errors
     /// Unreachable, not JSON, or another issuer.
-    pub async fn discover(&self) -> Result<Discovery, OidcError> {
+    pub async fn discover(&self) -> Result<Arc<Discovery>, OidcError> {
+        if let Some(d) = self.cache.fresh(&self.cache.discovery) {
+            return Ok(d);
+        }
+        let d = self.fetch_discovery().await?;
+        Ok(self.cache.keep(&self.cache.discovery, d))
+    }
+
+    /// The provider's keys: cached, else (or when `refresh`) fetched.
+    async fn keys(&self, d: &Discovery, refresh: bool) -> Result<Arc<Value>, OidcError> {
+        if !refresh && let Some(k) = self.cache.fresh(&self.cache.jwks) {
+            return Ok(k);
+        }
+        let k = self.get_json(&d.jwks_uri).await?;
+        Ok(self.cache.keep(&self.cache.jwks, k))
+    }
+
+    async fn fetch_discovery(&self) -> Result<Discovery, OidcError> {
         let url = format!("{}/.well-known/openid-configuration", self.issuer);
         let d: Discovery = serde_json::from_value(self.get_json(&url).await?)
             .map_err(|e| OidcError::Provider(format!("discovery document: {e}")))?;
@@ -291,7 +354,14 @@ impl Oidc {
         let id_token = body["id_token"]
             .as_str()
             .ok_or_else(|| OidcError::Provider("the token answer has no id_token".into()))?;
-        let jwks = self.get_json(&d.jwks_uri).await?;
+        let mut jwks = self.keys(&d, false).await?;
+        if let Some(kid) = token_kid(id_token)
+            && !names_kid(&jwks, &kid)
+        {
+            // A key the cached set does not name: the provider may have rotated its keys.
+            tracing::info!(kid = %kid, "UI single sign-on: an unknown signing key; fetching the provider's keys again");
+            jwks = self.keys(&d, true).await?;
+        }
         verify_id_token(
             id_token,
             &jwks,
@@ -337,6 +407,28 @@ pub fn allowed(cfg: &UiOidc, who: &Identity) -> bool {
             .any(|a| !a.trim().is_empty() && a.trim() == g)
     });
     by_email || by_domain || by_group
+}
+
+/// The `kid` of a compact JWS's header, when it names one.
+fn token_kid(token: &str) -> Option<String> {
+    let header = URL_SAFE_NO_PAD
+        .decode(token.split('.').next()?.trim_end_matches('='))
+        .ok()?;
+    let header: Value = serde_json::from_slice(&header).ok()?;
+    let kid = header["kid"].as_str()?;
+    // Its own alphabet only, and short: it goes to the log.
+    (kid.len() <= 200
+        && kid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.=+/".contains(c)))
+    .then(|| kid.to_owned())
+}
+
+/// Whether `jwks` holds a key named `kid`.
+fn names_kid(jwks: &Value, kid: &str) -> bool {
+    jwks["keys"]
+        .as_array()
+        .is_some_and(|keys| keys.iter().any(|k| k["kid"].as_str() == Some(kid)))
 }
 
 fn part(s: &str, what: &str) -> Result<Vec<u8>, OidcError> {
@@ -625,6 +717,48 @@ mod tests {
             &UiOidc::default(),
             &who("ann@example.com", true, &["ops"])
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn s_oidc3_cached_documents_expire_after_cache_for() {
+        let cache = Cache {
+            ttl: Duration::from_secs(900),
+            discovery: Mutex::new(None),
+            jwks: Mutex::new(None),
+        };
+        assert!(cache.fresh(&cache.jwks).is_none(), "nothing fetched yet");
+        cache.keep(&cache.jwks, json!({"keys": []}));
+        tokio::time::advance(Duration::from_secs(899)).await;
+        assert!(cache.fresh(&cache.jwks).is_some());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            cache.fresh(&cache.jwks).is_none(),
+            "fetched again after cache_for"
+        );
+        let none = Cache {
+            ttl: Duration::ZERO,
+            ..cache
+        };
+        none.keep(&none.jwks, json!({"keys": []}));
+        assert!(
+            none.fresh(&none.jwks).is_none(),
+            "cache_for = 0 fetches every time"
+        );
+    }
+
+    #[test]
+    fn unknown_kids_are_recognised_and_only_well_formed_ones_logged() {
+        let jwks = json!({"keys": [{"kid": "k1"}, {"kty": "EC"}]});
+        assert!(names_kid(&jwks, "k1"));
+        assert!(!names_kid(&jwks, "k2"));
+        let token = |h: &Value| format!("{}.e30.sig", b64(h.to_string().as_bytes()));
+        assert_eq!(
+            token_kid(&token(&json!({"kid": "k2"}))).as_deref(),
+            Some("k2")
+        );
+        assert_eq!(token_kid(&token(&json!({"kid": "a b\n"}))), None);
+        assert_eq!(token_kid(&token(&json!({"alg": "RS256"}))), None);
+        assert_eq!(token_kid("!!"), None);
     }
 
     #[test]

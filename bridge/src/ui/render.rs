@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::ansi;
+use crate::core::live::Snapshot;
 use crate::core::redact::Redactor;
 use crate::store::conversations::Conversation;
 use crate::store::history::{Detail, Hit, Page};
@@ -647,40 +648,52 @@ pub fn tool_call(r: &Redactor, chrome: Chrome<'_>, call: &ToolCall) -> Markup {
     layout(&title, chrome, body)
 }
 
-/// Open turns (with their conversation) and running calls, for `/ui/running` and its live updates.
-#[derive(Debug, Default)]
-pub struct Running {
-    /// Open turns.
-    pub turns: Vec<Turn>,
-    /// Calls still running.
-    pub calls: Vec<ToolCall>,
-}
-
-/// The live part of `/ui/running` (also the data of each server-sent event).
+/// The live part of `/ui/running` (also the data of each server-sent event): this replica's open
+/// turns from its own memory, with their running calls and liveness. `standby`: this replica runs
+/// nothing (another is active). Elapsed times carry `data-ms` (their value at `now`) so the page's
+/// script can count them on between events.
 #[must_use]
-pub fn running_fragment(r: &Redactor, now: i64, run: &Running) -> Markup {
+pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) -> Markup {
+    let calls: usize = live.turns.iter().map(|t| t.tools.len()).sum();
     html! {
-        p.meta #live-at { "As of " (time(now)) "." }
-        h2 { "Open turns (" (run.turns.len()) ")" }
-        @if run.turns.is_empty() { p.empty #no-turns { "Nothing is running." } } @else {
+        p.meta #live-at data-version=(live.version) { "As of " (time(now)) "." }
+        @if standby { p.meta #standby { "This replica is standing by: the active one runs the turns." } }
+        h2 { "Open turns (" (live.turns.len()) ")" }
+        @if live.turns.is_empty() { p.empty #no-turns { "Nothing is running." } } @else {
             table.list #open-turns {
-                thead { tr { th { "Started" } th { "Elapsed" } th { "By" } th { "Prompt" } } }
-                tbody { @for t in &run.turns { tr {
-                    td.t { (time(t.started_at)) } td { (duration(now - t.started_at)) } td { (ansi::visible(&t.requested_by)) }
+                thead { tr { th { "Started" } th { "Elapsed" } th { "Project" } th { "Where" } th { "By" } th { "Prompt" } th { "Liveness" } } }
+                tbody { @for t in &live.turns { tr.error[t.stalled] data-turn=(t.turn_id) {
+                    td.t { (time(t.started_at)) }
+                    td { span.elapsed data-ms=(now - t.started_at) { (duration(now - t.started_at)) } }
+                    td { (ansi::visible(&t.project)) }
+                    td { (ansi::visible(&t.platform)) " · " (ansi::visible(&t.channel)) }
+                    td { (ansi::visible(&t.user)) }
                     td { a href={ "/ui/conversations/" (seg(&t.conversation_id)) "#turn-" (t.seq) } { (shown(r, &first_line(&t.prompt, 120))) } }
+                    td.liveness {
+                        @if t.stalled { "⚠ stalled" } @else if t.cancelling { "cancelling" } @else {
+                            "last frame " span.elapsed data-ms=(now - t.last_frame) data-suffix=" ago" { (duration(now - t.last_frame)) " ago" }
+                            @if let Some(at) = t.stall_at { " · silent until " span.t { (time(at).get(11..19).unwrap_or("")) } " UTC is a stall" }
+                        }
+                        @if t.queued > 0 { " · " (t.queued) " queued" }
+                    }
                 } } }
             }
         }
-        h2 { "Running tool calls (" (run.calls.len()) ")" }
-        @if !run.calls.is_empty() {
+        h2 { "Running tool calls (" (calls) ")" }
+        @if calls > 0 {
             table.list #running-calls {
-                thead { tr { th { "Tool" } th { "Elapsed" } th { "Heartbeats" } th { "Last heartbeat" } } }
-                tbody { @for c in &run.calls { tr data-id=(c.id) {
-                    td { "⏳ " a href={ "/ui/tool-calls/" (seg(&c.id)) } { (shown(r, &first_line(&c.title, 120))) } }
-                    td { (duration(now - c.started_at)) }
-                    td { (c.heartbeats) }
-                    td { @if let Some(p) = c.progress_at { (duration(now - p)) " ago" } @else { "none yet" } }
-                } } }
+                thead { tr { th { "Tool" } th { "Elapsed" } th { "Heartbeats" } th { "Last heartbeat" } th { "Output" } } }
+                tbody { @for t in &live.turns { @for c in &t.tools { tr data-id=(c.id) data-heartbeats=(c.heartbeats) {
+                    td { @if c.awaiting_approval { "✋ " } @else { "⏳ " } a href={ "/ui/tool-calls/" (seg(&c.id)) } { (shown(r, &first_line(&c.title, 120))) } }
+                    td { @if c.awaiting_approval { "awaiting approval" } @else { span.elapsed data-ms=(now - c.started_at) { (duration(now - c.started_at)) } } }
+                    td.hb { (c.heartbeats) }
+                    td { @if let Some(p) = c.last_heartbeat { span.elapsed data-ms=(now - p) data-suffix=" ago" { (duration(now - p)) " ago" } } @else { "none yet" } }
+                    td { @if let Some(p) = &c.progress {
+                        @if let Some(l) = p.total_lines { (l) " lines" }
+                        @if let Some(a) = p.last_output_age_ms { " · last output " (duration(i64::try_from(a).unwrap_or(i64::MAX))) " before" }
+                        @if let Some(t) = p.timeout_ms { " · timeout " (duration(i64::try_from(t).unwrap_or(i64::MAX))) }
+                    } }
+                } } } }
             }
         }
     }
@@ -697,11 +710,11 @@ fn first_line(s: &str, max: usize) -> String {
 
 /// `/ui/running`.
 #[must_use]
-pub fn running(r: &Redactor, chrome: Chrome<'_>, run: &Running) -> Markup {
+pub fn running(r: &Redactor, chrome: Chrome<'_>, live: &Snapshot, standby: bool) -> Markup {
     let body = html! {
         h1 { "Running now" }
-        p.meta { "Updated live from the bridge every second, without a reload." }
-        div #live data-src="/ui/running/events" { (running_fragment(r, chrome.now, run)) }
+        p.meta { "What this bridge runs now, from its own memory, updated live without a reload. With several replicas, this is the replica you reached." }
+        div #live data-src="/ui/running/events" { (running_fragment(r, chrome.now, live, standby)) }
     };
     layout("Running now", chrome, body)
 }

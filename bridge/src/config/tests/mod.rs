@@ -244,7 +244,7 @@ fn secret_keys_are_exactly_the_secret_typed_fields() {
 fn s3_check_config_refuses_what_startup_refuses() {
     // One path: `load` validates, and start-up and `check-config` both call it. Each bad
     // setting is refused with a message naming it.
-    let bad: [(&[(&str, &str)], &str); 16] = [
+    let bad: [(&[(&str, &str)], &str); 19] = [
         (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
         (
             &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
@@ -301,6 +301,28 @@ fn s3_check_config_refuses_what_startup_refuses() {
                 ("CHAT_BRIDGE_HTTP__UI_SESSION_MINUTES", "0"),
             ],
             "http.ui_session_minutes",
+        ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+                ("CHAT_BRIDGE_HTTP__API_TOKEN", "t0ken-t0ken-t0ken"),
+                ("CHAT_BRIDGE_HTTP__UI_LOGIN_ATTEMPTS", "0"),
+            ],
+            "http.ui_login_attempts",
+        ),
+        (
+            &[
+                ("CHAT_BRIDGE_HTTP__UI", "true"),
+                ("CHAT_BRIDGE_HTTP__LISTEN", "127.0.0.1:8080"),
+                ("CHAT_BRIDGE_HTTP__API_TOKEN", "t0ken-t0ken-t0ken"),
+                ("CHAT_BRIDGE_HTTP__UI_LOGIN_WINDOW", "0s"),
+            ],
+            "http.ui_login_window",
+        ),
+        (
+            &[("CHAT_BRIDGE_HTTP__UI_CLIENT_IP_HEADER", "not a header")],
+            "http.ui_client_ip_header",
         ),
     ];
     for (extra, names) in bad {

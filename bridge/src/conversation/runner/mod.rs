@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use super::state::State;
 use crate::channel::Target;
+use crate::core::live::{LiveTool, LiveTurn};
 use crate::core::{AfterFailure, ConvMsg, Core};
 use crate::store::Result;
 use crate::store::conversations::Conversation;
@@ -38,7 +39,18 @@ pub(crate) struct Runner {
     target: Target,
     state: State,
     tx: mpsc::Sender<ConvMsg>,
+    /// This runner's token on the core's live board.
+    live: u64,
 }
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.core.live().publish(self.live, &self.conv.id, None);
+    }
+}
+
+/// How much of a prompt or a title the live view gets (it shows the start of one line).
+const LIVE_TEXT: usize = 200;
 
 /// How many times a step is retried while the database is unreachable (100 ms doubling to 5 s:
 /// about ten minutes).
@@ -92,7 +104,9 @@ pub(crate) async fn run(
     let daemon_down = !core
         .daemon_connected
         .load(std::sync::atomic::Ordering::SeqCst);
+    let live = core.live().runner();
     let mut r = Runner {
+        live,
         core,
         conv,
         target,
@@ -115,6 +129,7 @@ pub(crate) async fn run(
                 if let Err(e) = r.on_timer().await {
                     tracing::error!(conversation = %r.conv.id, error = %e, "timer handling failed");
                 }
+                r.publish_live();
                 active = Instant::now();
                 continue;
             }
@@ -136,6 +151,7 @@ pub(crate) async fn run(
         if let Err(e) = result {
             tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");
         }
+        r.publish_live();
     }
 }
 
@@ -147,6 +163,55 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Runner {
+    /// Tells the live board what this conversation runs now (after every step).
+    fn publish_live(&self) {
+        let turn = self.state.turn.as_ref().map(|t| self.live_turn(t));
+        self.core.live().publish(self.live, &self.conv.id, turn);
+    }
+
+    fn live_turn(&self, t: &crate::conversation::turn::TurnState) -> LiveTurn {
+        let (now, now_ms) = (Instant::now(), crate::store::now_ms());
+        let wall = |at: Instant| {
+            let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            if at >= now {
+                now_ms.saturating_add(ms(at - now))
+            } else {
+                now_ms.saturating_sub(ms(now - at))
+            }
+        };
+        let mut tools: Vec<LiveTool> = t
+            .tools
+            .iter()
+            .map(|(call, tool)| LiveTool {
+                id: self.state.scoped(call),
+                title: tool.title.chars().take(LIVE_TEXT).collect(),
+                started_at: wall(tool.started),
+                heartbeats: tool.heartbeats,
+                last_heartbeat: tool.last_heartbeat.map(wall),
+                progress: tool.progress,
+                awaiting_approval: tool.awaiting_approval.is_some(),
+            })
+            .collect();
+        tools.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
+        LiveTurn {
+            conversation_id: self.conv.id.clone(),
+            turn_id: t.row.id.clone(),
+            seq: t.row.seq,
+            platform: self.conv.platform.clone(),
+            project: self.conv.project.clone(),
+            channel: self.conv.channel.clone(),
+            user: t.row.requested_by.clone(),
+            prompt: t.row.prompt.chars().take(LIVE_TEXT).collect(),
+            started_at: t.row.started_at,
+            last_frame: wall(t.liveness.last_frame()),
+            stall_at: t.liveness.deadline().map(wall),
+            stalled: t.liveness.is_stalled(),
+            cancelling: t.cancel_by.is_some(),
+            queued: self.state.queue.len(),
+            tools,
+        }
+    }
+
     /// Lets go of an idle conversation: forgotten by the core, its channel closed, and anything
     /// that slipped in meanwhile handed to the runner that takes the conversation next.
     async fn retire(mut self, mut rx: mpsc::Receiver<ConvMsg>) {

@@ -32,10 +32,13 @@ fn l5_output_age_comes_from_the_heartbeat_when_it_says() {
     let mut clock = Clock::new();
     let mut t = ToolState::new("make".into(), clock.now());
     t.last_output = Some(clock.now());
-    t.heartbeat(ShellProgress {
-        last_output_age_ms: Some(4_000),
-        ..ShellProgress::default()
-    });
+    t.heartbeat(
+        ShellProgress {
+            last_output_age_ms: Some(4_000),
+            ..ShellProgress::default()
+        },
+        clock.now(),
+    );
     let (_, age) = t
         .progress_line(clock.advance(secs(20)), secs(15), secs(30))
         .expect("due");
@@ -61,12 +64,12 @@ fn p2_heartbeat_counts_are_handed_over_at_most_every_flush_interval() {
         !t.flush_due(clock.advance(secs(60)), secs(10), true),
         "no counts, no write"
     );
-    t.heartbeat(ShellProgress::default());
-    t.heartbeat(ShellProgress::default());
+    t.heartbeat(ShellProgress::default(), clock.now());
+    t.heartbeat(ShellProgress::default(), clock.now());
     assert_eq!(t.unflushed, 2);
     assert!(t.flush_due(clock.now(), secs(10), false));
     t.flushed_at(clock.now());
-    t.heartbeat(ShellProgress::default());
+    t.heartbeat(ShellProgress::default(), clock.now());
     assert!(!t.flush_due(clock.advance(secs(9)), secs(10), false));
     assert!(
         t.flush_due(clock.now(), secs(10), true),
