@@ -72,11 +72,7 @@ async fn interop_qwen_reads_a_linked_attachment_and_takes_an_embedded_one() {
         "qwen says it takes embedded context: {info:?}"
     );
     let ws = peer.workspace();
-    let session = client
-        .new_session(&ws)
-        .await
-        .expect("session/new")
-        .session;
+    let session = client.new_session(&ws).await.expect("session/new").session;
     // Saved where the bridge saves attachments, told about as the bridge tells the agent.
     let linked_text = "error: linker failed\nLINKED-MARKER-7f3a\n";
     let embedded_text = "notes: EMBEDDED-MARKER-91c2\n";
