@@ -223,7 +223,10 @@ async fn interop_qwen_files_attached_on_slack_reach_the_model_through_the_bridge
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let notes = slack.upload("notes.txt", embedded_text.as_bytes()).await;
-    let log = slack.upload("build.log", linked_text.as_bytes()).await;
+    // A name with a space: the saved file's URI must still lead qwen to it.
+    let log = slack
+        .upload("build output.log", linked_text.as_bytes())
+        .await;
     let wire_text = format!("<@{bot}> what went wrong in the build?");
     let ts = slack.post(&channel, None, &wire_text).await;
     let event = json!({"type": "app_mention", "user": alice, "channel": channel,

@@ -347,15 +347,20 @@ pub fn sanitize_name(name: &str) -> String {
 }
 
 /// Where a saved file goes: `<cwd>/.chat-bridge/attachments/<turn>/<n>-<name>` (the index keeps two
-/// files of the same name apart). Always inside `cwd`.
+/// files of the same name apart; spaces become `_`, so the file's `file://` URI needs no escape for
+/// them — some agents, qwen among them, take the URI's path as it is written). Always inside `cwd`.
 #[must_use]
 pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
-    let turn = sanitize_name(turn);
+    let turn = sanitize_name(turn).replace(' ', "_");
     let path = cwd
         .join(".chat-bridge")
         .join("attachments")
         .join(turn)
-        .join(format!("{}-{}", index + 1, sanitize_name(name)));
+        .join(format!(
+            "{}-{}",
+            index + 1,
+            sanitize_name(name).replace(' ', "_")
+        ));
     debug_assert!(
         path.strip_prefix(cwd)
             .is_ok_and(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
@@ -522,6 +527,10 @@ mod tests {
         assert_eq!(
             saved_path(cwd, "t", 1, "a.txt"),
             cwd.join(".chat-bridge/attachments/t/2-a.txt")
+        );
+        assert_eq!(
+            saved_path(cwd, "t", 0, "Screen log (1).txt"),
+            cwd.join(".chat-bridge/attachments/t/1-Screen_log_(1).txt")
         );
     }
 
