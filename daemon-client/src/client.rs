@@ -152,6 +152,28 @@ pub enum PromptBlock {
         /// Base64 of the bytes.
         data: String,
     },
+    /// `{type:"resource_link", uri, name, mimeType?, size?}`: a file the agent can read itself.
+    /// Every ACP agent takes these (no capability needed).
+    ResourceLink {
+        /// `file:///…` for a file on the agent's machine.
+        uri: String,
+        /// The name a person knows it by.
+        name: String,
+        /// Its MIME type, when known.
+        mime_type: Option<String>,
+        /// Its size in bytes, when known.
+        size: Option<u64>,
+    },
+    /// `{type:"resource", resource:{uri, mimeType?, text}}`: a text file's contents embedded in the
+    /// prompt. Send only to a daemon whose `initialize` said `promptCapabilities.embeddedContext`.
+    Resource {
+        /// Where the contents come from (`file:///…`).
+        uri: String,
+        /// Its MIME type, when known.
+        mime_type: Option<String>,
+        /// The contents.
+        text: String,
+    },
 }
 
 impl PromptBlock {
@@ -162,6 +184,32 @@ impl PromptBlock {
             Self::Text(text) => json!({"type": "text", "text": text}),
             Self::Image { mime_type, data } => {
                 json!({"type": "image", "mimeType": mime_type, "data": data})
+            }
+            Self::ResourceLink {
+                uri,
+                name,
+                mime_type,
+                size,
+            } => {
+                let mut block = json!({"type": "resource_link", "uri": uri, "name": name});
+                if let Some(m) = mime_type {
+                    block["mimeType"] = json!(m);
+                }
+                if let Some(n) = size {
+                    block["size"] = json!(n);
+                }
+                block
+            }
+            Self::Resource {
+                uri,
+                mime_type,
+                text,
+            } => {
+                let mut resource = json!({"uri": uri, "text": text});
+                if let Some(m) = mime_type {
+                    resource["mimeType"] = json!(m);
+                }
+                json!({"type": "resource", "resource": resource})
             }
         }
     }
@@ -176,6 +224,9 @@ pub struct AgentInfo {
     pub load_session: bool,
     /// Whether prompts may carry `image` content (`promptCapabilities.image`).
     pub images: bool,
+    /// Whether prompts may carry embedded `resource` content (`promptCapabilities.embeddedContext`);
+    /// `resource_link` needs no capability.
+    pub embedded_context: bool,
     /// The one workspace the daemon serves, when it says (qwen's `_meta.qwen.workspaceCwd`): sessions
     /// in any other directory are refused.
     pub workspace: Option<PathBuf>,
@@ -646,6 +697,10 @@ impl Shared {
             .pointer("/agentCapabilities/promptCapabilities/image")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        let embedded_context = v
+            .pointer("/agentCapabilities/promptCapabilities/embeddedContext")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let qwen = v.pointer("/agentCapabilities/_meta/qwen");
         let workspace = qwen
             .and_then(|q| q.get("workspaceCwd"))
@@ -665,6 +720,7 @@ impl Shared {
             protocol_version,
             load_session,
             images,
+            embedded_context,
             workspace,
             name,
         };
@@ -1050,5 +1106,45 @@ impl Shared {
                 }
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_blocks_are_written_as_acp_names_them() {
+        let link = PromptBlock::ResourceLink {
+            uri: "file:///w/a.log".into(),
+            name: "a.log".into(),
+            mime_type: Some("text/plain".into()),
+            size: Some(12),
+        };
+        assert_eq!(
+            link.to_json(),
+            json!({"type": "resource_link", "uri": "file:///w/a.log", "name": "a.log",
+                "mimeType": "text/plain", "size": 12})
+        );
+        let bare = PromptBlock::ResourceLink {
+            uri: "file:///w/b".into(),
+            name: "b".into(),
+            mime_type: None,
+            size: None,
+        };
+        assert_eq!(
+            bare.to_json(),
+            json!({"type": "resource_link", "uri": "file:///w/b", "name": "b"})
+        );
+        let embedded = PromptBlock::Resource {
+            uri: "file:///w/a.log".into(),
+            mime_type: Some("text/plain".into()),
+            text: "error\n".into(),
+        };
+        assert_eq!(
+            embedded.to_json(),
+            json!({"type": "resource", "resource": {"uri": "file:///w/a.log",
+                "mimeType": "text/plain", "text": "error\n"}})
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! script patches one line of the twin so a thread started from a message has the message's id, as
 //! on real Discord.
 //!
-//! Only std, tokio and `serde_json`: `bridge/tests` includes this file by path for the tests that
+//! Only std, tokio, `serde_json` and `base64`: `bridge/tests` includes this file by path for the tests that
 //! run the real binary.
 
 use std::path::PathBuf;
@@ -141,6 +141,53 @@ impl Twin {
     pub async fn post(&mut self, channel: &str, user: &str, content: &str) -> Value {
         self.call(json!({"cmd": "post", "channel": channel, "user": user, "content": content}))
             .await
+    }
+
+    /// A person posts `content` with `attachments` (Discord attachment objects, e.g. from
+    /// [`Twin::attachment`]); the created message.
+    pub async fn post_with(
+        &mut self,
+        channel: &str,
+        user: &str,
+        content: &str,
+        attachments: &[Value],
+    ) -> Value {
+        self.call(
+            json!({"cmd": "post", "channel": channel, "user": user, "content": content,
+            "attachments": attachments}),
+        )
+        .await
+    }
+
+    /// An attachment object for `bytes` named `name`, its bytes served at the twin's own origin
+    /// (the twin keeps attachment objects but serves no files; the driver does, beside it).
+    pub async fn attachment(
+        &mut self,
+        id: &str,
+        name: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> Value {
+        use base64::Engine as _;
+        let path = format!("/attachments/{}/{id}/{name}", self.channel);
+        let url = self
+            .call(
+                json!({"cmd": "host", "path": path, "content_type": content_type,
+                "base64": base64::engine::general_purpose::STANDARD.encode(bytes)}),
+            )
+            .await;
+        let url = url.as_str().expect("url").to_owned();
+        json!({"id": id, "filename": name, "content_type": content_type, "size": bytes.len(),
+            "url": url, "proxy_url": url})
+    }
+
+    /// The requests for hosted files: `{method, path, authorization}` each.
+    pub async fn fetches(&mut self) -> Vec<Value> {
+        self.call(json!({"cmd": "fetches"}))
+            .await
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// A person clicks the button `custom_id` of `message`.

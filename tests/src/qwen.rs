@@ -41,6 +41,19 @@ impl QwenPeer {
     /// # Panics
     /// When it installed but does not start: that is a real failure, not a skip.
     pub fn start() -> Result<Self, Unavailable> {
+        Self::start_with(|_| {})
+    }
+
+    /// [`QwenPeer::start`], with `prepare` run on the (still empty) workspace directory before the
+    /// daemon starts: e.g. a `.qwen/settings.json` of the workspace, which qwen merges over the
+    /// user's settings.
+    ///
+    /// # Errors
+    /// As [`QwenPeer::start`].
+    ///
+    /// # Panics
+    /// As [`QwenPeer::start`].
+    pub fn start_with(prepare: impl FnOnce(&std::path::Path)) -> Result<Self, Unavailable> {
         let peers = crate::shared_dir().join("peers/qwen");
         let install = Command::new("bash")
             .arg(peers.join("install.sh"))
@@ -58,6 +71,8 @@ impl QwenPeer {
         ));
         std::fs::create_dir_all(&state).expect("state dir");
         let state = tempfile_dir::Dir(state);
+        std::fs::create_dir_all(state.0.join("workspace")).expect("workspace dir");
+        prepare(&state.0.join("workspace"));
         let out = Command::new("bash")
             .arg(peers.join("start.sh"))
             .arg(&state.0)

@@ -40,8 +40,14 @@ pub const MARKDOWN_ANSWER: &str = "## Result\n\nThis is **bold**, this is *itali
 /// The prompts the daemon was sent, each its content blocks.
 pub type Prompts = Arc<Mutex<Vec<Value>>>;
 
-/// A daemon (taking images when `images`) that records each prompt's content blocks and answers with text.
+/// A daemon (taking images when `images`, and embedded context) that records each prompt's content
+/// blocks and answers with text.
 pub async fn daemon(images: bool, prompts: Prompts) -> ScriptedDaemon {
+    daemon_with(images, true, prompts).await
+}
+
+/// [`daemon`], saying `promptCapabilities.embeddedContext: embedded`.
+pub async fn daemon_with(images: bool, embedded: bool, prompts: Prompts) -> ScriptedDaemon {
     ScriptedDaemon::start(move |mut peer: Peer| {
         let prompts = prompts.clone();
         async move {
@@ -49,7 +55,7 @@ pub async fn daemon(images: bool, prompts: Prompts) -> ScriptedDaemon {
             peer.reply(
                 &init,
                 json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
-                    "promptCapabilities": {"image": images, "embeddedContext": true}}}),
+                    "promptCapabilities": {"image": images, "embeddedContext": embedded}}}),
             )
             .await;
             while let Some(msg) = peer.recv().await {

@@ -257,3 +257,69 @@ on_both! {
         assert_eq!(fake.posted().len(), 2, "posted once, after looking");
     }
 }
+
+on_both! {
+    async fn q1_an_upload_whose_outcome_a_crash_hid_is_found_on_slack_not_shared_twice(db) {
+        use chat_bridge::channel::OutFile;
+        use chat_bridge::channel::slack::Slack;
+        use chat_bridge::channel::slack::api::{SlackToken, WebApi};
+        use chat_bridge::store::message_map;
+        use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
+        daemon_client::install_crypto_provider();
+        // Slack written by others (npm emulate): it keeps the blocks a file share was completed with.
+        let emulator = match SlackEmulator::start().await {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("!!! SKIPPED: the Slack emulator (npm emulate) could not be installed: {e:?} !!!");
+                return;
+            }
+        };
+        let channel = emulator.channel("general").await;
+        let thread = emulator.post(&channel, None, "a thread").await;
+        let slack = Slack::new(WebApi::new(&emulator.api_base, SlackToken::new(slack_emulate::TOKEN)).expect("api"));
+        let conv = conversation(&db.store).await;
+        let target = Target { workspace: "T1".into(), channel: channel.clone(), thread: thread.clone() };
+        let mut message = Message::text(Tone::Neutral, "💬 answer");
+        message.body = Some("A preview; the whole answer is in the file answer.md.".into());
+        message.file = Some(OutFile { name: "answer.md".into(), content: "Paragraph.\n\n".repeat(3000) });
+        let shares = async || {
+            emulator.replies(&channel, &thread).await.into_iter()
+                .filter(|m| m["files"].as_array().is_some_and(|f| !f.is_empty()))
+                .count()
+        };
+        let action = ChatAction::Post { target: target.clone(), key: "answer:1".into(), message: message.clone() };
+        queue(&db.store, &conv, &action, Kind::Post).await;
+        // The attempt a SIGKILL interrupted: its intent was recorded and Slack completed the upload
+        // (files.getUploadURLExternal, the bytes, files.completeUploadExternal), but the process died
+        // before recording the delivery.
+        let mut c = db.store.conn().await.expect("conn");
+        message_map::put(&mut c, &conv, "answer:1", "", now_ms()).await.expect("intent");
+        drop(c);
+        let key = chat_bridge::outbox_worker::idempotency_key(&conv, "answer:1");
+        let ts = slack.post_keyed(&target, &message, &key).await.expect("the interrupted upload");
+        assert_eq!(shares().await, 1);
+
+        // The restarted worker finds the share and does not upload it again.
+        let step = deliver_once(&db.store, &slack, "after-restart", &RetryPolicy::default()).await.expect("step");
+        assert_eq!(step, Step::Delivered);
+        assert_eq!(shares().await, 1, "not shared twice");
+        let mut c = db.store.conn().await.expect("conn");
+        let recorded = message_map::get(&mut c, &conv, "answer:1").await.expect("get").expect("recorded");
+        drop(c);
+        let share_ts = emulator.replies(&channel, &thread).await.into_iter()
+            .find(|m| m["files"].as_array().is_some_and(|f| !f.is_empty()))
+            .and_then(|m| m["ts"].as_str().map(str::to_owned))
+            .expect("the share");
+        assert_eq!(recorded, share_ts, "the share's ts is remembered");
+        assert!(ts == share_ts || ts.starts_with("file:"), "{ts} / {share_ts}");
+
+        // Without a trace on Slack (the upload never completed), the next attempt uploads it.
+        let other = ChatAction::Post { target: target.clone(), key: "answer:2".into(), message: message.clone() };
+        queue(&db.store, &conv, &other, Kind::Post).await;
+        let mut c = db.store.conn().await.expect("conn");
+        message_map::put(&mut c, &conv, "answer:2", "", now_ms()).await.expect("intent");
+        drop(c);
+        assert_eq!(deliver_once(&db.store, &slack, "after-restart", &RetryPolicy::default()).await.expect("step"), Step::Delivered);
+        assert_eq!(shares().await, 2, "uploaded once, after looking");
+    }
+}

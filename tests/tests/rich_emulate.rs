@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
-use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, STREAM, daemon, long_answer, png};
+use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, STREAM, daemon_with, long_answer, png};
 use chat_bridge_tests::scripted::ScriptedDaemon;
 use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
 use serde_json::{Value, json};
@@ -31,6 +31,15 @@ struct Rig {
 }
 
 async fn rig(images: bool, tweak: impl FnOnce(&mut chat_bridge::config::Config)) -> Option<Rig> {
+    rig_with(images, true, tweak).await
+}
+
+/// [`rig`] with an agent that says `promptCapabilities.embeddedContext: embedded`.
+async fn rig_with(
+    images: bool,
+    embedded: bool,
+    tweak: impl FnOnce(&mut chat_bridge::config::Config),
+) -> Option<Rig> {
     let slack = match SlackEmulator::start().await {
         Ok(s) => s,
         Err(e) => {
@@ -55,7 +64,7 @@ async fn rig(images: bool, tweak: impl FnOnce(&mut chat_bridge::config::Config))
         .await
         .expect("invite alice");
     let prompts = Prompts::default();
-    let daemon = daemon(images, prompts.clone()).await;
+    let daemon = daemon_with(images, embedded, prompts.clone()).await;
     let dir = tempfile::tempdir().expect("tmp");
     let port = chat_bridge_tests::free_port();
     let mut cfg = chat_bridge_tests::bridge::config(
@@ -216,6 +225,97 @@ async fn emulate_an_image_and_text_reach_the_agent_as_acp_blocks_with_the_upload
             .any(|m| text_of(m).contains("Not passed to the agent")),
         "every file was used: no notice"
     );
+    rig.finish().await;
+}
+
+/// The saved paths the prompt text lists, in order.
+fn saved_paths(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A PDF's first bytes: saved for the agent, never embedded as text.
+const PDF: &[u8] = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_agent_with_embedded_context_gets_a_text_file_embedded_and_a_pdf_as_a_resource_link()
+ {
+    let Some(rig) = rig_with(false, true, |_| {}).await else {
+        return;
+    };
+    let log = rig
+        .slack
+        .upload("build.log", b"error: linker failed\nld returned 1\n")
+        .await;
+    let pdf = rig.slack.upload("report.pdf", PDF).await;
+    let thread = rig.say_with_files("why did it fail?", &[log, pdf]).await;
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    assert_eq!(blocks.len(), 3, "text, the log, the PDF: {blocks:#?}");
+    let paths = saved_paths(blocks[0]["text"].as_str().expect("text"));
+    assert_eq!(paths.len(), 2, "both paths in the text too");
+    assert_eq!(
+        blocks[1],
+        json!({"type": "resource", "resource": {"uri": format!("file://{}", paths[0]),
+            "mimeType": blocks[1]["resource"]["mimeType"], "text": "error: linker failed\nld returned 1\n"}}),
+        "the log's text, embedded"
+    );
+    assert!(
+        blocks[1]["resource"]["mimeType"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("text/")),
+        "{}",
+        blocks[1]
+    );
+    assert_eq!(blocks[2]["type"], "resource_link", "{}", blocks[2]);
+    assert_eq!(blocks[2]["uri"], format!("file://{}", paths[1]));
+    assert_eq!(blocks[2]["name"], "report.pdf");
+    assert_eq!(blocks[2]["size"], PDF.len());
+    assert_eq!(
+        std::fs::read(&paths[1]).expect("saved"),
+        PDF,
+        "the link names the saved bytes"
+    );
+    assert!(
+        paths.iter().all(|p| p.starts_with('/')),
+        "absolute: {paths:?}"
+    );
+    rig.slack
+        .wait_for(&rig.channel, &thread, "the answer", |m| {
+            text_of(m).contains("I saw it.")
+        })
+        .await;
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_an_agent_without_embedded_context_gets_each_saved_file_as_a_resource_link() {
+    let Some(rig) = rig_with(false, false, |_| {}).await else {
+        return;
+    };
+    let body = b"error: linker failed\n";
+    let log = rig.slack.upload("build.log", body).await;
+    rig.say_with_files("why did it fail?", &[log]).await;
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    let paths = saved_paths(blocks[0]["text"].as_str().expect("text"));
+    assert_eq!(blocks.len(), 2, "{blocks:#?}");
+    assert_eq!(
+        blocks[1],
+        json!({"type": "resource_link", "uri": format!("file://{}", paths[0]), "name": "build.log",
+            "mimeType": blocks[1]["mimeType"], "size": body.len()}),
+        "a link, never embedded text"
+    );
+    assert!(
+        blocks[1]["mimeType"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("text/")),
+        "{}",
+        blocks[1]
+    );
+    assert_eq!(std::fs::read(&paths[0]).expect("saved"), body);
     rig.finish().await;
 }
 

@@ -2,8 +2,14 @@
 // takes commands from them: one JSON object per line on stdin, one JSON answer per line on stdout.
 //   usage: node driver.mjs TWIN_CACHE_DIR
 // The first line out is {"ready": {...}} with the REST base, the gateway URL, the token and the ids.
-// Commands ({"cmd": ..., ...}): post, click, messages, message, threads, channel, drop_gateway,
-// restore_gateway, stop. Every answer is {"ok": value} or {"error": "..."}.
+// Commands ({"cmd": ..., ...}): post (with optional Discord attachment objects), host, fetches,
+// click, messages, threads, channel, drop_gateway, restore_gateway, stop. Every answer is
+// {"ok": value} or {"error": "..."}.
+//
+// The twin stores the attachment objects a posted message carries and delivers them in its
+// MESSAGE_CREATE, but serves no file bytes (it has no CDN). `host` puts bytes at a path of the twin's
+// own origin (`/attachments/...`, as cdn.discordapp.com names them), served here in front of the
+// twin's request handler; everything else goes to the twin unchanged.
 import path from 'node:path';
 import readline from 'node:readline';
 import { pathToFileURL } from 'node:url';
@@ -20,6 +26,30 @@ const discord = new twin.DigitalDiscord({
   botToken: 'twin-token-0123456789',
 });
 await discord.start();
+
+// Files served at the twin's origin, and who asked for them (method, path, whether a token came).
+const hosted = new Map();
+const fetches = [];
+{
+  const http = discord.server.httpServer;
+  const twinHandlers = http.listeners('request');
+  http.removeAllListeners('request');
+  http.on('request', (req, res) => {
+    const path = (req.url ?? '').split('?')[0];
+    const file = hosted.get(path);
+    if (path.startsWith('/attachments/')) {
+      fetches.push({ method: req.method, path, authorization: req.headers.authorization != null });
+      if (!file) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { 'content-type': file.type, 'content-length': file.bytes.length });
+      res.end(file.bytes);
+      return;
+    }
+    for (const h of twinHandlers) h.call(http, req, res);
+  });
+}
 const channels = await discord.prisma.channel.findMany({ where: { type: 0 } });
 const out = (v) => process.stdout.write(JSON.stringify(v) + '\n');
 out({
@@ -50,7 +80,15 @@ function restoreGateway() {
 }
 
 const commands = {
-  post: ({ channel, user, content }) => discord.simulateUserMessage({ channelId: channel, userId: user, content }),
+  post: ({ channel, user, content, attachments }) =>
+    discord.simulateUserMessage({ channelId: channel, userId: user, content, attachments }),
+  // Serves `base64` at `path` (under /attachments/) with `content_type`; answers its full URL.
+  host: ({ path: at, base64, content_type }) => {
+    if (!at.startsWith('/attachments/')) throw new Error('hosted files live under /attachments/');
+    hosted.set(at, { bytes: Buffer.from(base64, 'base64'), type: content_type });
+    return `http://127.0.0.1:${discord.port}${at}`;
+  },
+  fetches: () => fetches,
   click: ({ channel, user, message, custom_id }) =>
     discord.simulateButtonClick({ channelId: channel, userId: user, messageId: message, customId: custom_id }),
   messages: ({ channel }) => discord.channel(channel).getMessages(),

@@ -273,7 +273,7 @@ impl Application {
                     .to_owned()
             }),
             actor_idle: cfg.service.conversation_idle,
-            files: cfg.attachments.limits(info.images),
+            files: cfg.attachments.limits(info.images, info.embedded_context),
             answer_len: channel.capabilities().answer_len,
             upload_over: cfg.render.upload_over,
             // The console prints every edit: it gets the answer whole.

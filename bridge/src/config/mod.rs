@@ -472,6 +472,8 @@ pub struct Attachments {
     pub max_files: usize,
     /// Bytes of one other file.
     pub max_file_bytes: u64,
+    /// Bytes of saved text files embedded in one prompt when the agent takes embedded context.
+    pub max_embedded_bytes: u64,
 }
 
 impl Default for Attachments {
@@ -483,16 +485,24 @@ impl Default for Attachments {
             max_images_total: l.max_images_total,
             max_files: l.max_files,
             max_file_bytes: l.max_file_bytes,
+            max_embedded_bytes: l.max_embedded_bytes,
         }
     }
 }
 
 impl Attachments {
-    /// The limits for conversations; `agent_images` from the daemon's `initialize`.
+    /// The limits for conversations; `agent_images` and `agent_embedded` from the daemon's
+    /// `initialize` (`promptCapabilities.image`, `.embeddedContext`).
     #[must_use]
-    pub fn limits(&self, agent_images: bool) -> crate::conversation::files::Limits {
+    pub fn limits(
+        &self,
+        agent_images: bool,
+        agent_embedded: bool,
+    ) -> crate::conversation::files::Limits {
         crate::conversation::files::Limits {
             agent_images,
+            agent_embedded,
+            max_embedded_bytes: self.max_embedded_bytes,
             max_images: self.max_images,
             max_image_bytes: self.max_image_bytes,
             max_images_total: self.max_images_total,

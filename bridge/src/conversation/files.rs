@@ -1,6 +1,8 @@
 //! Files attached to a person's message: which become ACP `image` content, which are saved where the
 //! agent can read them, and which are refused — and why, in words the person sees (nothing a person
-//! sends vanishes). Pure: the runner downloads and saves what [`plan`] accepts.
+//! sends vanishes). Pure: the runner downloads and saves what [`plan`] accepts, and tells the agent
+//! about each saved file with [`file_block`]: an ACP `resource_link` (every agent takes those), or
+//! the text itself as an embedded `resource` when the agent takes embedded context.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -21,6 +23,11 @@ pub struct Limits {
     pub max_files: usize,
     /// Bytes of one other file.
     pub max_file_bytes: u64,
+    /// The agent takes embedded `resource` content (`promptCapabilities.embeddedContext`).
+    pub agent_embedded: bool,
+    /// Bytes of saved text files of one prompt embedded in it; past them a file goes as a
+    /// `resource_link` only.
+    pub max_embedded_bytes: u64,
 }
 
 impl Default for Limits {
@@ -32,6 +39,8 @@ impl Default for Limits {
             max_images_total: 10 << 20,
             max_files: 10,
             max_file_bytes: 10 << 20,
+            agent_embedded: false,
+            max_embedded_bytes: 128 << 10,
         }
     }
 }
@@ -118,6 +127,92 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
         Some("image/webp")
     } else {
         None
+    }
+}
+
+/// The MIME type a saved file is announced with: the platform's (without parameters) when it says
+/// something useful, else one read from the extension; `None` when neither says.
+#[must_use]
+pub fn mime_of(a: &Attachment) -> Option<String> {
+    let announced = a
+        .mime
+        .as_deref()
+        .and_then(|m| m.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .filter(|m| !m.is_empty() && m != "application/octet-stream");
+    if announced.is_some() {
+        return announced;
+    }
+    let by_extension = match extension(&a.name)?.as_str() {
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "html" => "text/html",
+        "json" => "application/json",
+        "xml" => "application/xml",
+        "yaml" | "yml" => "application/yaml",
+        "toml" => "application/toml",
+        "pdf" => "application/pdf",
+        e if TEXT_EXTENSIONS.contains(&e) => "text/plain",
+        _ => return None,
+    };
+    Some(by_extension.to_owned())
+}
+
+/// Whether a file of this type (from [`mime_of`]) is text a model can read as it is (not a PDF).
+fn is_text_type(mime: Option<&str>) -> bool {
+    mime.is_some_and(|m| {
+        m.starts_with("text/") || (FILE_TYPES.contains(&m) && m != "application/pdf")
+    })
+}
+
+/// `file://` and the absolute path, each byte that may not stand in a URI path percent-encoded
+/// (RFC 3986: unreserved characters, sub-delimiters, `:`, `@` and `/` stay as they are).
+#[must_use]
+pub fn file_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut uri = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+/// How the agent is told about a file saved at `path`: its text as an embedded `resource` when the
+/// agent takes embedded context, the file is UTF-8 text and it fits in what is left of the prompt's
+/// budget (`embed_left`, reduced by what it takes); otherwise a `resource_link` to it. Never both:
+/// an agent that reads linked files (qwen does) would see the text twice.
+#[must_use]
+pub fn file_block(
+    path: &Path,
+    a: &Attachment,
+    bytes: &[u8],
+    limits: &Limits,
+    embed_left: &mut u64,
+) -> daemon_client::PromptBlock {
+    let uri = file_uri(path);
+    let mime = mime_of(a);
+    let size = bytes.len() as u64;
+    if limits.agent_embedded
+        && size <= *embed_left
+        && is_text_type(mime.as_deref())
+        && let Ok(text) = std::str::from_utf8(bytes)
+    {
+        *embed_left -= size;
+        return daemon_client::PromptBlock::Resource {
+            uri,
+            mime_type: mime,
+            text: text.to_owned(),
+        };
+    }
+    daemon_client::PromptBlock::ResourceLink {
+        uri,
+        name: shown_name(&a.name),
+        mime_type: mime,
+        size: Some(size),
     }
 }
 
@@ -252,15 +347,20 @@ pub fn sanitize_name(name: &str) -> String {
 }
 
 /// Where a saved file goes: `<cwd>/.chat-bridge/attachments/<turn>/<n>-<name>` (the index keeps two
-/// files of the same name apart). Always inside `cwd`.
+/// files of the same name apart; spaces become `_`, so the file's `file://` URI needs no escape for
+/// them — some agents, qwen among them, take the URI's path as it is written). Always inside `cwd`.
 #[must_use]
 pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
-    let turn = sanitize_name(turn);
+    let turn = sanitize_name(turn).replace(' ', "_");
     let path = cwd
         .join(".chat-bridge")
         .join("attachments")
         .join(turn)
-        .join(format!("{}-{}", index + 1, sanitize_name(name)));
+        .join(format!(
+            "{}-{}",
+            index + 1,
+            sanitize_name(name).replace(' ', "_")
+        ));
     debug_assert!(
         path.strip_prefix(cwd)
             .is_ok_and(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
@@ -428,6 +528,10 @@ mod tests {
             saved_path(cwd, "t", 1, "a.txt"),
             cwd.join(".chat-bridge/attachments/t/2-a.txt")
         );
+        assert_eq!(
+            saved_path(cwd, "t", 0, "Screen log (1).txt"),
+            cwd.join(".chat-bridge/attachments/t/1-Screen_log_(1).txt")
+        );
     }
 
     #[test]
@@ -454,6 +558,67 @@ mod tests {
             "look\n\nFiles attached to this message, saved for you to read:\n- /w/.chat-bridge/attachments/t/1-a.log"
         );
         assert_eq!(human_bytes(1536 * 1024), "1.5 MB");
+    }
+
+    #[test]
+    fn a_saved_file_reaches_the_agent_as_a_link_or_within_the_budget_as_embedded_text() {
+        use daemon_client::PromptBlock;
+        let path = Path::new("/w/.chat-bridge/attachments/t/1-build log.txt");
+        let log = file("build log.txt", Some("text/plain; charset=utf-8"), 6);
+        // No embedded context: a link, with the name, type and size.
+        let mut left = 1000;
+        assert_eq!(
+            file_block(path, &log, b"error\n", &Limits::default(), &mut left),
+            PromptBlock::ResourceLink {
+                uri: "file:///w/.chat-bridge/attachments/t/1-build%20log.txt".into(),
+                name: "build log.txt".into(),
+                mime_type: Some("text/plain".into()),
+                size: Some(6),
+            }
+        );
+        assert_eq!(left, 1000, "nothing embedded, nothing spent");
+        let embedding = Limits {
+            agent_embedded: true,
+            ..Limits::default()
+        };
+        // Embedded context: the text itself, and the budget shrinks by it.
+        let mut left = 10;
+        assert_eq!(
+            file_block(path, &log, b"error\n", &embedding, &mut left),
+            PromptBlock::Resource {
+                uri: "file:///w/.chat-bridge/attachments/t/1-build%20log.txt".into(),
+                mime_type: Some("text/plain".into()),
+                text: "error\n".into(),
+            }
+        );
+        assert_eq!(left, 4);
+        // Past the budget, not UTF-8, or not text (a PDF): a link.
+        for (a, bytes) in [
+            (&log, &b"more than four"[..]),
+            (&file("b.log", None, 3), &b"\xff\xfe\x00"[..]),
+            (&file("r.pdf", Some("application/pdf"), 3), &b"%PD"[..]),
+        ] {
+            let mut left = 4;
+            assert!(
+                matches!(
+                    file_block(path, a, bytes, &embedding, &mut left),
+                    PromptBlock::ResourceLink { .. }
+                ),
+                "{}",
+                a.name
+            );
+            assert_eq!(left, 4);
+        }
+        // A log the platform calls octet-stream is text by its extension.
+        let mut left = 100;
+        assert!(matches!(
+            file_block(path, &file("x.log", Some("application/octet-stream"), 2), b"ok", &embedding, &mut left),
+            PromptBlock::Resource { mime_type: Some(m), .. } if m == "text/plain"
+        ));
+        assert_eq!(
+            file_uri(Path::new("/w/é (1)#?.txt")),
+            "file:///w/%C3%A9%20(1)%23%3F.txt"
+        );
     }
 
     #[test]

@@ -307,6 +307,10 @@ impl WebApi {
     /// (Slack's own file host only), `files.completeUploadExternal`. Returns the message's `ts` when
     /// Slack says it, else `file:<id>` (a file share cannot be edited).
     ///
+    /// With a `key`, the share's first block carries it as its `block_id` (a file share takes no
+    /// message metadata): [`WebApi::find_reply`] finds the share by it, so an upload whose outcome a
+    /// crash hid is not shared a second time.
+    ///
     /// # Errors
     /// [`SlackError`].
     pub async fn upload(
@@ -316,6 +320,7 @@ impl WebApi {
         name: &str,
         content: &[u8],
         payload: &Payload,
+        key: Option<&str>,
     ) -> Result<String, SlackError> {
         let length = content.len().to_string();
         let v = self
@@ -349,7 +354,13 @@ impl WebApi {
             )));
         }
         let files = json!([{"id": id, "title": name}]).to_string();
-        let blocks = Value::Array(payload.blocks.clone()).to_string();
+        let mut blocks = payload.blocks.clone();
+        if let (Some(key), Some(first)) = (key, blocks.first_mut())
+            && let Some(first) = first.as_object_mut()
+        {
+            first.insert("block_id".into(), json!(key));
+        }
+        let blocks = Value::Array(blocks).to_string();
         let v = self
             .call_form(
                 "files.completeUploadExternal",
@@ -373,7 +384,8 @@ impl WebApi {
     }
 
     /// The `ts` of the reply in thread `thread_ts` that was posted with idempotency `key`
-    /// (`conversations.replies` with its metadata; the newest 200 replies are searched).
+    /// (`conversations.replies` with its metadata, or — a file share — a block whose `block_id` is
+    /// the key; the newest 200 replies are searched).
     ///
     /// # Errors
     /// [`SlackError`].
@@ -399,8 +411,11 @@ impl WebApi {
             .into_iter()
             .flatten()
             .find(|m| {
-                m["metadata"]["event_type"] == METADATA_EVENT
-                    && m["metadata"]["event_payload"]["key"] == key
+                (m["metadata"]["event_type"] == METADATA_EVENT
+                    && m["metadata"]["event_payload"]["key"] == key)
+                    || m["blocks"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|b| b["block_id"] == key))
             })
             .and_then(|m| m["ts"].as_str().map(str::to_owned)))
     }

@@ -76,6 +76,7 @@ impl Slack {
                     &file.name,
                     file.content.as_bytes(),
                     &blocks::render(message),
+                    key,
                 )
                 .await
                 .map_err(api::SlackError::into_delivery);

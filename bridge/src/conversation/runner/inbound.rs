@@ -190,8 +190,9 @@ impl Runner {
     }
 
     /// Downloads the files [`files::plan`] accepted: images become `image` blocks, other files are
-    /// saved under the session's directory and named in the prompt text. Returns the prompt's blocks
-    /// and the files not used, each with why.
+    /// saved under the session's directory, named in the prompt text and given to the agent as
+    /// [`files::file_block`] says (a `resource_link`, or their text embedded). Returns the prompt's
+    /// blocks and the files not used, each with why.
     async fn take_files(
         &self,
         text: &str,
@@ -204,11 +205,15 @@ impl Runner {
         let mut images = Vec::new();
         let mut image_bytes = 0u64;
         let mut saved = Vec::new();
+        let mut resources = Vec::new();
+        let mut embed_left = limits.max_embedded_bytes;
         let cwd = if self.conv.cwd.is_empty() {
             self.core.cfg.cwd.clone()
         } else {
             std::path::PathBuf::from(&self.conv.cwd)
         };
+        // A `file://` URI names an absolute path.
+        let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
         let fetch = self.core.fetcher();
         for (i, (file, u)) in attached.iter().zip(uses).enumerate() {
             let max = match u {
@@ -267,7 +272,16 @@ impl Runner {
                         None => Ok(()),
                     };
                     match written {
-                        Ok(()) => saved.push(path),
+                        Ok(()) => {
+                            resources.push(files::file_block(
+                                &path,
+                                file,
+                                &bytes,
+                                &limits,
+                                &mut embed_left,
+                            ));
+                            saved.push(path);
+                        }
                         Err(e) => {
                             tracing::warn!(conversation = %self.conv.id, error = %e, "an attached file could not be saved");
                             refused.push((
@@ -280,11 +294,12 @@ impl Runner {
             }
         }
         let text = files::prompt_text(text, &saved);
-        let mut blocks = Vec::with_capacity(images.len() + 1);
+        let mut blocks = Vec::with_capacity(images.len() + resources.len() + 1);
         if !text.is_empty() || images.is_empty() {
             blocks.push(PromptBlock::Text(text));
         }
         blocks.extend(images);
+        blocks.extend(resources);
         (blocks, refused)
     }
 
