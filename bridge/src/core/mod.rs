@@ -128,6 +128,11 @@ pub struct CoreConfig {
     pub schedules_per_thread: usize,
     /// The shortest `/every` interval.
     pub schedule_min_interval: Duration,
+    /// Each conversation's own worktree (`workspace.isolation = "worktree"` with `cwd` in a git
+    /// repository); `None`: every session works in `cwd`.
+    pub worktrees: Option<crate::worktree::Worktrees>,
+    /// A conversation idle this long has its worktree removed (`workspace.retain`).
+    pub retain: Duration,
 }
 
 impl Default for CoreConfig {
@@ -165,6 +170,8 @@ impl Default for CoreConfig {
             shell_agent: false,
             schedules_per_thread: 10,
             schedule_min_interval: Duration::from_secs(60),
+            worktrees: None,
+            retain: Duration::from_secs(7 * 86_400),
         }
     }
 }
@@ -182,6 +189,9 @@ pub(crate) enum ConvMsg {
     Resume(store::turns::Turn),
     /// The daemon connection went down (`false`) or came back (`true`) (L7).
     Connection(bool),
+    /// The conversation has been idle since before this (Unix ms): its worktree is removed, as
+    /// `/done` does, unless something happened since ([`crate::checkouts`]).
+    Expire(i64),
 }
 
 /// What becomes of an inbound event whose handling failed (not a transient fault).

@@ -100,6 +100,19 @@ impl Runner {
                 files::refusal_notice(&self.core.redactor, &refused, false).unwrap_or_default();
             return self.notice_lines_redacted(Tone::Warning, &text).await;
         }
+        if let Err(e) = self.prepare_checkout().await {
+            tracing::warn!(conversation = %self.conv.id, error = %e, "could not prepare a thread's worktree");
+            self.core.busy_add(-1);
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
+            return self
+                .notice(
+                    Tone::Error,
+                    &format!("Could not prepare this thread's own checkout: {e}. Your message was not sent; try again."),
+                )
+                .await;
+        }
         let reached = if self
             .core
             .daemon_connected
@@ -315,6 +328,8 @@ impl Runner {
         let mut tx = self.begin().await?;
         let kept = self.kept(text).into_owned();
         let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        // Activity: the idle sweep measures `workspace.retain` from here.
+        conversations::touch(tx.conn(), &self.conv.id, "active", now_ms()).await?;
         let title = crate::core::inbox::title_of(&self.core.redactor, text);
         conversations::title_if_untitled(tx.conn(), &self.conv.id, &title).await?;
         self.record(&mut tx, Some(&row.id), "prompt", user, &kept, None)
@@ -357,9 +372,13 @@ impl Runner {
             }
         }
         // The client applies `daemon.mode` after every session/new and session/load (L6).
-        let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
+        let dir = self
+            .checkout
+            .clone()
+            .unwrap_or_else(|| self.core.cfg.cwd.clone());
+        let new = self.core.client.new_session(&dir).await?;
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
-        let cwd = self.core.cfg.cwd.display().to_string();
+        let cwd = dir.display().to_string();
         if let Ok(mut c) = self.core.store.conn().await {
             let _ = conversations::set_session(
                 &mut c,
