@@ -309,6 +309,7 @@ impl Application {
             schedule_min_interval: cfg.schedules.min_interval,
             worktrees,
             retain: cfg.workspace.retain,
+            require_mention_in_threads: cfg.access.require_mention_in_threads,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns)

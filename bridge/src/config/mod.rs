@@ -224,6 +224,9 @@ pub struct Access {
     pub open: bool,
     /// A2: `owner` (default) or `shared`.
     pub threads: ThreadAccess,
+    /// In a thread the bot answers only messages that mention it; the others (from people who may
+    /// prompt there) go along as context with its next prompt. For busy channels.
+    pub require_mention_in_threads: bool,
 }
 
 /// `[http]`: health, readiness, the history API and the history pages.

@@ -133,6 +133,9 @@ pub struct CoreConfig {
     pub worktrees: Option<crate::worktree::Worktrees>,
     /// A conversation idle this long has its worktree removed (`workspace.retain`).
     pub retain: Duration,
+    /// In a thread only messages that mention the bot are prompts; the others are context for the
+    /// next one (`access.require_mention_in_threads`).
+    pub require_mention_in_threads: bool,
 }
 
 impl Default for CoreConfig {
@@ -172,6 +175,7 @@ impl Default for CoreConfig {
             schedule_min_interval: Duration::from_secs(60),
             worktrees: None,
             retain: Duration::from_secs(7 * 86_400),
+            require_mention_in_threads: false,
         }
     }
 }

@@ -33,6 +33,10 @@ impl Runner {
             InboundKind::Message(text) => (text, Vec::new()),
             InboundKind::Files { text, files } => (text, files),
         };
+        if self.core.cfg.require_mention_in_threads && !m.opens {
+            // Not addressed to the bot (mention etiquette): context for its next prompt.
+            return self.unaddressed(&m.user, &text).await;
+        }
         // A2 needs the thread's members for anything but reading: read once, kept by the state.
         if !files.is_empty()
             || self
@@ -156,6 +160,8 @@ impl Runner {
         for e in q.events() {
             self.state.marks.add(Some(e));
         }
+        // Read before the turn's prompt is recorded: what was said since the last one.
+        let context = self.context().await;
         let row = match self.record_turn(&text, &user).await {
             Ok(row) => row,
             Err(e) => {
@@ -180,7 +186,7 @@ impl Runner {
         self.state.turn = Some(turn);
         // Who said it goes along (several people may write in one thread); the history keeps
         // what they typed.
-        let for_agent = self.for_agent(&q).await;
+        let for_agent = self.for_agent(&q, &context).await;
         let (blocks, refused) = self.take_files(&for_agent, &files, &uses, &turn_id).await;
         let refused: Vec<(&str, &str)> = refused
             .iter()
@@ -304,7 +310,7 @@ impl Runner {
     /// The prompt as the agent receives it: each part with its speaker's name (when
     /// `speaker_prefix`), the steer note first; the built-in shell agent gets the text as typed,
     /// merged messages as lines of one script.
-    async fn for_agent(&self, q: &Queued) -> String {
+    async fn for_agent(&self, q: &Queued, context: &[(String, String)]) -> String {
         let cfg = &self.core.cfg;
         if cfg.shell_agent {
             return q.for_agent("\n", false, |_, t| t.to_owned());
@@ -317,10 +323,83 @@ impl Runner {
                 }
             }
         }
-        q.for_agent("\n\n", true, |user, text| match names.get(user) {
+        let sent = q.for_agent("\n\n", true, |user, text| match names.get(user) {
             Some(name) => speaker::prefixed(name, user, text),
             None => text.to_owned(),
-        })
+        });
+        // Context always names its speakers: who said what is the point of it.
+        let mut said = Vec::with_capacity(context.len());
+        for (user, text) in context {
+            let name = match names.get(user) {
+                Some(n) => n.clone(),
+                None => self.core.speakers.name(user).await,
+            };
+            said.push(speaker::prefixed(&name, user, text));
+        }
+        let Some(block) = crate::conversation::context::block(&said) else {
+            return sent;
+        };
+        // The steer note stays first (D6 recognises the prompt by it).
+        match &q.note {
+            Some(note) if sent.starts_with(note.as_str()) => {
+                format!("{note}\n\n{block}\n\n{}", sent[note.len()..].trim_start())
+            }
+            _ => format!("{block}\n\n{sent}"),
+        }
+    }
+
+    /// A message in a thread that does not mention the bot (`access.require_mention_in_threads`):
+    /// kept in the transcript as context for the next prompt when its writer may prompt here
+    /// (A2); nothing runs, nothing is posted, nobody is refused (they did not address the bot).
+    async fn unaddressed(&mut self, user: &str, text: &str) -> Result<()> {
+        // The built-in shell agent runs text as a command: context would break it.
+        if self.core.cfg.shell_agent || text.trim().is_empty() {
+            return Ok(());
+        }
+        if self.may(user, Act::Prompt).await?.is_err() {
+            tracing::debug!(conversation = %self.conv.id, "a message not addressed to the bot, from someone who may not prompt here, left out of the context");
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        self.record(
+            &mut tx,
+            None,
+            crate::conversation::context::KIND,
+            user,
+            &self.kept(text),
+            None,
+        )
+        .await?;
+        self.commit(tx).await
+    }
+
+    /// What was said here without mentioning the bot since its last prompt, as (user, text): empty
+    /// unless `access.require_mention_in_threads` (best effort: a store fault leaves it out).
+    async fn context(&self) -> Vec<(String, String)> {
+        let cfg = &self.core.cfg;
+        if !cfg.require_mention_in_threads || cfg.shell_agent {
+            return Vec::new();
+        }
+        let read = async {
+            let mut c = self.core.store.conn().await?;
+            crate::store::transcript::since_last_prompt(
+                &mut c,
+                &self.conv.id,
+                crate::conversation::context::KIND,
+                200,
+            )
+            .await
+        };
+        match read.await {
+            Ok(rows) => rows
+                .into_iter()
+                .map(|e| (e.actor.unwrap_or_default(), e.body))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(conversation = %self.conv.id, error = %e, "could not read the thread's context; the prompt goes without it");
+                Vec::new()
+            }
+        }
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.
