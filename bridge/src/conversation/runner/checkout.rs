@@ -283,9 +283,9 @@ impl Runner {
 fn idle_for(d: std::time::Duration) -> String {
     let secs = d.as_secs();
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    if secs > 0 && secs % 86_400 == 0 {
+    if secs > 0 && secs.is_multiple_of(86_400) {
         plural(secs / 86_400, "day", "days")
-    } else if secs > 0 && secs % 3600 == 0 {
+    } else if secs > 0 && secs.is_multiple_of(3600) {
         plural(secs / 3600, "hour", "hours")
     } else {
         daemon_client::liveness::human_duration(d)
