@@ -213,6 +213,31 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn a_patch_longer_than_a_message_shows_comes_as_a_file_with_the_stat(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "seq 1 2000 > numbers.txt; echo changed >> README")).await.expect("accept");
+        settle(&app).await;
+        app.core.accept(said("t1", "/diff")).await.expect("accept");
+        settle(&app).await;
+        let d = diffs(&rec);
+        assert_eq!(d.len(), 1, "{:#?}", rec.latest());
+        let code = d[0].code.clone().unwrap_or_default();
+        assert!(code.contains("README") && code.contains("numbers.txt") && code.contains("2 files changed"), "the stat in the message: {code}");
+        let file = d[0].file.clone().expect("the patch as a file");
+        assert_eq!(file.name, "changes.diff");
+        assert!(file.content.contains("+2000") && file.content.contains("+changed"), "the whole patch");
+        assert!(d[0].body.as_deref().is_some_and(|b| b.contains("changes.diff")));
+        // The worktree's own index is untouched: the new file is still untracked there.
+        let wt = checkout_of(&conversation(&app, "t1").await);
+        assert!(git(&wt, &["status", "--porcelain"]).contains("?? numbers.txt"));
+        app.shutdown().await;
+    }
+
     async fn a_directory_that_is_no_git_repository_falls_back_to_the_shared_one(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let root = std::fs::canonicalize(dir.path()).expect("canonical");
