@@ -30,17 +30,26 @@ async fn d5_a_schedule_runs_only_on_the_active_replica_of_two_and_moves_with_the
     cfg.service.leader_check = Duration::from_millis(200);
 
     let (rec_a, rec_b) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
-    let a = Application::build(&cfg, rec_a.clone()).await.expect("A active");
+    let a = Application::build(&cfg, rec_a.clone())
+        .await
+        .expect("A active");
     let stop_b = CancellationToken::new();
     let b = tokio::spawn({
         let (cfg, rec_b, stop_b) = (cfg.clone(), rec_b.clone(), stop_b.clone());
         async move { Application::build_until(&cfg, rec_b, &stop_b).await }
     });
 
-    a.core.accept(console::inbound("/every 1s echo tick")).await.expect("accept");
+    a.core
+        .accept(console::inbound("/every 1s echo tick"))
+        .await
+        .expect("accept");
     rec_a.wait_for("three runs on A", |r| ticks(r) >= 3).await;
     assert!(!b.is_finished(), "B still stands by");
-    assert!(rec_b.calls().is_empty(), "nothing ran on the standby: {:#?}", rec_b.calls());
+    assert!(
+        rec_b.calls().is_empty(),
+        "nothing ran on the standby: {:#?}",
+        rec_b.calls()
+    );
 
     let on_a = {
         settle(&a).await;
@@ -57,8 +66,14 @@ async fn d5_a_schedule_runs_only_on_the_active_replica_of_two_and_moves_with_the
     assert_eq!(ticks(&rec_a), on_a, "nothing more on A once it stopped");
     settle(&b).await;
     let mut c = b.store.conn().await.expect("conn");
-    let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
-    let runs = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+    let conv = history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let runs = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
     drop(c);
     assert_eq!(
         runs.len(),

@@ -155,14 +155,18 @@ on_both! {
         // Committed: `/done` removes the worktree and keeps the branch with the commit.
         app.core.accept(said("t2", "git add f && git commit -q -m B")).await.expect("accept");
         settle(&app).await;
+        app.core.accept(said("t2", "/every 1h git status")).await.expect("accept");
         app.core.accept(said("t2", "/done")).await.expect("accept");
         settle(&app).await;
         assert!(!wt2.exists(), "t2's worktree removed");
+        let mut c = app.store.conn().await.expect("conn");
+        assert!(chat_bridge::store::schedules::of(&mut c, &two.id).await.expect("schedules").is_empty(), "its schedule went with it");
+        drop(c);
         assert!(git_ok(&root, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{}", branch_of(&two))]), "branch kept");
         assert_eq!(git(&root, &["show", &format!("{}:f", branch_of(&two))]).trim(), "B");
         let closed = conversation(&app, "t2").await;
         assert_eq!((closed.status.as_str(), closed.daemon_session.as_deref()), ("closed", None));
-        assert!(titles(&rec).iter().any(|t| t.starts_with("Done: this thread's checkout was removed") && t.contains(&branch_of(&two))), "{:#?}", titles(&rec));
+        assert!(titles(&rec).iter().any(|t| t.starts_with("Done: this thread's checkout was removed") && t.contains(&branch_of(&two)) && t.ends_with("Its schedule was removed.")), "{:#?}", titles(&rec));
 
         // Forced: removed with its changes; both of t1's branches stay.
         app.core.accept(said("t1", "/done force")).await.expect("accept");

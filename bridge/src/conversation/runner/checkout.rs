@@ -8,7 +8,7 @@ use super::Runner;
 use crate::channel::{Message, OutFile, Tone};
 use crate::conversation::effects;
 use crate::core::{lock, render};
-use crate::store::{Result, conversations, now_ms};
+use crate::store::{Result, conversations, now_ms, schedules};
 use crate::worktree::{Branch, GitError, Removal, Worktrees};
 
 /// How many changed files a refusal to remove a checkout lists.
@@ -161,7 +161,8 @@ impl Runner {
     }
 
     /// `/done` (`force`: `/done force`): nothing may run or wait; the checkout is removed (not with
-    /// uncommitted changes unless forced), its branch kept, and the thread closed.
+    /// uncommitted changes unless forced), its branch kept, its schedules removed, and the thread
+    /// closed.
     pub(super) async fn cmd_done(&mut self, rest: &str) -> Result<()> {
         let force = match rest.trim() {
             "" => false,
@@ -264,10 +265,22 @@ impl Runner {
                 "Done: this thread is closed; a new message here starts a new session.".to_owned()
             }
         };
-        let key = self.state.next_notice_key(now_ms());
-        let msg = render::notice(&self.core.redactor, Tone::Neutral, &text);
         let mut tx = self.begin().await?;
         conversations::close(tx.conn(), &self.conv.id, now_ms()).await?;
+        // A closed thread runs nothing on its own: its schedules go with it.
+        let mut dropped = 0;
+        for s in schedules::of(tx.conn(), &self.conv.id).await? {
+            if schedules::remove(tx.conn(), &self.conv.id, &s.id).await? {
+                dropped += 1;
+            }
+        }
+        let text = match dropped {
+            0 => text,
+            1 => format!("{text} Its schedule was removed."),
+            n => format!("{text} Its {n} schedules were removed."),
+        };
+        let key = self.state.next_notice_key(now_ms());
+        let msg = render::notice(&self.core.redactor, Tone::Neutral, &text);
         self.record(&mut tx, None, "notice", "bridge", &self.kept(&text), None)
             .await?;
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
