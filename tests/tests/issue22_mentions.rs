@@ -1,6 +1,7 @@
 //! Issue 22, mention etiquette (`access.require_mention_in_threads`), end to end on the fake Slack
-//! (Socket Mode) with a daemon that records its prompts: in a thread the bot answers only messages
-//! that mention it, and what was said there since its last turn goes along as context, once.
+//! (Socket Mode) and the fake Discord (gateway and REST), with a daemon that records its prompts: in
+//! a thread the bot answers only messages that mention it, and what was said there since its last
+//! turn goes along as context, once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,7 +69,7 @@ async fn a_thread_answers_only_mentions_and_the_rest_goes_along_as_context_once(
         cfg.daemon.url = Some(url);
         cfg.daemon.token = Some(token.into());
         cfg.access.require_mention_in_threads = true;
-        // Several people in one thread; U3 is the one outsider (owner threads below).
+        // Owner threads (A2, the default): U2 is invited below, U3 stays an outsider.
         cfg.render.stream = false;
     })
     .await;
@@ -203,4 +204,78 @@ async fn without_the_setting_a_reply_in_the_thread_is_a_prompt_as_before() {
     assert_eq!(prompt_texts(&prompts)[1], "[U1] and this");
     stop.cancel();
     task.await.expect("join").expect("clean shutdown");
+}
+
+/// The same on the fake Discord: a reply in the thread without a mention is context, a mention in
+/// the thread (which Discord cannot make a thread of) is the prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discord_a_thread_answers_only_mentions_and_the_rest_goes_along_as_context() {
+    use chat_bridge_tests::fake_discord::{BOT, CHANNEL, FakeDiscord, TOKEN, person_message};
+    let prompts: Prompts = Arc::new(Mutex::new(Vec::new()));
+    let agent = daemon(false, prompts.clone()).await;
+    let fake = FakeDiscord::start(300).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    chat_bridge_tests::init_tracing();
+    let mut cfg = chat_bridge_tests::bridge::config(
+        &format!("sqlite://{}", dir.path().join("discord.db").display()),
+        dir.path(),
+    );
+    cfg.discord_mut().token = Some(TOKEN.into());
+    cfg.discord_mut().api_base_url = fake.base_url.clone();
+    cfg.access.open = true;
+    cfg.access.require_mention_in_threads = true;
+    cfg.daemon.url = Some(agent.url.clone());
+    cfg.daemon.token = Some(agent.token.clone().into());
+    cfg.render.stream = false;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::startup::run(&cfg, stop).await }
+    });
+    fake.wait_for("the gateway session (IDENTIFY)", |f| {
+        !f.frames_op(2).is_empty()
+    })
+    .await;
+    let person = "501";
+    fake.dispatch(
+        "MESSAGE_CREATE",
+        person_message(
+            "1001",
+            CHANNEL,
+            person,
+            &format!("<@{BOT}> look at the build"),
+            true,
+        ),
+    );
+    wait_prompts(&prompts, 1).await;
+    fake.dispatch(
+        "MESSAGE_CREATE",
+        person_message("1002", "1001", person, "the build is red", false),
+    );
+    fake.dispatch(
+        "MESSAGE_CREATE",
+        person_message("1003", "1001", person, &format!("<@{BOT}> fix it"), true),
+    );
+    wait_prompts(&prompts, 2).await;
+    let texts = prompt_texts(&prompts);
+    assert_eq!(texts.len(), 2, "{texts:#?}");
+    assert!(
+        texts[1].starts_with(HEAD)
+            && texts[1].contains("] the build is red)\n\n[")
+            && texts[1].ends_with("] fix it"),
+        "{:?}",
+        texts[1]
+    );
+    assert_eq!(
+        fake.threads().len(),
+        1,
+        "the mention in the thread opened no other thread"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+    drop(agent);
 }
