@@ -279,3 +279,44 @@ async fn discord_a_thread_answers_only_mentions_and_the_rest_goes_along_as_conte
         .expect("clean shutdown");
     drop(agent);
 }
+
+/// A scheduled run is addressed to the bot: it runs where only mentions are prompts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_is_a_prompt_where_only_mentions_are() {
+    use chat_bridge::channel::console;
+    use chat_bridge::clock::ManualClock;
+    use chat_bridge_tests::recorder::Recorder;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = chat_bridge_tests::bridge::config(
+        &format!("sqlite://{}", dir.path().join("t.db").display()),
+        dir.path(),
+    );
+    cfg.access.require_mention_in_threads = true;
+    cfg.schedules.min_interval = Duration::from_secs(1);
+    cfg.schedules.check_every = Duration::from_secs(3600);
+    let rec = Arc::new(Recorder::default());
+    let app = chat_bridge::app::Application::build(&cfg, rec.clone())
+        .await
+        .expect("build");
+    app.core
+        .accept(console::inbound("/every 1s echo tick"))
+        .await
+        .expect("accept");
+    chat_bridge_tests::bridge::settle(&app).await;
+    let clock = ManualClock::at(chat_bridge::store::now_ms() + 1_500);
+    assert_eq!(
+        chat_bridge::schedules::run_due(&app.core, &clock)
+            .await
+            .expect("run"),
+        1
+    );
+    chat_bridge_tests::bridge::settle(&app).await;
+    assert!(
+        rec.latest()
+            .iter()
+            .any(|(_, m)| m.title.starts_with("✅ echo tick")),
+        "{:#?}",
+        rec.latest()
+    );
+    app.shutdown().await;
+}
