@@ -129,7 +129,7 @@ impl Runner {
             .ok()
             .flatten()
             .unwrap_or(branch);
-        let stat = r.redact(&diff.stat);
+        let stat = cap_stat(&r.redact(&diff.stat), self.core.cfg.output_cap);
         let patch = r.redact(&diff.patch);
         let mut m = Message::text(
             Tone::Neutral,
@@ -292,6 +292,31 @@ impl Runner {
     }
 }
 
+/// A `git diff --stat` that fits `cap` characters: the first files, a count of those left out, and
+/// the summary line (`N files changed, …`).
+fn cap_stat(stat: &str, cap: usize) -> String {
+    if stat.chars().count() <= cap {
+        return stat.to_owned();
+    }
+    let lines: Vec<&str> = stat.lines().collect();
+    let Some((summary, files)) = lines.split_last() else {
+        return String::new();
+    };
+    let budget = cap.saturating_sub(summary.chars().count() + 40);
+    let mut out = String::new();
+    let mut shown = 0;
+    for line in files {
+        if out.chars().count() + line.chars().count() + 1 > budget {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+        shown += 1;
+    }
+    out.push_str(&format!(" … {} more files\n{summary}", files.len() - shown));
+    out
+}
+
 /// `workspace.retain` as people say it: `7 days`, `1 day`, `12 hours`, `1 hour`, else `1h 30m`.
 fn idle_for(d: std::time::Duration) -> String {
     let secs = d.as_secs();
@@ -307,6 +332,26 @@ fn idle_for(d: std::time::Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_long_stat_keeps_its_first_files_and_its_summary_within_the_cap() {
+        let mut stat: String = (0..500)
+            .map(|i| format!(" src/file{i}.rs | 2 +-\n"))
+            .collect();
+        stat.push_str(" 500 files changed, 500 insertions(+), 500 deletions(-)");
+        let capped = super::cap_stat(&stat, 1_000);
+        assert!(capped.chars().count() <= 1_000, "{}", capped.len());
+        assert!(capped.starts_with(" src/file0.rs | 2 +-\n"), "{capped}");
+        assert!(
+            capped
+                .ends_with(" more files\n 500 files changed, 500 insertions(+), 500 deletions(-)"),
+            "{capped}"
+        );
+        assert_eq!(
+            super::cap_stat("a | 1 +\n 1 file changed", 1_000),
+            "a | 1 +\n 1 file changed"
+        );
+    }
+
     #[test]
     fn retain_reads_as_people_say_it() {
         use std::time::Duration;
