@@ -148,6 +148,16 @@ impl Liveness {
         self.idle_fired = self.wall_fired;
     }
 
+    /// The session is silent because the bridge is waiting, not the daemon (a person is deciding on
+    /// an approval the daemon asked for): the idle limit starts again from `now`. The wall limit is
+    /// never re-armed (L1).
+    pub fn hold(&mut self, now: Instant) {
+        if now > self.last_frame {
+            self.last_frame = now;
+        }
+        self.idle_fired = self.wall_fired;
+    }
+
     /// The idle limit that binds now: the turn's, or a running tool's exemption if larger (L2).
     #[must_use]
     pub fn binding_idle(&self) -> Duration {

@@ -29,9 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Message, http};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::lock;
@@ -92,7 +90,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            handshake: Duration::from_secs(10),
+            handshake: crate::handshake::DEFAULT_HANDSHAKE_TIMEOUT,
             max_connections: 64,
             max_in_flight: 1024,
         }
@@ -852,40 +850,7 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>, expected: String) {
 }
 
 async fn serve(tcp: TcpStream, hub: Arc<Hub>, expected: String) -> Result<(), String> {
-    let _ = tcp.set_nodelay(true);
-    #[allow(clippy::result_large_err)]
-    let check = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        let refuse = |status: http::StatusCode, why: &str| {
-            let mut e = ErrorResponse::new(Some(why.to_owned()));
-            *e.status_mut() = status;
-            e
-        };
-        let auth = req
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        if !crate::auth::bearer_matches(auth, &expected) {
-            return Err(refuse(
-                http::StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token",
-            ));
-        }
-        if req.uri().path() != "/acp" {
-            return Err(refuse(
-                http::StatusCode::NOT_FOUND,
-                "the ACP endpoint is /acp",
-            ));
-        }
-        Ok(resp)
-    };
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(16 << 20))
-        .max_frame_size(Some(16 << 20));
-    let handshake = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config));
-    let ws = tokio::time::timeout(hub.limits.handshake, handshake)
-        .await
-        .map_err(|_| "no WebSocket handshake in time".to_owned())?
-        .map_err(|e| e.to_string())?;
+    let ws = crate::handshake::accept_acp(tcp, &expected, 16 << 20, hub.limits.handshake).await?;
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(256);
     let conn = hub.next.fetch_add(1, Ordering::Relaxed);

@@ -8,6 +8,7 @@
 //!
 //! # Layout
 //! - [`auth`]: bearer tokens: RFC 7235 scheme matching, constant-time comparison.
+//! - [`handshake`]: the `/acp` WebSocket handshake both listeners share (token, path, time limit).
 //! - [`host`]: `agent-host` — any stdio ACP agent served over WebSocket `/acp`.
 //! - [`server`]: WebSocket `/acp` with a bearer token; JSON-RPC dispatch; the prompt turn.
 //! - `session`: sessions outlive connections; history for `session/load`.
@@ -17,6 +18,7 @@
 
 pub mod auth;
 pub mod duration;
+pub mod handshake;
 pub mod host;
 mod output;
 pub mod runner;

@@ -13,9 +13,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Message, http};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -39,6 +37,9 @@ pub struct AgentConfig {
     pub kill_grace: Duration,
     /// Largest inbound frame. Default 1 MiB.
     pub max_frame_size: usize,
+    /// Time a client has to complete the WebSocket handshake (with its token); a socket that opens
+    /// the port and says nothing is closed after it. Default 10 s.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for AgentConfig {
@@ -50,6 +51,7 @@ impl Default for AgentConfig {
             require_approval: false,
             kill_grace: Duration::from_secs(2),
             max_frame_size: 1 << 20,
+            handshake_timeout: crate::handshake::DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -206,42 +208,13 @@ async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, expected: String)
 }
 
 async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<(), String> {
-    // Updates are small frames written as they happen: with Nagle's algorithm on, one could wait for
-    // the client's delayed ACK (40 ms on Linux) behind another (the P2 bench saw exactly that).
-    let _ = tcp.set_nodelay(true);
-    // The handshake callback's signature is tungstenite's; its error type is large by design.
-    #[allow(clippy::result_large_err)]
-    let check = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        let refuse = |status: http::StatusCode, why: &str| {
-            let mut e = ErrorResponse::new(Some(why.to_owned()));
-            *e.status_mut() = status;
-            e
-        };
-        // The token first: without it, nothing about this server (not even its paths) answers.
-        let auth = req
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        if !crate::auth::bearer_matches(auth, &expected) {
-            return Err(refuse(
-                http::StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token",
-            ));
-        }
-        if req.uri().path() != "/acp" {
-            return Err(refuse(
-                http::StatusCode::NOT_FOUND,
-                "the ACP endpoint is /acp",
-            ));
-        }
-        Ok(resp)
-    };
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(agent.cfg.max_frame_size))
-        .max_frame_size(Some(agent.cfg.max_frame_size));
-    let ws = tokio_tungstenite::accept_hdr_async_with_config(tcp, check, Some(config))
-        .await
-        .map_err(|e| e.to_string())?;
+    let ws = crate::handshake::accept_acp(
+        tcp,
+        &expected,
+        agent.cfg.max_frame_size,
+        agent.cfg.handshake_timeout,
+    )
+    .await?;
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(64);
     let conn = Conn {

@@ -736,3 +736,28 @@ async fn a_client_that_stops_reading_never_blocks_the_command() {
     );
     agent.shutdown().await;
 }
+
+/// S1: a client that opens the shell agent's port and never completes its handshake is closed after
+/// the handshake limit (the same handshake as `agent-host`'s), so idle sockets cannot pile up; a real
+/// client still gets in afterwards.
+#[tokio::test]
+async fn s1_shell_agent_closes_a_socket_that_never_completes_its_handshake() {
+    use tokio::io::AsyncReadExt;
+    let agent = start(AgentConfig {
+        handshake_timeout: Duration::from_millis(300),
+        ..cfg(1000)
+    })
+    .await;
+    let mut idle = tokio::net::TcpStream::connect(agent.addr())
+        .await
+        .expect("connect");
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "an idle socket is closed after the handshake limit: {closed:?}"
+    );
+    let auth = format!("Bearer {}", agent.token());
+    assert_eq!(handshake_status(&agent, "/acp", Some(&auth)).await, 101);
+    agent.shutdown().await;
+}

@@ -749,6 +749,8 @@ impl State {
         let Some(turn) = self.turn.as_mut() else {
             return;
         };
+        // The idle limit counts from the decision, not from the request (L1).
+        turn.liveness.hold(now);
         if rejected {
             turn.rejected = true;
         }
@@ -797,6 +799,10 @@ impl State {
         due.lines
             .sort_by(|a, b| a.call.as_str().cmp(b.call.as_str()));
         due.draft = turn.draft_due(now);
+        if !self.approvals.is_empty() {
+            // The daemon waits for a person's decision: that silence is ours, not a stall (L1).
+            turn.liveness.hold(now);
+        }
         due.stall = turn.liveness.poll(now);
         if due.stall.is_some() && turn.resumed {
             // Closed as interrupted (D3): its prompt may sit unanswered in the session (D6).

@@ -562,3 +562,33 @@ fn r5_the_answer_streams_into_a_draft_edited_at_most_every_stream_every() {
     );
     assert_eq!(s.turn.as_ref().map(|t| t.answer.as_str()), Some("Hello"));
 }
+
+#[test]
+fn l1_a_turn_waiting_for_a_persons_approval_does_not_stall_and_counts_from_the_decision() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "Shell");
+    let (req, _) = s.permission(request(1), "owner", clock.now(), &c);
+    let expires = clock.now() + secs(900);
+    s.approvals.ask(super::pending("p1", expires));
+    s.approval_asked(req.call.as_ref(), "p1");
+    // Ten minutes of a person thinking: the daemon is silent because it waits for us.
+    for _ in 0..10 {
+        let due = s.on_timer(clock.advance(secs(60)), &c);
+        assert!(due.stall.is_none(), "waiting for a decision is no stall");
+    }
+    let p = s.approvals.take("p1").expect("waiting");
+    let t = clock.now();
+    s.approval_closed(&p, Some("proceed_once"), t);
+    assert!(
+        s.on_timer(clock.advance(secs(119)), &c).stall.is_none(),
+        "the idle limit counts from the decision"
+    );
+    let due = s.on_timer(clock.advance(secs(1)), &c);
+    assert_eq!(
+        due.stall.map(|st| st.kind),
+        Some(StallKind::Idle),
+        "a daemon silent after the decision still stalls"
+    );
+}
