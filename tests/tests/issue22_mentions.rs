@@ -320,3 +320,79 @@ async fn a_scheduled_run_is_a_prompt_where_only_mentions_are() {
     );
     app.shutdown().await;
 }
+
+/// Against `discord-digital-twin` (npm, written by others): a message in the bot's thread without a
+/// mention runs nothing; a mention inside the thread runs there (the built-in shell agent, which
+/// takes no context). Says SKIPPED and passes when the twin cannot be installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twin_in_a_thread_only_a_mention_runs() {
+    use chat_bridge_tests::discord_twin::{Twin, http_get};
+    let Some(mut twin) = Twin::start().await else {
+        return;
+    };
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = chat_bridge_tests::bridge::config(
+        &format!("sqlite://{}", dir.path().join("twin.db").display()),
+        dir.path(),
+    );
+    let http = format!("127.0.0.1:{}", chat_bridge_tests::free_port());
+    cfg.http.listen = Some(http.clone());
+    cfg.discord_mut().token = Some(twin.token.as_str().into());
+    cfg.discord_mut().api_base_url = twin.base_url.clone();
+    cfg.discord_mut().allowed_users = twin.people[..1].to_vec();
+    cfg.access.require_mention_in_threads = true;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { chat_bridge::startup::run(&cfg, stop).await }
+    });
+    let within = Duration::from_secs(60);
+    let started = tokio::time::Instant::now();
+    while !http_get(&http, "/readyz", Duration::from_secs(1))
+        .await
+        .is_some_and(|(s, body)| s == 200 && body.contains(r#""role":"active""#))
+    {
+        assert!(started.elapsed() < within, "the bridge is ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (channel, ana, bot) = (
+        twin.channel.clone(),
+        twin.people[0].clone(),
+        twin.bot.clone(),
+    );
+    let opened = twin
+        .post(&channel, &ana, &format!("<@{bot}> echo first"))
+        .await;
+    let thread = opened["id"].as_str().expect("id").to_owned();
+    twin.wait_for("the first result", within, async |t| {
+        t.find(&thread, "✅ echo first").await
+    })
+    .await;
+    twin.post(&thread, &ana, "echo not addressed").await;
+    let mention = twin
+        .post(&thread, &ana, &format!("<@{bot}> echo addressed"))
+        .await;
+    twin.wait_for("the mention's result", within, async |t| {
+        t.find(&thread, "✅ echo addressed").await
+    })
+    .await;
+    assert!(
+        twin.find(&thread, "✅ echo not addressed").await.is_none(),
+        "a message without a mention ran: {:#?}",
+        twin.messages(&thread).await
+    );
+    // The twin would make a thread of a message inside a thread (real Discord refuses): the bridge
+    // knows its own thread and asks for none.
+    let id = mention["id"].as_str().expect("id");
+    assert!(
+        twin.messages(id).await.is_empty(),
+        "no thread made of the mention"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+}
