@@ -1,7 +1,8 @@
 //! Issue 22, mention etiquette (`access.require_mention_in_threads`), end to end on the fake Slack
 //! (Socket Mode) and the fake Discord (gateway and REST), with a daemon that records its prompts: in
 //! a thread the bot answers only messages that mention it, and what was said there since its last
-//! turn goes along as context, once.
+//! turn goes along as context, once. Against `discord-digital-twin` (written by others) with the
+//! built-in shell agent: only the mention inside the thread runs.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
