@@ -95,7 +95,7 @@ def by_kind(docs, kind):
 
 def duration_ms(value):
     """A duration by the binary's rules (docs/configuration.md): whole seconds as a number or digits, or
-    a sum of <digits><unit> parts (ms, s, m, h). None for anything the binary refuses."""
+    a sum of <digits><unit> parts (ms, s, m, h, d). None for anything the binary refuses."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -104,10 +104,10 @@ def duration_ms(value):
         return None
     if re.fullmatch(r"[0-9]+", value):
         return int(value) * 1000
-    if not re.fullmatch(r"([0-9]+(ms|s|m|h))+", value):
+    if not re.fullmatch(r"([0-9]+(ms|s|m|h|d))+", value):
         return None
-    per = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-    return sum(int(n) * per[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h)", value))
+    per = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return sum(int(n) * per[u] for n, u in re.findall(r"([0-9]+)(ms|s|m|h|d)", value))
 
 
 def render_fails(values, label, *says):

@@ -12,6 +12,8 @@
 //! - [`app`]: the bridge around one channel (store, daemon, core, outbox, HTTP) and its bounded
 //!   shutdown.
 //! - [`schedules`]: the active replica's scheduler for the threads' `/every` and `/at` prompts.
+//! - [`worktree`]: a checkout per thread — git worktrees, run as subprocesses.
+//! - [`checkouts`]: the active replica's sweep that removes idle threads' worktrees.
 //! - [`clock`]: wall-clock time, injected where tests need to control it.
 //! - [`history_cli`]: `chat-bridge history`.
 //! - [`http`]: `/healthz`, `/readyz`, `/metrics` and the history API.
@@ -20,6 +22,7 @@
 
 pub mod app;
 pub mod channel;
+pub mod checkouts;
 pub mod clock;
 pub mod config;
 pub mod conversation;
@@ -34,3 +37,4 @@ pub mod schedules;
 pub mod startup;
 pub mod store;
 pub mod ui;
+pub mod worktree;

@@ -57,7 +57,9 @@ pub async fn run_due(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store
             target: Core::target(&conv),
             user: s.created_by.clone(),
             message_id: None,
-            opens: false,
+            // Addressed to the bot (its thread exists): a run is a prompt also where only
+            // mentions are (`access.require_mention_in_threads`).
+            opens: true,
             kind: InboundKind::Message(s.prompt.clone()),
         };
         // Recorded first (D2): a crash before the schedule moves on finds the same run recorded.

@@ -1,15 +1,16 @@
-//! Durations as people type them on a command line or in a prompt: `500ms`, `10s`, `2m`, `1h`, `1m30s`.
+//! Durations as people type them on a command line or in a prompt: `500ms`, `10s`, `2m`, `1h`, `7d`,
+//! `1m30s`.
 
 use std::time::Duration;
 
 /// A duration string that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{input:?} is not a duration (use e.g. 500ms, 10s, 2m, 1h, 1m30s)")]
+#[error("{input:?} is not a duration (use e.g. 500ms, 10s, 2m, 1h, 7d, 1m30s)")]
 pub struct DurationError {
     input: String,
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1h`, `1m30s`, or a bare number of seconds.
+/// Parses `500ms`, `10s`, `2m`, `1h`, `7d`, `1m30s`, or a bare number of seconds.
 ///
 /// # Errors
 /// [`DurationError`] for anything else, or a value that overflows.
@@ -41,6 +42,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
             "s" => Duration::from_secs(n),
             "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(err)?),
             "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(err)?),
+            "d" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(err)?),
             _ => return Err(err()),
         };
         total = total.checked_add(part).ok_or_else(err)?;
@@ -85,6 +87,7 @@ mod tests {
             ("2m", 120_000),
             ("1h", 3_600_000),
             ("1m30s", 90_000),
+            ("7d", 604_800_000),
             ("7", 7000),
         ];
         for (input, ms) in cases {

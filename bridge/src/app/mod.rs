@@ -242,6 +242,23 @@ impl Application {
             None => std::env::current_dir().context("reading the current directory")?,
         };
         let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
+        let worktrees = match cfg.workspace.isolation {
+            crate::worktree::Isolation::Shared => None,
+            crate::worktree::Isolation::Worktree => {
+                let found = crate::worktree::Worktrees::detect(&cwd, cfg.workspace.dir.as_deref())
+                    .await
+                    .context("preparing workspace.dir for the threads' worktrees")?;
+                match &found {
+                    Some(w) => {
+                        tracing::info!(repository = %w.repo().display(), dir = %w.dir().display(), "each thread works in its own git worktree")
+                    }
+                    None => {
+                        tracing::warn!(cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository (or git is not installed): threads share it")
+                    }
+                }
+                found
+            }
+        };
         let core_cfg = CoreConfig {
             liveness: LivenessConfig {
                 idle: cfg.liveness.idle,
@@ -290,6 +307,9 @@ impl Application {
             shell_agent: shell,
             schedules_per_thread: cfg.schedules.per_thread,
             schedule_min_interval: cfg.schedules.min_interval,
+            worktrees,
+            retain: cfg.workspace.retain,
+            require_mention_in_threads: cfg.access.require_mention_in_threads,
             ..CoreConfig::default()
         };
         let redactor = Redactor::new(&cfg.redact.patterns)
@@ -345,6 +365,15 @@ impl Application {
             cfg.schedules.check_every,
             stop.clone(),
         ));
+        if core.cfg.worktrees.is_some() {
+            // Idle threads' worktrees are removed by the active replica only (D5).
+            tracker.spawn(crate::checkouts::run(
+                core.clone(),
+                Arc::new(SystemClock),
+                cfg.workspace.sweep_every,
+                stop.clone(),
+            ));
+        }
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),

@@ -224,6 +224,9 @@ pub struct Access {
     pub open: bool,
     /// A2: `owner` (default) or `shared`.
     pub threads: ThreadAccess,
+    /// In a thread the bot answers only messages that mention it; the others (from people who may
+    /// prompt there) go along as context with its next prompt. For busy channels.
+    pub require_mention_in_threads: bool,
 }
 
 /// `[http]`: health, readiness, the history API and the history pages.
@@ -445,6 +448,38 @@ impl Default for Schedules {
     }
 }
 
+/// `[workspace]`: where each thread's session works.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Workspace {
+    /// `shared` (default: every session works in `daemon.cwd`) or `worktree` (each conversation
+    /// gets its own `git worktree` of `daemon.cwd`'s repository, on the branch
+    /// `chat/<platform>-<short id>`; a `daemon.cwd` that is no git repository falls back to
+    /// `shared` with a warning at start-up).
+    pub isolation: crate::worktree::Isolation,
+    /// A conversation idle this long has its worktree removed (not with uncommitted changes; the
+    /// branch is kept), as `/done` does.
+    #[serde(deserialize_with = "duration")]
+    pub retain: Duration,
+    /// Where the worktrees go (relative: to the repository's top level); default
+    /// `.chat-bridge/worktrees` in the repository, listed in its `.git/info/exclude`.
+    pub dir: Option<PathBuf>,
+    /// How often the active replica looks for conversations idle past `retain`.
+    #[serde(deserialize_with = "duration")]
+    pub sweep_every: Duration,
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Self {
+            isolation: crate::worktree::Isolation::Shared,
+            retain: Duration::from_secs(7 * 86_400),
+            dir: None,
+            sweep_every: Duration::from_secs(3600),
+        }
+    }
+}
+
 /// `[redact]` (R7).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -566,6 +601,8 @@ pub struct Config {
     pub turns: Turns,
     /// `[schedules]`.
     pub schedules: Schedules,
+    /// `[workspace]`.
+    pub workspace: Workspace,
     /// `[http]`.
     pub http: Http,
     /// `[service]`.
@@ -596,6 +633,7 @@ struct Core {
     render: Render,
     turns: Turns,
     schedules: Schedules,
+    workspace: Workspace,
     http: Http,
     service: Service,
     default_project: Option<String>,
@@ -636,6 +674,7 @@ impl TryFrom<toml::Table> for Config {
             render: core.render,
             turns: core.turns,
             schedules: core.schedules,
+            workspace: core.workspace,
             http: core.http,
             service: core.service,
             default_project: core.default_project,

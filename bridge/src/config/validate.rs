@@ -148,6 +148,11 @@ impl Config {
                 mask_url(&self.database.url)
             ));
         }
+        if self.workspace.retain.is_zero() || self.workspace.sweep_every.is_zero() {
+            problems.push(
+                "workspace.retain and workspace.sweep_every must be longer than zero (retain: how long an idle thread keeps its worktree, e.g. 7d; sweep_every: how often that is checked, e.g. 1h)".into(),
+            );
+        }
         match (&self.daemon.url, &self.daemon.command) {
             (Some(_), Some(_)) => problems.push(
                 "daemon.url and daemon.command are exclusive: set daemon.url for an agent reached over WebSocket, or daemon.command for one the bridge runs over stdio".into(),

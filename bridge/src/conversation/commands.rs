@@ -30,6 +30,11 @@ pub enum Command {
     Schedules,
     /// `/unschedule <id>`.
     Unschedule(String),
+    /// `/diff`: the uncommitted changes in this thread's own checkout.
+    Diff,
+    /// `/done` or `/done force` (the text after the word): close the thread and remove its own
+    /// checkout (the branch is kept).
+    Done(String),
 }
 
 impl Command {
@@ -42,8 +47,9 @@ impl Command {
             Self::Cancel => Act::Cancel,
             Self::Invite(_) | Self::Uninvite(_) => Act::Invite,
             Self::Steer(_) | Self::Every(_) | Self::At(_) => Act::Prompt,
-            Self::Schedules => Act::Read,
+            Self::Schedules | Self::Diff => Act::Read,
             Self::Unschedule(_) => Act::Cancel,
+            Self::Done(_) => Act::New,
         }
     }
 }
@@ -105,13 +111,15 @@ pub fn parse(text: &str, pending_approvals: usize) -> Parsed {
         "at" => Command::At(rest),
         "schedules" => Command::Schedules,
         "unschedule" => Command::Unschedule(rest),
+        "diff" => Command::Diff,
+        "done" => Command::Done(rest),
         _ => return Parsed::Prompt(text.to_owned()),
     };
     Parsed::Command(command)
 }
 
 /// `/help`'s text.
-pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/steer <message> — stop the running turn and run this instead\n/every 1h <prompt> — run a prompt here on a schedule; /at 09:00 <prompt> — once, at that time (UTC)\n/schedules — this thread's schedules; /unschedule <id> — remove one\n/status — what is running\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text\nWhen an approval waits: the buttons, or where there are none, its option's number (1, 2, …).";
+pub const HELP: &str = "Each message is a prompt for the agent in this thread's session.\n/cancel — stop the running turn\n/steer <message> — stop the running turn and run this instead\n/every 1h <prompt> — run a prompt here on a schedule; /at 09:00 <prompt> — once, at that time (UTC)\n/schedules — this thread's schedules; /unschedule <id> — remove one\n/status — what is running\n/diff — the uncommitted changes in this thread's own checkout\n/done — close this thread (its own checkout is removed, its branch kept; `/done force` also with uncommitted changes)\n/new — start a new agent session\n/history — this thread's turns\n/invite @person — let someone prompt and approve here (the thread's owner)\n/uninvite @person — stop letting them\n/help — this text\nWhen an approval waits: the buttons, or where there are none, its option's number (1, 2, …).";
 
 /// What a message that is not a number gets while an approval waits on a channel without buttons.
 pub const APPROVAL_HINT: &str = "An approval is waiting: answer with its option's number (1, 2, …), or /cancel to stop the turn. Your message was not sent to the agent.";

@@ -14,6 +14,8 @@
 //!   to the store's in one place.
 //! - [`commands`]: what a message means (`/new`, `/cancel`, `/status`, `/history`, `/help`,
 //!   `/invite`, `/uninvite`, a numbered answer, a prompt).
+//! - [`context`]: mention etiquette — what was said in a thread without mentioning the bot, as
+//!   context for its next prompt.
 //! - [`busy`]: steer or queue — a prompt that arrives while a turn runs (`turns.while_busy`).
 //! - [`turn`]: a turn, its queue, its end and first cause (T2), the stall and status texts.
 //! - [`tools`]: running tool calls and the progress line (L5, F1).
@@ -31,6 +33,7 @@
 pub mod approvals;
 pub mod busy;
 pub mod commands;
+pub mod context;
 pub mod effects;
 pub mod event;
 pub mod files;

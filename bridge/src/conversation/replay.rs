@@ -45,14 +45,15 @@ pub fn is_own_prompt(turn: &TurnState, text: &str) -> bool {
     shown.trim() == stored || as_typed(&shown) == stored
 }
 
-/// A prompt as sent to the agent, as its people typed it: without the steer note first and without
-/// the `[name] ` label each paragraph may start with (a label holds no bracket or line break).
+/// A prompt as sent to the agent, as its people typed it: without the steer note first, the context
+/// block after it ([`super::context`]) and the `[name] ` label each paragraph may start with (a label holds no bracket or line break).
 fn as_typed(sent: &str) -> String {
     let sent = sent.trim();
     let sent = sent
         .strip_prefix(super::busy::STEER_NOTE)
         .unwrap_or(sent)
         .trim_start();
+    let sent = super::context::strip(sent);
     sent.split("\n\n")
         .map(|part| {
             part.strip_prefix('[')

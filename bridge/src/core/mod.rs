@@ -130,6 +130,14 @@ pub struct CoreConfig {
     pub schedules_per_thread: usize,
     /// The shortest `/every` interval.
     pub schedule_min_interval: Duration,
+    /// Each conversation's own worktree (`workspace.isolation = "worktree"` with `cwd` in a git
+    /// repository); `None`: every session works in `cwd`.
+    pub worktrees: Option<crate::worktree::Worktrees>,
+    /// A conversation idle this long has its worktree removed (`workspace.retain`).
+    pub retain: Duration,
+    /// In a thread only messages that mention the bot are prompts; the others are context for the
+    /// next one (`access.require_mention_in_threads`).
+    pub require_mention_in_threads: bool,
 }
 
 impl Default for CoreConfig {
@@ -167,6 +175,9 @@ impl Default for CoreConfig {
             shell_agent: false,
             schedules_per_thread: 10,
             schedule_min_interval: Duration::from_secs(60),
+            worktrees: None,
+            retain: Duration::from_secs(7 * 86_400),
+            require_mention_in_threads: false,
         }
     }
 }
@@ -184,6 +195,9 @@ pub(crate) enum ConvMsg {
     Resume(store::turns::Turn),
     /// The daemon connection went down (`false`) or came back (`true`) (L7).
     Connection(bool),
+    /// The conversation has been idle since before this (Unix ms): its worktree is removed, as
+    /// `/done` does, unless something happened since ([`crate::checkouts`]).
+    Expire(i64),
 }
 
 /// What becomes of an inbound event whose handling failed (not a transient fault).

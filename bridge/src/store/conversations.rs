@@ -155,7 +155,8 @@ pub async fn by_session(c: &mut AnyConnection, session: &str) -> Result<Option<C
     .await?)
 }
 
-/// Binds the conversation to a daemon session (new, or replaced after `/new` or a lost session).
+/// Binds the conversation to a daemon session (new, or replaced after `/new` or a lost session);
+/// a closed conversation is active again.
 ///
 /// # Errors
 /// Database errors.
@@ -167,7 +168,7 @@ pub async fn set_session(
     now: i64,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE conversations SET daemon_session = $2, cwd = $3, updated_at = $4 WHERE id = $1",
+        "UPDATE conversations SET daemon_session = $2, cwd = $3, status = 'active', updated_at = $4 WHERE id = $1",
     )
     .arg(id)
     .arg(session)
@@ -203,4 +204,48 @@ pub async fn touch(c: &mut AnyConnection, id: &str, status: &str, now: i64) -> R
         .execute(c)
         .await?;
     Ok(())
+}
+
+/// Closes a conversation (`/done`): its session is let go (a new message starts a new one).
+///
+/// # Errors
+/// Database errors.
+pub async fn close(c: &mut AnyConnection, id: &str, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE conversations SET status = 'closed', daemon_session = NULL, updated_at = $2 WHERE id = $1",
+    )
+    .arg(id)
+    .arg(now)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// Active conversations whose session works under `prefix` (a directory, ending in `/`) and that
+/// have had no activity since `before` (Unix ms), the longest idle first: the worktrees the idle
+/// sweep removes.
+///
+/// # Errors
+/// Database errors.
+pub async fn idle_under(
+    c: &mut AnyConnection,
+    prefix: &str,
+    before: i64,
+    limit: i64,
+) -> Result<Vec<Conversation>> {
+    let pattern = format!(
+        "{}%",
+        prefix
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    );
+    Ok(sqlx::query_as::<_, Conversation>(sql(format!(
+        "SELECT {COLUMNS} FROM conversations WHERE status = 'active' AND updated_at < $1 AND cwd LIKE $2 ESCAPE '\\' ORDER BY updated_at LIMIT $3"
+    )))
+    .arg(before)
+    .arg(pattern)
+    .arg(limit)
+    .fetch_all(c)
+    .await?)
 }

@@ -80,3 +80,29 @@ pub async fn list(c: &mut AnyConnection, conversation: &str) -> Result<Vec<Entry
     .fetch_all(c)
     .await?)
 }
+
+/// The entries of `kind` written since the conversation's last prompt (at most `limit`, the newest),
+/// oldest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn since_last_prompt(
+    c: &mut AnyConnection,
+    conversation: &str,
+    kind: &str,
+    limit: i64,
+) -> Result<Vec<Entry>> {
+    let mut rows = sqlx::query_as::<_, Entry>(
+        "SELECT seq, turn_id, kind, actor, body, tool_call_id, created_at FROM transcript
+         WHERE conversation_id = $1 AND kind = $2
+           AND seq > COALESCE((SELECT MAX(seq) FROM transcript WHERE conversation_id = $1 AND kind = 'prompt'), 0)
+         ORDER BY seq DESC LIMIT $3",
+    )
+    .arg(conversation)
+    .arg(kind)
+    .arg(limit)
+    .fetch_all(c)
+    .await?;
+    rows.reverse();
+    Ok(rows)
+}

@@ -521,6 +521,18 @@ impl Handler {
         match events::decide_message(msg, me, &self.access) {
             Decision::Open {
                 parent,
+                mut inbound,
+                ..
+            } if lock(&self.state.parents).contains_key(&parent) => {
+                // A mention inside a thread the bridge knows: a message of that thread (no thread
+                // is made of it; with `access.require_mention_in_threads` this is how a thread
+                // speaks to the bot).
+                inbound.target.channel.clone_from(&parent);
+                inbound.target.thread = parent;
+                self.forward(inbound).await;
+            }
+            Decision::Open {
+                parent,
                 name,
                 inbound,
             } => {

@@ -73,6 +73,8 @@ impl Runner {
                 Command::At(rest) => self.cmd_schedule(&user, &rest, false).await,
                 Command::Schedules => self.cmd_schedules().await,
                 Command::Unschedule(id) => self.cmd_unschedule(&id).await,
+                Command::Diff => self.cmd_diff().await,
+                Command::Done(rest) => self.cmd_done(&rest).await,
             },
             Effect::Prompt(q) => self.prompt(q).await,
             Effect::StartTurn(_)

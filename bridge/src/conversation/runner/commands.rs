@@ -152,7 +152,11 @@ impl Runner {
             running_for,
             tokio::time::Instant::now(),
         );
-        let text = crate::conversation::turn::status_with_outage(text, self.state.daemon_down);
+        let mut text = crate::conversation::turn::status_with_outage(text, self.state.daemon_down);
+        if let Some(line) = self.checkout_status().await {
+            text.push('\n');
+            text.push_str(&line);
+        }
         self.notice(Tone::Neutral, &text).await
     }
 

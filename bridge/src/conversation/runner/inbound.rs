@@ -33,6 +33,10 @@ impl Runner {
             InboundKind::Message(text) => (text, Vec::new()),
             InboundKind::Files { text, files } => (text, files),
         };
+        if self.core.cfg.require_mention_in_threads && !m.opens {
+            // Not addressed to the bot (mention etiquette): context for its next prompt.
+            return self.unaddressed(&m.user, &text).await;
+        }
         // A2 needs the thread's members for anything but reading: read once, kept by the state.
         if !files.is_empty()
             || self
@@ -100,6 +104,19 @@ impl Runner {
                 files::refusal_notice(&self.core.redactor, &refused, false).unwrap_or_default();
             return self.notice_lines_redacted(Tone::Warning, &text).await;
         }
+        if let Err(e) = self.prepare_checkout().await {
+            tracing::warn!(conversation = %self.conv.id, error = %e, "could not prepare a thread's worktree");
+            self.core.busy_add(-1);
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
+            return self
+                .notice(
+                    Tone::Error,
+                    &format!("Could not prepare this thread's own checkout: {e}. Your message was not sent; try again."),
+                )
+                .await;
+        }
         let reached = if self
             .core
             .daemon_connected
@@ -143,6 +160,8 @@ impl Runner {
         for e in q.events() {
             self.state.marks.add(Some(e));
         }
+        // Read before the turn's prompt is recorded: what was said since the last one.
+        let context = self.context().await;
         let row = match self.record_turn(&text, &user).await {
             Ok(row) => row,
             Err(e) => {
@@ -167,7 +186,7 @@ impl Runner {
         self.state.turn = Some(turn);
         // Who said it goes along (several people may write in one thread); the history keeps
         // what they typed.
-        let for_agent = self.for_agent(&q).await;
+        let for_agent = self.for_agent(&q, &context).await;
         let (blocks, refused) = self.take_files(&for_agent, &files, &uses, &turn_id).await;
         let refused: Vec<(&str, &str)> = refused
             .iter()
@@ -306,7 +325,7 @@ impl Runner {
     /// The prompt as the agent receives it: each part with its speaker's name (when
     /// `speaker_prefix`), the steer note first; the built-in shell agent gets the text as typed,
     /// merged messages as lines of one script.
-    async fn for_agent(&self, q: &Queued) -> String {
+    async fn for_agent(&self, q: &Queued, context: &[(String, String)]) -> String {
         let cfg = &self.core.cfg;
         if cfg.shell_agent {
             return q.for_agent("\n", false, |_, t| t.to_owned());
@@ -319,10 +338,83 @@ impl Runner {
                 }
             }
         }
-        q.for_agent("\n\n", true, |user, text| match names.get(user) {
+        let sent = q.for_agent("\n\n", true, |user, text| match names.get(user) {
             Some(name) => speaker::prefixed(name, user, text),
             None => text.to_owned(),
-        })
+        });
+        // Context always names its speakers: who said what is the point of it.
+        let mut said = Vec::with_capacity(context.len());
+        for (user, text) in context {
+            let name = match names.get(user) {
+                Some(n) => n.clone(),
+                None => self.core.speakers.name(user).await,
+            };
+            said.push(speaker::prefixed(&name, user, text));
+        }
+        let Some(block) = crate::conversation::context::block(&said) else {
+            return sent;
+        };
+        // The steer note stays first (D6 recognises the prompt by it).
+        match &q.note {
+            Some(note) if sent.starts_with(note.as_str()) => {
+                format!("{note}\n\n{block}\n\n{}", sent[note.len()..].trim_start())
+            }
+            _ => format!("{block}\n\n{sent}"),
+        }
+    }
+
+    /// A message in a thread that does not mention the bot (`access.require_mention_in_threads`):
+    /// kept in the transcript as context for the next prompt when its writer may prompt here
+    /// (A2); nothing runs, nothing is posted, nobody is refused (they did not address the bot).
+    async fn unaddressed(&mut self, user: &str, text: &str) -> Result<()> {
+        // The built-in shell agent runs text as a command: context would break it.
+        if self.core.cfg.shell_agent || text.trim().is_empty() {
+            return Ok(());
+        }
+        if self.may(user, Act::Prompt).await?.is_err() {
+            tracing::debug!(conversation = %self.conv.id, "a message not addressed to the bot, from someone who may not prompt here, left out of the context");
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        self.record(
+            &mut tx,
+            None,
+            crate::conversation::context::KIND,
+            user,
+            &self.kept(text),
+            None,
+        )
+        .await?;
+        self.commit(tx).await
+    }
+
+    /// What was said here without mentioning the bot since its last prompt, as (user, text): empty
+    /// unless `access.require_mention_in_threads` (best effort: a store fault leaves it out).
+    async fn context(&self) -> Vec<(String, String)> {
+        let cfg = &self.core.cfg;
+        if !cfg.require_mention_in_threads || cfg.shell_agent {
+            return Vec::new();
+        }
+        let read = async {
+            let mut c = self.core.store.conn().await?;
+            crate::store::transcript::since_last_prompt(
+                &mut c,
+                &self.conv.id,
+                crate::conversation::context::KIND,
+                200,
+            )
+            .await
+        };
+        match read.await {
+            Ok(rows) => rows
+                .into_iter()
+                .map(|e| (e.actor.unwrap_or_default(), e.body))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(conversation = %self.conv.id, error = %e, "could not read the thread's context; the prompt goes without it");
+                Vec::new()
+            }
+        }
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.
@@ -330,6 +422,8 @@ impl Runner {
         let mut tx = self.begin().await?;
         let kept = self.kept(text).into_owned();
         let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        // Activity: the idle sweep measures `workspace.retain` from here.
+        conversations::touch(tx.conn(), &self.conv.id, "active", now_ms()).await?;
         let title = crate::core::inbox::title_of(&self.core.redactor, text);
         conversations::title_if_untitled(tx.conn(), &self.conv.id, &title).await?;
         self.record(&mut tx, Some(&row.id), "prompt", user, &kept, None)
@@ -372,9 +466,13 @@ impl Runner {
             }
         }
         // The client applies `daemon.mode` after every session/new and session/load (L6).
-        let new = self.core.client.new_session(&self.core.cfg.cwd).await?;
+        let dir = self
+            .checkout
+            .clone()
+            .unwrap_or_else(|| self.core.cfg.cwd.clone());
+        let new = self.core.client.new_session(&dir).await?;
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
-        let cwd = self.core.cfg.cwd.display().to_string();
+        let cwd = dir.display().to_string();
         if let Ok(mut c) = self.core.store.conn().await {
             let _ = conversations::set_session(
                 &mut c,

@@ -9,9 +9,11 @@
 //! - `inbound.rs`: messages, commands, prompts, sessions.
 //! - `daemon.rs`: daemon events, tool calls, progress, approvals.
 //! - `schedules.rs`: `/every`, `/at`, `/schedules`, `/unschedule`.
+//! - `checkout.rs`: the thread's own worktree — `/diff`, `/done`, the idle sweep.
 //! - `end.rs`: the turn's end, the prompt's completion, resume after a restart, timers.
 
 mod apply;
+mod checkout;
 mod commands;
 mod daemon;
 mod end;
@@ -41,6 +43,9 @@ pub(crate) struct Runner {
     tx: mpsc::Sender<ConvMsg>,
     /// This runner's token on the core's live board.
     live: u64,
+    /// Where a new session of this thread works: its own worktree, once made
+    /// (`workspace.isolation = "worktree"`); `None`: the core's directory.
+    checkout: Option<std::path::PathBuf>,
 }
 
 impl Drop for Runner {
@@ -116,6 +121,7 @@ pub(crate) async fn run(
             ..State::new(session)
         },
         tx,
+        checkout: None,
     };
     let mut active = Instant::now();
     loop {
@@ -147,6 +153,11 @@ pub(crate) async fn run(
             ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
             ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
             ConvMsg::Connection(up) => r.on_connection(up).await,
+            ConvMsg::Expire(before) => {
+                let done = r.on_expire(before).await;
+                r.core.busy_add(-1);
+                done
+            }
         };
         if let Err(e) = result {
             tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");

@@ -190,6 +190,22 @@ fn d6_a_resumed_turn_knows_its_own_prompt_sent_with_speaker_labels_and_a_steer_n
         ),
         ("[bob] echo before".to_owned(), false),
         ("[alice] echo hi there".to_owned(), false),
+        // Mention etiquette: the context block goes first (after a steer note).
+        (
+            format!(
+                "{}\n[bob] the build is red)\n\n[alice] echo hi",
+                crate::conversation::context::HEAD
+            ),
+            true,
+        ),
+        (
+            format!(
+                "{}\n\n{}\n[bob] x)\n\n[alice] echo hi",
+                crate::conversation::busy::STEER_NOTE,
+                crate::conversation::context::HEAD
+            ),
+            true,
+        ),
     ] {
         let mut s = running(&clock, &c);
         s.turn.as_mut().expect("turn").resumed = true;

@@ -1,0 +1,260 @@
+//! Issue 22, a checkout per thread (`workspace.isolation = "worktree"`), end to end: the built-in
+//! shell agent on a real git repository in a temporary directory, on PostgreSQL and SQLite. Two
+//! threads edit the same file at the same time without touching each other's; `/diff` shows each
+//! one's changes; `/done` removes a worktree and keeps its branch, and refuses while there are
+//! uncommitted changes (unless forced); the idle sweep does the same; a non-git directory falls back
+//! to the shared one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chat_bridge::app::Application;
+use chat_bridge::channel::{Inbound, Message, console};
+use chat_bridge::clock::ManualClock;
+use chat_bridge::store::conversations::{self, Conversation};
+use chat_bridge::worktree::{Branch, Isolation};
+use chat_bridge_tests::bridge::{config, settle};
+use chat_bridge_tests::on_both;
+use chat_bridge_tests::recorder::Recorder;
+
+/// `git args…` in `dir`, its output; panics when git fails.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `git args…` succeeds in `dir`.
+fn git_ok(dir: &Path, args: &[&str]) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git runs")
+        .status
+        .success()
+}
+
+/// A repository with one commit (`README`), its committer set for the agent's commits.
+fn repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path();
+    git(p, &["init", "-q", "-b", "main"]);
+    git(p, &["config", "user.email", "agent@example.com"]);
+    git(p, &["config", "user.name", "Agent"]);
+    std::fs::write(p.join("README"), "hello\n").expect("write");
+    git(p, &["add", "README"]);
+    git(p, &["commit", "-q", "-m", "start"]);
+    dir
+}
+
+/// A message in thread `thread` of the console platform.
+fn said(thread: &str, text: &str) -> Inbound {
+    let mut m = console::inbound(text);
+    m.target.thread = thread.to_owned();
+    m
+}
+
+async fn conversation(app: &Application, thread: &str) -> Conversation {
+    let mut c = app.store.conn().await.expect("conn");
+    let key = conversations::Key {
+        platform: "console",
+        workspace: "local",
+        channel: "console",
+        thread,
+    };
+    conversations::find(&mut c, &key)
+        .await
+        .expect("find")
+        .expect("the thread's conversation")
+}
+
+/// The worktree a conversation's session works in.
+fn checkout_of(conv: &Conversation) -> PathBuf {
+    PathBuf::from(&conv.cwd)
+}
+
+fn branch_of(conv: &Conversation) -> String {
+    Branch::of(&conv.platform, &conv.id)
+        .expect("a branch name")
+        .to_string()
+}
+
+fn titles(rec: &Recorder) -> Vec<String> {
+    rec.latest().into_iter().map(|(_, m)| m.title).collect()
+}
+
+fn diffs(rec: &Recorder) -> Vec<Message> {
+    rec.latest()
+        .into_iter()
+        .map(|(_, m)| m)
+        .filter(|m| m.title.starts_with("📝 uncommitted changes on"))
+        .collect()
+}
+
+on_both! {
+    async fn two_threads_edit_the_same_file_at_once_in_their_own_checkouts_and_done_keeps_the_branch(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+
+        // At the same time: both turns run together, each in its own thread.
+        app.core.accept(said("t1", "git checkout -q -b x; sleep 0.5; echo A > f")).await.expect("accept");
+        app.core.accept(said("t2", "sleep 0.5; echo B > f")).await.expect("accept");
+        settle(&app).await;
+        let (one, two) = (conversation(&app, "t1").await, conversation(&app, "t2").await);
+        let (wt1, wt2) = (checkout_of(&one), checkout_of(&two));
+        let worktrees = root.join(".chat-bridge/worktrees");
+        assert!(wt1.starts_with(&worktrees) && wt2.starts_with(&worktrees) && wt1 != wt2, "{wt1:?} {wt2:?}");
+        assert_eq!(std::fs::read_to_string(wt1.join("f")).expect("f in t1").trim(), "A");
+        assert_eq!(std::fs::read_to_string(wt2.join("f")).expect("f in t2").trim(), "B");
+        assert!(!root.join("f").exists(), "the main checkout is untouched");
+        assert_eq!(git(&wt1, &["branch", "--show-current"]).trim(), "x");
+        assert_eq!(git(&wt2, &["branch", "--show-current"]).trim(), branch_of(&two));
+        assert!(branch_of(&two).starts_with("chat/console-"), "{}", branch_of(&two));
+        // The worktrees are no untracked noise in the main checkout.
+        assert_eq!(git(&root, &["status", "--porcelain"]), "", "main checkout clean");
+
+        // `/diff` shows each thread its own changes; `/status` names the branch.
+        app.core.accept(said("t1", "/diff")).await.expect("accept");
+        settle(&app).await;
+        app.core.accept(said("t2", "/diff")).await.expect("accept");
+        app.core.accept(said("t2", "/status")).await.expect("accept");
+        settle(&app).await;
+        let d = diffs(&rec);
+        assert_eq!(d.len(), 2, "{:#?}", rec.latest());
+        let code = |m: &Message| m.code.clone().unwrap_or_default();
+        assert!(d[0].title.contains("`x`") && code(&d[0]).contains(" f | 1 +") && code(&d[0]).contains("+A"), "{:#?}", d[0]);
+        assert!(!code(&d[0]).contains("+B"));
+        assert!(d[1].title.contains(&branch_of(&two)) && code(&d[1]).contains("+B") && !code(&d[1]).contains("+A"), "{:#?}", d[1]);
+        let status = titles(&rec).into_iter().find(|t| t.starts_with("Idle.")).expect("status");
+        assert!(status.contains(&format!("Checkout: branch `{}`", branch_of(&two))), "{status}");
+
+        // Uncommitted changes: `/done` keeps the worktree (and the thread open).
+        app.core.accept(said("t1", "/done")).await.expect("accept");
+        settle(&app).await;
+        assert!(titles(&rec).iter().any(|t| t.starts_with("This thread's checkout has uncommitted changes, so it is kept") && t.contains("`?? f`")), "{:#?}", titles(&rec));
+        assert!(wt1.join("f").exists(), "not removed");
+        assert_eq!(conversation(&app, "t1").await.status, "active");
+
+        // Committed: `/done` removes the worktree and keeps the branch with the commit.
+        app.core.accept(said("t2", "git add f && git commit -q -m B")).await.expect("accept");
+        settle(&app).await;
+        app.core.accept(said("t2", "/every 1h git status")).await.expect("accept");
+        app.core.accept(said("t2", "/done")).await.expect("accept");
+        settle(&app).await;
+        assert!(!wt2.exists(), "t2's worktree removed");
+        let mut c = app.store.conn().await.expect("conn");
+        assert!(chat_bridge::store::schedules::of(&mut c, &two.id).await.expect("schedules").is_empty(), "its schedule went with it");
+        drop(c);
+        assert!(git_ok(&root, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{}", branch_of(&two))]), "branch kept");
+        assert_eq!(git(&root, &["show", &format!("{}:f", branch_of(&two))]).trim(), "B");
+        let closed = conversation(&app, "t2").await;
+        assert_eq!((closed.status.as_str(), closed.daemon_session.as_deref()), ("closed", None));
+        assert!(titles(&rec).iter().any(|t| t.starts_with("Done: this thread's checkout was removed") && t.contains(&branch_of(&two)) && t.ends_with("Its schedule was removed.")), "{:#?}", titles(&rec));
+
+        // Forced: removed with its changes; both of t1's branches stay.
+        app.core.accept(said("t1", "/done force")).await.expect("accept");
+        settle(&app).await;
+        assert!(!wt1.exists(), "t1's worktree removed");
+        assert!(git_ok(&root, &["rev-parse", "--verify", "--quiet", "refs/heads/x"]));
+        assert!(git_ok(&root, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{}", branch_of(&one))]));
+
+        // Written to again, a closed thread works on its kept branch in a new session.
+        app.core.accept(said("t2", "cat f")).await.expect("accept");
+        settle(&app).await;
+        let again = conversation(&app, "t2").await;
+        assert_eq!((again.status.as_str(), checkout_of(&again)), ("active", wt2.clone()));
+        assert!(again.daemon_session.is_some() && again.daemon_session != two.daemon_session);
+        assert_eq!(std::fs::read_to_string(wt2.join("f")).expect("f again").trim(), "B");
+        assert_eq!(git(&root, &["status", "--porcelain"]), "", "main checkout still clean");
+        app.shutdown().await;
+    }
+
+    async fn idle_threads_lose_their_clean_worktrees_to_the_sweep_and_keep_dirty_ones(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        cfg.workspace.retain = Duration::from_secs(3600);
+        // The test steps the sweep itself, on a clock it moves.
+        cfg.workspace.sweep_every = Duration::from_secs(86_400);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("clean", "git status --short")).await.expect("accept");
+        app.core.accept(said("dirty", "echo wip > notes.txt")).await.expect("accept");
+        settle(&app).await;
+        let (clean, dirty) = (conversation(&app, "clean").await, conversation(&app, "dirty").await);
+        let clock = ManualClock::at(chat_bridge::store::now_ms());
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 0, "not idle yet");
+        clock.advance(Duration::from_secs(2 * 3600));
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 2);
+        settle(&app).await;
+        assert!(!checkout_of(&clean).exists(), "the clean worktree is removed");
+        assert!(git_ok(&root, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{}", branch_of(&clean))]), "branch kept");
+        assert!(checkout_of(&dirty).join("notes.txt").exists(), "the dirty one is kept");
+        let t = titles(&rec);
+        assert!(t.iter().any(|t| t.starts_with("This thread had been idle for 1 hour: its checkout was removed")), "{t:#?}");
+        assert!(t.iter().any(|t| t.starts_with("This thread has been idle for 1 hour, but its checkout has uncommitted changes") && t.contains("notes.txt")), "{t:#?}");
+        assert_eq!(conversation(&app, "clean").await.status, "closed");
+        // Asked once: the dirty thread waits another `retain` before the next look.
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 0);
+        app.shutdown().await;
+    }
+
+    async fn a_patch_longer_than_a_message_shows_comes_as_a_file_with_the_stat(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "seq 1 2000 > numbers.txt; echo changed >> README")).await.expect("accept");
+        settle(&app).await;
+        app.core.accept(said("t1", "/diff")).await.expect("accept");
+        settle(&app).await;
+        let d = diffs(&rec);
+        assert_eq!(d.len(), 1, "{:#?}", rec.latest());
+        let code = d[0].code.clone().unwrap_or_default();
+        assert!(code.contains("README") && code.contains("numbers.txt") && code.contains("2 files changed"), "the stat in the message: {code}");
+        let file = d[0].file.clone().expect("the patch as a file");
+        assert_eq!(file.name, "changes.diff");
+        assert!(file.content.contains("+2000") && file.content.contains("+changed"), "the whole patch");
+        assert!(d[0].body.as_deref().is_some_and(|b| b.contains("changes.diff")));
+        // The worktree's own index is untouched: the new file is still untracked there.
+        let wt = checkout_of(&conversation(&app, "t1").await);
+        assert!(git(&wt, &["status", "--porcelain"]).contains("?? numbers.txt"));
+        app.shutdown().await;
+    }
+
+    async fn a_directory_that_is_no_git_repository_falls_back_to_the_shared_one(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "echo here > f")).await.expect("accept");
+        app.core.accept(said("t1", "/diff")).await.expect("accept");
+        settle(&app).await;
+        assert_eq!(std::fs::read_to_string(root.join("f")).expect("f").trim(), "here");
+        assert_eq!(PathBuf::from(conversation(&app, "t1").await.cwd), root);
+        assert!(titles(&rec).iter().any(|t| t.starts_with("This thread has no checkout of its own: sessions share")), "{:#?}", titles(&rec));
+        app.shutdown().await;
+    }
+}
