@@ -318,6 +318,43 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn new_sticks_a_thread_let_go_from_memory_after_new_starts_a_new_session_not_the_old_one(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.service.conversation_idle = Duration::from_millis(300);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("echo first")).await.expect("accept");
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let first = chat_bridge::store::conversations::get(&mut c, &conv.id).await.expect("get").expect("conv").daemon_session;
+        assert!(first.is_some());
+        drop(c);
+        app.core.accept(console::inbound("/new")).await.expect("accept");
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let forgotten = chat_bridge::store::conversations::get(&mut c, &conv.id).await.expect("get").expect("conv").daemon_session;
+        assert_eq!(forgotten, None, "/new lets the session go in the store too");
+        drop(c);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while app.core.conversations_in_memory() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the idle conversation was let go");
+        app.core.accept(console::inbound("echo second")).await.expect("accept");
+        settle(&app).await;
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("✅ echo second")));
+        let mut c = app.store.conn().await.expect("conn");
+        let second = chat_bridge::store::conversations::get(&mut c, &conv.id).await.expect("get").expect("conv").daemon_session;
+        assert!(second.is_some());
+        assert_ne!(first, second, "after /new the thread runs in a new agent session, even once let go from memory");
+        drop(c);
+        app.shutdown().await;
+    }
+
     async fn r6_a_numbered_answer_decides_and_an_unanswered_request_expires_as_rejected(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

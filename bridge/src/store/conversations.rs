@@ -179,6 +179,20 @@ pub async fn set_session(
     Ok(())
 }
 
+/// Lets the conversation's daemon session go (`/new`): its next message opens a new one, even after
+/// the bridge restarts or lets the idle thread go from memory.
+///
+/// # Errors
+/// Database errors.
+pub async fn forget_session(c: &mut AnyConnection, id: &str, now: i64) -> Result<()> {
+    sqlx::query("UPDATE conversations SET daemon_session = NULL, updated_at = $2 WHERE id = $1")
+        .arg(id)
+        .arg(now)
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
 /// Titles a conversation that has no title yet (one opened with a command, not a prompt).
 ///
 /// # Errors

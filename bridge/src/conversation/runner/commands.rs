@@ -9,7 +9,7 @@ use crate::conversation::commands::{HELP, invite_text, invite_usage};
 use crate::conversation::effects;
 use crate::conversation::turn::status_text;
 use crate::core::{access, lock, render};
-use crate::store::{Result, members, now_ms, turns};
+use crate::store::{Result, conversations, members, now_ms, turns};
 
 impl Runner {
     /// `/invite @a @b` and `/uninvite @a`: the owner (or an approver) lets people act here, or stops
@@ -62,6 +62,11 @@ impl Runner {
             lock(&self.core.sessions).remove(&s);
         }
         self.state.session_ready = false;
+        // Durably: a thread let go from memory (idle) or a restarted bridge must not load it again.
+        let mut c = self.core.store.conn().await?;
+        conversations::forget_session(&mut c, &self.conv.id, now_ms()).await?;
+        drop(c);
+        self.conv.daemon_session = None;
         self.notice(
             Tone::Neutral,
             "Started over: the next message opens a new agent session.",
