@@ -42,26 +42,66 @@ const LEASE_LOST: &str = "another replica took the leader lease while this one c
 
 /// A running bridge.
 pub struct Application {
-    /// The core.
+    /// The core of the default project (the one core of the one-project configuration).
     pub core: Arc<Core>,
     /// The store.
     pub store: Store,
     /// This replica's role and readiness.
     pub status: Arc<Status>,
-    agent: Option<ShellAgent>,
-    client: DaemonClient,
+    projects: Projects,
+    agents: Vec<ShellAgent>,
+    clients: Vec<DaemonClient>,
     stop: CancellationToken,
     tracker: TaskTracker,
     outbox: JoinHandle<()>,
-    router: JoinHandle<()>,
+    routers: Vec<JoinHandle<()>>,
     http: Option<Http>,
     lease: Watch,
     drain_timeout: Duration,
     grace: Duration,
-    /// Where the daemon is (for the banner).
+    /// Where the default project's daemon is (for the banner).
     pub daemon_url: String,
     /// Where the HTTP server listens, when `http.listen` is set.
     pub http_addr: Option<std::net::SocketAddr>,
+}
+
+/// The projects served: a core each (its own daemon connection), and where arrivals go.
+#[derive(Debug)]
+struct Projects {
+    cores: Vec<Arc<Core>>,
+    routes: crate::config::Routes,
+    /// `[projects.access] allowed_users`, for the projects that have one.
+    allowed: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl Projects {
+    /// The core serving the channel `m` arrived in, if any.
+    fn core_for(&self, m: &crate::channel::Inbound) -> Option<&Arc<Core>> {
+        let name = self
+            .routes
+            .project_for(&m.platform, Some(&m.target.channel))?;
+        self.cores.iter().find(|c| c.project() == name)
+    }
+}
+
+/// What every project's start shares.
+struct Shared<'a> {
+    cfg: &'a Config,
+    channel: &'a Arc<dyn Channel>,
+    store: &'a Store,
+    redactor: &'a Redactor,
+    wake: &'a Arc<Notify>,
+    stop: &'a CancellationToken,
+}
+
+/// One project, connected: its core, its daemon connection and (when it runs one) its built-in
+/// shell agent.
+struct Started {
+    core: Arc<Core>,
+    client: DaemonClient,
+    events: daemon_client::EventStream,
+    agent: Option<ShellAgent>,
+    url: String,
 }
 
 impl std::fmt::Debug for Application {
@@ -94,6 +134,7 @@ impl Application {
         stop_waiting: &CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
+        crate::metrics::set_projects(cfg.projects.iter().map(|p| p.name.clone()));
         for (platform, _) in channel.each_connected() {
             crate::metrics::register(platform);
         }
@@ -181,117 +222,6 @@ impl Application {
                 tracing::info!(released, "released outbox claims left by a previous run");
             }
         }
-        let command = match &cfg.daemon.command {
-            Some(argv) => {
-                let mut c = AgentCommand::new(argv.clone()).context("daemon.command")?;
-                c.env = cfg
-                    .daemon
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                c.cwd.clone_from(&cfg.daemon.cwd);
-                Some(c)
-            }
-            None => None,
-        };
-        let (agent, url, token) = match &cfg.daemon.url {
-            _ if command.is_some() => (None, String::new(), None),
-            Some(url) => (
-                None,
-                url.clone(),
-                cfg.daemon
-                    .token
-                    .as_ref()
-                    .map(|t| t.expose_secret().to_owned()),
-            ),
-            None => {
-                let agent_cfg = AgentConfig {
-                    heartbeat_interval: cfg.shell_agent.heartbeat_interval,
-                    default_timeout: cfg.shell_agent.default_timeout,
-                    require_approval: cfg.shell_agent.require_approval,
-                    ..AgentConfig::default()
-                };
-                let agent = ShellAgent::start("127.0.0.1:0".parse()?, None, agent_cfg)
-                    .await
-                    .context("starting the built-in shell agent")?;
-                let (url, token) = (agent.url(), agent.token().to_owned());
-                (Some(agent), url, Some(token))
-            }
-        };
-        let mut client_cfg = match command {
-            Some(c) => ClientConfig::stdio(c),
-            None => ClientConfig::new(&url),
-        };
-        let url = client_cfg.url.clone();
-        if let Some(t) = token {
-            client_cfg = client_cfg.with_token(t);
-        }
-        client_cfg.session_mode.clone_from(&cfg.daemon.mode);
-        // SIGTERM is honoured while the agent starts (a slow or hung `initialize`).
-        let connected = tokio::select! {
-            c = DaemonClient::connect(client_cfg) => c,
-            () = stop_waiting.cancelled() => {
-                tracing::info!("stopped while connecting to the agent");
-                return Ok(None);
-            }
-        };
-        let (client, info, events) = connected.context("connecting to the agent daemon")?;
-        let cwd = match info.session_cwd(cfg.daemon.cwd.as_deref())? {
-            Some(c) => c,
-            None => std::env::current_dir().context("reading the current directory")?,
-        };
-        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
-        let core_cfg = CoreConfig {
-            liveness: LivenessConfig {
-                idle: cfg.liveness.idle,
-                wall: cfg.liveness.wall,
-                tool_grace: cfg.liveness.tool_grace,
-                ..LivenessConfig::default()
-            },
-            on_stall: cfg.liveness.on_stall,
-            progress_after: cfg.liveness.progress_after,
-            progress_every: cfg.liveness.progress_every,
-            progress_flush: cfg.liveness.progress_flush,
-            reconnect_grace: cfg.liveness.reconnect_grace,
-            permission_timeout: cfg.approvals.timeout,
-            approvers: cfg.approvals.approvers.clone(),
-            threads: cfg.access.threads,
-            require_second_person: cfg.approvals.require_second_person,
-            redact_store: cfg.redact.store,
-            cwd,
-            output_cap: channel.capabilities().output_cap,
-            buttons: channel.capabilities().has_buttons,
-            announce_connection: !channel.capabilities().has_threads,
-            api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
-            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
-                cfg.http
-                    .ui_url
-                    .as_deref()
-                    .unwrap_or("")
-                    .trim_end_matches('/')
-                    .to_owned()
-            }),
-            actor_idle: cfg.service.conversation_idle,
-            files: cfg.attachments.limits(info.images),
-            answer_len: channel.capabilities().answer_len,
-            upload_over: cfg.render.upload_over,
-            // The console prints every edit: it gets the answer whole.
-            stream_every: (cfg.render.stream
-                && channel.capabilities().can_edit
-                && channel.platform() != "console")
-                // Never more than ten edits a second, whatever is configured.
-                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
-            no_stream_channels: cfg.render.no_stream_channels.clone(),
-            // The built-in shell agent (here, or served on its own) runs the text as a command: a
-            // label or a note would break it.
-            speaker_prefix: cfg.turns.speaker_prefix && !shell,
-            while_busy: cfg.turns.while_busy,
-            shell_agent: shell,
-            schedules_per_thread: cfg.schedules.per_thread,
-            schedule_min_interval: cfg.schedules.min_interval,
-            ..CoreConfig::default()
-        };
         let redactor = Redactor::new(&cfg.redact.patterns)
             .context("redact.patterns")?
             .with_secrets(
@@ -301,19 +231,76 @@ impl Application {
             );
         let stop = CancellationToken::new();
         let wake = Arc::new(Notify::new());
-        let core = Core::new(
-            store.clone(),
-            client.clone(),
-            core_cfg,
-            redactor,
-            wake.clone(),
-            stop.clone(),
-        );
-        if let Some(fetch) = channel.fetcher() {
-            core.set_fetch(fetch);
+        let named = !cfg.projects.is_empty();
+        let shared = Shared {
+            cfg,
+            channel: &channel,
+            store: &store,
+            redactor: &redactor,
+            wake: &wake,
+            stop: &stop,
+        };
+        // Every project's daemon is connected at once: a slow one does not hold the others up.
+        let connecting = cfg
+            .resolved_projects()
+            .into_iter()
+            .map(|p| shared.start_project(p, named));
+        let started = tokio::select! {
+            s = futures_util::future::join_all(connecting) => s,
+            () = stop_waiting.cancelled() => {
+                tracing::info!("stopped while connecting to the agent");
+                return Ok(None);
+            }
+        };
+        let mut projects = Vec::new();
+        let mut failed = None;
+        for s in started {
+            match s {
+                Ok(p) => projects.push(p),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        core.speakers.attach(channel.clone());
-        let router = tracker.spawn(core.clone().route_events(events));
+        if let Some(e) = failed {
+            for p in projects {
+                p.client.close();
+                if let Some(agent) = p.agent {
+                    bounded(
+                        "stopping the built-in shell agent",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        agent.shutdown(),
+                    )
+                    .await;
+                }
+            }
+            return Err(e);
+        }
+        let routes = cfg.routes();
+        let default_name = cfg
+            .default_project
+            .clone()
+            .unwrap_or_else(|| crate::config::IMPLICIT_PROJECT.to_owned());
+        let first = projects
+            .iter()
+            .position(|p| p.core.project() == default_name)
+            .unwrap_or(0);
+        let core = projects[first].core.clone();
+        let daemon_url = projects[first].url.clone();
+        let mut routers = Vec::new();
+        let mut cores = Vec::new();
+        let mut clients = Vec::new();
+        let mut agents = Vec::new();
+        let mut allowed = std::collections::HashMap::new();
+        for (p, access) in projects.into_iter().zip(cfg.resolved_projects()) {
+            routers.push(tracker.spawn(p.core.clone().route_events(p.events)));
+            if !access.access.allowed_users.is_empty() {
+                allowed.insert(p.core.project().to_owned(), access.access.allowed_users);
+            }
+            cores.push(p.core);
+            clients.push(p.client);
+            agents.extend(p.agent);
+        }
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),
             channel.clone(),
@@ -324,13 +311,23 @@ impl Application {
             cfg.service.outbox_workers,
             Arc::new(SystemClock),
         ));
-        status.attach(core.clone(), channel);
+        status.attach(cores.clone(), channel);
         status.set_role(Role::Active);
-        let resumed = core.resume_open_turns().await?;
+        let projects = Projects {
+            cores,
+            routes,
+            allowed,
+        };
+        let mut resumed = 0;
+        for core in &projects.cores {
+            resumed += core.resume_open_turns().await?;
+        }
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
-        let taken = core.take_unhandled_inbound().await?;
+        let taken = core
+            .take_unhandled_inbound_routed(&|m| projects.core_for(m).cloned())
+            .await?;
         if taken > 0 {
             tracing::info!(
                 taken,
@@ -338,12 +335,14 @@ impl Application {
             );
         }
         // Only the active replica runs schedules: this is its activation (D5).
-        tracker.spawn(crate::schedules::run(
-            core.clone(),
-            Arc::new(SystemClock),
-            cfg.schedules.check_every,
-            stop.clone(),
-        ));
+        for core in &projects.cores {
+            tracker.spawn(crate::schedules::run(
+                core.clone(),
+                Arc::new(SystemClock),
+                cfg.schedules.check_every,
+                stop.clone(),
+            ));
+        }
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),
@@ -351,19 +350,20 @@ impl Application {
         ));
         Ok(Some(Self {
             core,
+            projects,
             store,
             status,
-            agent,
-            client,
+            agents,
+            clients,
             stop,
             tracker,
             outbox,
-            router,
+            routers,
             http: None,
             lease,
             drain_timeout: cfg.service.drain_timeout,
             grace: SHUTDOWN_GRACE,
-            daemon_url: url,
+            daemon_url,
             http_addr: None,
         }))
     }
@@ -379,10 +379,11 @@ impl Application {
     /// # Errors
     /// The store failing, or another replica taking the leader lease.
     pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
+        let idle = futures_util::future::join_all(self.projects.cores.iter().map(|c| c.wait_idle()));
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-            () = self.core.wait_idle() => {}
+            _ = idle => {}
         }
         while !outbox_worker::drained(&self.store).await? {
             tokio::select! {
@@ -407,8 +408,29 @@ impl Application {
             inbound: m,
             recorded,
         } = arrival.into();
+        let Some(core) = self.projects.core_for(&m) else {
+            // A channel bound to no project, and no default_project: not ours to answer.
+            tracing::debug!(platform = %m.platform, "a chat event from a channel that serves no project ignored");
+            metrics::counter!("chatbridge_inbound_unrouted_total", "platform" => m.platform.clone())
+                .increment(1);
+            if let Some(r) = recorded {
+                let _ = r.send(());
+            }
+            return;
+        };
+        if let Some(users) = self.projects.allowed.get(core.project())
+            && !users.contains(&m.user)
+        {
+            // `[projects.access] allowed_users`: on top of the platform's own allowlist (A1).
+            tracing::debug!(platform = %m.platform, project = core.project(), "a chat event from someone this project does not admit ignored");
+            crate::metrics::access_refused(&m.platform);
+            if let Some(r) = recorded {
+                let _ = r.send(());
+            }
+            return;
+        }
         let new = match self
-            .retry_store(stop, &m.platform, || self.core.record_inbound(&m))
+            .retry_store(stop, &m.platform, || core.record_inbound(&m))
             .await
         {
             Some(Ok(new)) => new,
@@ -430,7 +452,7 @@ impl Application {
         }
         let platform = m.platform.clone();
         if let Some(Err(e)) = self
-            .retry_store(stop, &platform, || self.core.dispatch_inbound(m.clone()))
+            .retry_store(stop, &platform, || core.dispatch_inbound(m.clone()))
             .await
         {
             tracing::error!(error = %e, %platform, "could not hand a chat event on; it is taken again at the next start");
@@ -483,10 +505,23 @@ impl Application {
         Ok(())
     }
 
-    /// The daemon connection's counters (reconnects, frames).
+    /// The default project's daemon connection's counters (reconnects, frames).
     #[must_use]
     pub fn client_stats(&self) -> daemon_client::ClientStats {
-        self.client.stats()
+        self.core.client.stats()
+    }
+
+    /// The core of each project served, in configuration order (one in the one-project
+    /// configuration).
+    #[must_use]
+    pub fn cores(&self) -> &[Arc<Core>] {
+        &self.projects.cores
+    }
+
+    /// The core of the project named `name`, if it is served.
+    #[must_use]
+    pub fn project(&self, name: &str) -> Option<&Arc<Core>> {
+        self.projects.cores.iter().find(|c| c.project() == name)
     }
 
     /// The tracker every task of this bridge runs on; a platform's listener joins it, so shutdown
@@ -526,26 +561,37 @@ impl Application {
             Some(Err(e)) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
             None => {}
         }
-        self.router.abort();
-        self.client.close();
-        if let Some(agent) = self.agent {
+        for router in &self.routers {
+            router.abort();
+        }
+        for client in &self.clients {
+            client.close();
+        }
+        futures_util::future::join_all(self.agents.into_iter().map(|agent| {
             bounded(
                 "stopping the built-in shell agent",
                 deadline,
                 agent.shutdown(),
             )
-            .await;
-        }
+        }))
+        .await;
         bounded("giving the leader lease up", deadline, self.lease.release()).await;
         if let Some(http) = self.http {
             http.stop(deadline).await;
         }
-        if bounded("the conversations", deadline, self.core.stopped())
+        let stopped =
+            futures_util::future::join_all(self.projects.cores.iter().map(|c| c.stopped()));
+        if bounded("the conversations", deadline, stopped)
             .await
             .is_none()
         {
             tracing::error!(
-                tasks = self.core.tasks().len(),
+                tasks = self
+                    .projects
+                    .cores
+                    .iter()
+                    .map(|c| c.tasks().len())
+                    .sum::<usize>(),
                 "conversation tasks still running after service.drain_timeout and the grace; abandoning them"
             );
         }
@@ -566,5 +612,174 @@ impl Application {
             self.store.close(),
         )
         .await;
+    }
+}
+
+impl Shared<'_> {
+    /// Connects `project`'s daemon (starting the built-in shell agent when it has no URL or
+    /// command) and builds its core. `named`: `[[projects]]` is configured (conversations, metrics
+    /// and `/status` carry the project's name; errors name it too).
+    async fn start_project(
+        &self,
+        project: crate::config::ResolvedProject,
+        named: bool,
+    ) -> anyhow::Result<Started> {
+        let cfg = self.cfg;
+        let channel = self.channel;
+        let daemon = &project.daemon;
+        let key = if named {
+            format!("projects[{}].daemon", project.name)
+        } else {
+            "daemon".to_owned()
+        };
+        let command = match &daemon.command {
+            Some(argv) => {
+                let mut c = AgentCommand::new(argv.clone())
+                    .with_context(|| format!("{key}.command"))?;
+                c.env = daemon
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                c.cwd.clone_from(&daemon.cwd);
+                Some(c)
+            }
+            None => None,
+        };
+        let (agent, url, token) = match &daemon.url {
+            _ if command.is_some() => (None, String::new(), None),
+            Some(url) => (
+                None,
+                url.clone(),
+                daemon.token.as_ref().map(|t| t.expose_secret().to_owned()),
+            ),
+            None => {
+                let agent_cfg = AgentConfig {
+                    heartbeat_interval: cfg.shell_agent.heartbeat_interval,
+                    default_timeout: cfg.shell_agent.default_timeout,
+                    require_approval: cfg.shell_agent.require_approval,
+                    ..AgentConfig::default()
+                };
+                let agent = ShellAgent::start("127.0.0.1:0".parse()?, None, agent_cfg)
+                    .await
+                    .with_context(|| {
+                        if named {
+                            format!("starting the built-in shell agent of project {}", project.name)
+                        } else {
+                            "starting the built-in shell agent".to_owned()
+                        }
+                    })?;
+                let (url, token) = (agent.url(), agent.token().to_owned());
+                (Some(agent), url, Some(token))
+            }
+        };
+        let mut client_cfg = match command {
+            Some(c) => ClientConfig::stdio(c),
+            None => ClientConfig::new(&url),
+        };
+        let url = client_cfg.url.clone();
+        if let Some(t) = token {
+            client_cfg = client_cfg.with_token(t);
+        }
+        client_cfg.session_mode.clone_from(&daemon.mode);
+        let connected = DaemonClient::connect(client_cfg).await;
+        let (client, info, events) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(agent) = agent {
+                    bounded(
+                        "stopping the built-in shell agent",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        agent.shutdown(),
+                    )
+                    .await;
+                }
+                return Err(anyhow::Error::new(e).context(if named {
+                    format!("connecting to the agent daemon of project {}", project.name)
+                } else {
+                    "connecting to the agent daemon".to_owned()
+                }));
+            }
+        };
+        let cwd = match info.session_cwd(daemon.cwd.as_deref()) {
+            Ok(Some(c)) => c,
+            Ok(None) => std::env::current_dir().context("reading the current directory")?,
+            Err(e) => {
+                client.close();
+                return Err(e.into());
+            }
+        };
+        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
+        let (liveness, approvals) = (&project.liveness, &project.approvals);
+        let core_cfg = CoreConfig {
+            liveness: LivenessConfig {
+                idle: liveness.idle,
+                wall: liveness.wall,
+                tool_grace: liveness.tool_grace,
+                ..LivenessConfig::default()
+            },
+            on_stall: liveness.on_stall,
+            progress_after: liveness.progress_after,
+            progress_every: liveness.progress_every,
+            progress_flush: liveness.progress_flush,
+            reconnect_grace: liveness.reconnect_grace,
+            permission_timeout: approvals.timeout,
+            approvers: approvals.approvers.clone(),
+            threads: cfg.access.threads,
+            require_second_person: approvals.require_second_person,
+            redact_store: cfg.redact.store,
+            cwd,
+            output_cap: channel.capabilities().output_cap,
+            buttons: channel.capabilities().has_buttons,
+            announce_connection: !channel.capabilities().has_threads,
+            api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
+                cfg.http
+                    .ui_url
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim_end_matches('/')
+                    .to_owned()
+            }),
+            actor_idle: cfg.service.conversation_idle,
+            files: cfg.attachments.limits(info.images),
+            answer_len: channel.capabilities().answer_len,
+            upload_over: cfg.render.upload_over,
+            // The console prints every edit: it gets the answer whole.
+            stream_every: (cfg.render.stream
+                && channel.capabilities().can_edit
+                && channel.platform() != "console")
+                // Never more than ten edits a second, whatever is configured.
+                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
+            no_stream_channels: cfg.render.no_stream_channels.clone(),
+            // The built-in shell agent (here, or served on its own) runs the text as a command: a
+            // label or a note would break it.
+            speaker_prefix: cfg.turns.speaker_prefix && !shell,
+            while_busy: cfg.turns.while_busy,
+            shell_agent: shell,
+            schedules_per_thread: cfg.schedules.per_thread,
+            schedule_min_interval: cfg.schedules.min_interval,
+            project: named.then(|| project.name.clone()),
+            ..CoreConfig::default()
+        };
+        let core = Core::new(
+            self.store.clone(),
+            client.clone(),
+            core_cfg,
+            self.redactor.clone(),
+            self.wake.clone(),
+            self.stop.clone(),
+        );
+        if let Some(fetch) = channel.fetcher() {
+            core.set_fetch(fetch);
+        }
+        core.speakers.attach(channel.clone());
+        Ok(Started {
+            core,
+            client,
+            events,
+            agent,
+            url,
+        })
     }
 }

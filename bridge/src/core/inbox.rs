@@ -118,7 +118,7 @@ impl Core {
             thread: &msg.target.thread,
         };
         let conv = if msg.opens {
-            conversations::find_or_create(c, &key, &msg.user, &title, now_ms())
+            conversations::find_or_create_in(c, &key, self.project(), &msg.user, &title, now_ms())
                 .await?
                 .0
         } else {
@@ -246,7 +246,14 @@ impl Core {
         let conv = match conversations::find(tx.conn(), &key).await? {
             Some(conv) => Some(conv),
             None if msg.opens => Some(
-                conversations::find_or_create(tx.conn(), &key, &msg.user, "", now_ms())
+                conversations::find_or_create_in(
+                    tx.conn(),
+                    &key,
+                    self.project(),
+                    &msg.user,
+                    "",
+                    now_ms(),
+                )
                     .await?
                     .0,
             ),
@@ -302,6 +309,21 @@ impl Core {
     /// # Errors
     /// Store errors reading the inbox itself.
     pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
+        let me = self.clone();
+        self.take_unhandled_inbound_routed(&|_| Some(me.clone()))
+            .await
+    }
+
+    /// [`Core::take_unhandled_inbound`] with several projects: each event goes to the core `route`
+    /// names for its channel; an event whose channel serves no project any more is marked handled
+    /// (logged), as it would be ignored if it arrived now.
+    ///
+    /// # Errors
+    /// Store errors reading the inbox itself.
+    pub async fn take_unhandled_inbound_routed(
+        self: &Arc<Self>,
+        route: &(dyn Fn(&Inbound) -> Option<Arc<Self>> + Send + Sync),
+    ) -> Result<usize, store::StoreError> {
         let pending = {
             let mut c = self.store.conn().await?;
             inbound::unhandled(&mut c).await?
@@ -309,7 +331,19 @@ impl Core {
         let n = pending.len();
         for (platform, event_id, payload) in pending {
             let r = match serde_json::from_str::<Inbound>(&payload) {
-                Ok(msg) => self.dispatch_inbound(msg).await,
+                Ok(msg) => match route(&msg) {
+                    Some(core) => core.dispatch_inbound(msg).await,
+                    None => {
+                        tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project; dropped");
+                        match self.store.conn().await {
+                            Ok(mut c) => {
+                                inbound::mark_handled(&mut c, &platform, &event_id, now_ms())
+                                    .await
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                },
                 Err(_) => self.set_aside_unreadable(&platform, &event_id).await,
             };
             if let Err(e) = r {

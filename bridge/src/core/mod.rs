@@ -128,6 +128,10 @@ pub struct CoreConfig {
     pub schedules_per_thread: usize,
     /// The shortest `/every` interval.
     pub schedule_min_interval: Duration,
+    /// The `[[projects]]` entry this core serves; `None` in the one-project configuration (its
+    /// conversations are [`conversations::DEFAULT_PROJECT`]'s, it takes every conversation, and
+    /// metrics carry no `project` label).
+    pub project: Option<String>,
 }
 
 impl Default for CoreConfig {
@@ -165,6 +169,7 @@ impl Default for CoreConfig {
             shell_agent: false,
             schedules_per_thread: 10,
             schedule_min_interval: Duration::from_secs(60),
+            project: None,
         }
     }
 }
@@ -261,6 +266,37 @@ impl Core {
         })
     }
 
+    /// The project this core's conversations belong to.
+    #[must_use]
+    pub fn project(&self) -> &str {
+        self.cfg
+            .project
+            .as_deref()
+            .unwrap_or(conversations::DEFAULT_PROJECT)
+    }
+
+    /// Whether a conversation of `project` is this core's: every one in the one-project
+    /// configuration, else those of its own project.
+    #[must_use]
+    pub fn serves(&self, project: &str) -> bool {
+        self.cfg.project.as_deref().is_none_or(|p| p == project)
+    }
+
+    /// `labels` plus `project` when projects are configured (in the one-project configuration the
+    /// series keep the shape they always had). Project names come from the configuration only, so
+    /// the label's values are bounded.
+    #[must_use]
+    pub fn labels(&self, labels: &[(&'static str, &str)]) -> Vec<metrics::Label> {
+        let mut out: Vec<metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| metrics::Label::new(*k, (*v).to_owned()))
+            .collect();
+        if let Some(p) = &self.cfg.project {
+            out.push(metrics::Label::new("project", p.clone()));
+        }
+        out
+    }
+
     /// Lets conversations download the files people attach (set once, by the channel's wiring).
     pub fn set_fetch(&self, fetch: Arc<dyn crate::channel::Fetch>) {
         let _ = self.fetch.set(fetch);
@@ -344,7 +380,8 @@ impl Core {
                 }
             }
         }
-        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
+        metrics::gauge!("chatbridge_conversations_in_memory", self.labels(&[]))
+            .set(actors.len() as f64);
     }
 
     /// Turns open or queued right now.
@@ -382,7 +419,8 @@ impl Core {
         }
         let (tx, rx) = mpsc::channel(1024);
         actors.insert(conv.id.clone(), tx.clone());
-        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
+        metrics::gauge!("chatbridge_conversations_in_memory", self.labels(&[]))
+            .set(actors.len() as f64);
         if let Some(s) = conv
             .daemon_session
             .as_deref()
@@ -406,15 +444,20 @@ impl Core {
                 () = self.shutdown.cancelled() => return,
                 e = events.recv() => match e { Some(e) => e, None => return },
             };
-            metrics::counter!("chatbridge_daemon_events_total", "kind" => event.name())
-                .increment(1);
+            metrics::counter!(
+                "chatbridge_daemon_events_total",
+                self.labels(&[("kind", event.name())])
+            )
+            .increment(1);
             match &event {
                 // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
                 DaemonEvent::ToolProgress { .. } => {
-                    metrics::counter!("chatbridge_heartbeats_total").increment(1);
+                    metrics::counter!("chatbridge_heartbeats_total", self.labels(&[]))
+                        .increment(1);
                 }
                 DaemonEvent::Malformed { .. } => {
-                    metrics::counter!("chatbridge_malformed_frames_total").increment(1);
+                    metrics::counter!("chatbridge_malformed_frames_total", self.labels(&[]))
+                        .increment(1);
                 }
                 _ => {}
             }
@@ -428,7 +471,8 @@ impl Core {
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
                     self.daemon_connected.store(true, Ordering::SeqCst);
-                    metrics::counter!("chatbridge_daemon_reconnects_total").increment(1);
+                    metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
+                        .increment(1);
                     tracing::info!(
                         resumed = resumed.len(),
                         lost = lost.len(),
@@ -485,8 +529,11 @@ impl Core {
             Err(e) => Err(e),
         };
         match found {
-            Ok(Some(conv)) => {
+            Ok(Some(conv)) if self.serves(&conv.project) => {
                 self.send_to(&conv, ConvMsg::Daemon(event)).await;
+            }
+            Ok(Some(_)) => {
+                tracing::debug!(session = %session, project = self.project(), "late update for a session of another project ignored");
             }
             Ok(None) => {
                 tracing::debug!(session = %session, "late update for a session no conversation owns");
@@ -505,11 +552,15 @@ impl Core {
     pub async fn resume_open_turns(self: &Arc<Self>) -> Result<usize, store::StoreError> {
         let mut c = self.store.conn().await?;
         let open = store::turns::open(&mut c).await?;
-        let n = open.len();
+        let mut n = 0;
         for turn in open {
             let Some(conv) = conversations::get(&mut c, &turn.conversation_id).await? else {
                 continue;
             };
+            if !self.serves(&conv.project) {
+                continue;
+            }
+            n += 1;
             // Busy from now on, so nobody sees "idle" before the actor has taken the turn back.
             self.busy_add(1);
             if !self.send_to(&conv, ConvMsg::Resume(turn)).await {

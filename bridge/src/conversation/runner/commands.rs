@@ -152,7 +152,10 @@ impl Runner {
             running_for,
             tokio::time::Instant::now(),
         );
-        let text = crate::conversation::turn::status_with_outage(text, self.state.daemon_down);
+        let mut text = crate::conversation::turn::status_with_outage(text, self.state.daemon_down);
+        if self.core.cfg.project.is_some() {
+            text.push_str(&format!("\nProject: {}.", self.conv.project));
+        }
         self.notice(Tone::Neutral, &text).await
     }
 
