@@ -66,21 +66,52 @@ pub struct Application {
 }
 
 /// The projects served: a core each (its own daemon connection), and where arrivals go.
-#[derive(Debug)]
 struct Projects {
     cores: Vec<Arc<Core>>,
     routes: crate::config::Routes,
+    channel: Arc<dyn Channel>,
     /// `[projects.access] allowed_users`, for the projects that have one.
     allowed: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl Projects {
-    /// The core serving the channel `m` arrived in, if any.
-    fn core_for(&self, m: &crate::channel::Inbound) -> Option<&Arc<Core>> {
-        let name = self
-            .routes
-            .project_for(&m.platform, Some(&m.target.channel))?;
-        self.cores.iter().find(|c| c.project() == name)
+    /// The core that takes `m`: in the one-project configuration the one core; otherwise the core
+    /// of the conversation `m` continues (it keeps its project), else of the project its channel
+    /// (a thread's parent channel) is bound to, else of `default_project`; `None`: nobody's.
+    async fn core_for(&self, store: &Store, m: &crate::channel::Inbound) -> Option<Arc<Core>> {
+        if let [only] = self.cores.as_slice()
+            && only.cfg.project.is_none()
+        {
+            return Some(only.clone());
+        }
+        if !m.opens {
+            let key = crate::store::conversations::Key {
+                platform: &m.platform,
+                workspace: &m.target.workspace,
+                channel: &m.target.channel,
+                thread: &m.target.thread,
+            };
+            let found = match store.conn().await {
+                Ok(mut c) => crate::store::conversations::find(&mut c, &key).await,
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(Some(conv)) => {
+                    if let Some(core) = self.cores.iter().find(|c| c.project() == conv.project) {
+                        return Some(core.clone());
+                    }
+                }
+                Ok(None) => {}
+                // The channel's project then: the core retries the store itself.
+                Err(e) => tracing::warn!(error = %e, "could not look up a chat event's conversation"),
+            }
+        }
+        let channel = self
+            .channel
+            .parent_channel(&m.platform, &m.target.channel)
+            .unwrap_or_else(|| m.target.channel.clone());
+        let name = self.routes.project_for(&m.platform, Some(&channel))?;
+        self.cores.iter().find(|c| c.project() == name).cloned()
     }
 }
 
@@ -311,11 +342,12 @@ impl Application {
             cfg.service.outbox_workers,
             Arc::new(SystemClock),
         ));
-        status.attach(cores.clone(), channel);
+        status.attach(cores.clone(), channel.clone());
         status.set_role(Role::Active);
         let projects = Projects {
             cores,
             routes,
+            channel,
             allowed,
         };
         let mut resumed = 0;
@@ -326,7 +358,7 @@ impl Application {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
         let taken = core
-            .take_unhandled_inbound_routed(&|m| projects.core_for(m).cloned())
+            .take_unhandled_inbound_routed(async |m| projects.core_for(&store, m).await)
             .await?;
         if taken > 0 {
             tracing::info!(
@@ -408,7 +440,7 @@ impl Application {
             inbound: m,
             recorded,
         } = arrival.into();
-        let Some(core) = self.projects.core_for(&m) else {
+        let Some(core) = self.projects.core_for(&self.store, &m).await else {
             // A channel bound to no project, and no default_project: not ours to answer.
             tracing::debug!(platform = %m.platform, "a chat event from a channel that serves no project ignored");
             metrics::counter!("chatbridge_inbound_unrouted_total", "platform" => m.platform.clone())

@@ -309,8 +309,7 @@ impl Core {
     /// # Errors
     /// Store errors reading the inbox itself.
     pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
-        let me = self.clone();
-        self.take_unhandled_inbound_routed(&|_| Some(me.clone()))
+        self.take_unhandled_inbound_routed(async |_| Some(self.clone()))
             .await
     }
 
@@ -322,7 +321,7 @@ impl Core {
     /// Store errors reading the inbox itself.
     pub async fn take_unhandled_inbound_routed(
         self: &Arc<Self>,
-        route: &(dyn Fn(&Inbound) -> Option<Arc<Self>> + Send + Sync),
+        route: impl AsyncFn(&Inbound) -> Option<Arc<Self>>,
     ) -> Result<usize, store::StoreError> {
         let pending = {
             let mut c = self.store.conn().await?;
@@ -331,7 +330,7 @@ impl Core {
         let n = pending.len();
         for (platform, event_id, payload) in pending {
             let r = match serde_json::from_str::<Inbound>(&payload) {
-                Ok(msg) => match route(&msg) {
+                Ok(msg) => match route(&msg).await {
                     Some(core) => core.dispatch_inbound(msg).await,
                     None => {
                         tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project; dropped");
