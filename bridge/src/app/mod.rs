@@ -357,9 +357,7 @@ impl Application {
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
-        let taken = core
-            .take_unhandled_inbound_routed(async |m| projects.core_for(&store, m).await)
-            .await?;
+        let taken = take_unhandled(&core, &projects, &store).await?;
         if taken > 0 {
             tracing::info!(
                 taken,
@@ -814,4 +812,28 @@ impl Shared<'_> {
             url,
         })
     }
+}
+
+/// After a restart: events recorded but never acted on are handed to the core of their project,
+/// as [`Core::take_unhandled_inbound`] does for one core.
+async fn take_unhandled(
+    core: &Arc<Core>,
+    projects: &Projects,
+    store: &Store,
+) -> Result<usize, crate::store::StoreError> {
+    let pending = core.unhandled_inbound().await?;
+    let n = pending.len();
+    for (platform, event_id, payload) in pending {
+        let r = match serde_json::from_str::<crate::channel::Inbound>(&payload) {
+            Ok(msg) => match projects.core_for(store, &msg).await {
+                Some(to) => to.dispatch_inbound(msg).await,
+                None => core.drop_unrouted(&platform, &event_id).await,
+            },
+            Err(_) => core.set_aside_unreadable(&platform, &event_id).await,
+        };
+        if let Err(e) = r {
+            tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
+        }
+    }
+    Ok(n)
 }

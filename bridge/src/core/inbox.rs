@@ -309,40 +309,11 @@ impl Core {
     /// # Errors
     /// Store errors reading the inbox itself.
     pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
-        self.take_unhandled_inbound_routed(async |_| Some(self.clone()))
-            .await
-    }
-
-    /// [`Core::take_unhandled_inbound`] with several projects: each event goes to the core `route`
-    /// names for its channel; an event whose channel serves no project any more is marked handled
-    /// (logged), as it would be ignored if it arrived now.
-    ///
-    /// # Errors
-    /// Store errors reading the inbox itself.
-    pub async fn take_unhandled_inbound_routed(
-        self: &Arc<Self>,
-        route: impl AsyncFn(&Inbound) -> Option<Arc<Self>>,
-    ) -> Result<usize, store::StoreError> {
-        let pending = {
-            let mut c = self.store.conn().await?;
-            inbound::unhandled(&mut c).await?
-        };
+        let pending = self.unhandled_inbound().await?;
         let n = pending.len();
         for (platform, event_id, payload) in pending {
             let r = match serde_json::from_str::<Inbound>(&payload) {
-                Ok(msg) => match route(&msg).await {
-                    Some(core) => core.dispatch_inbound(msg).await,
-                    None => {
-                        tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project; dropped");
-                        match self.store.conn().await {
-                            Ok(mut c) => {
-                                inbound::mark_handled(&mut c, &platform, &event_id, now_ms())
-                                    .await
-                            }
-                            Err(e) => Err(e),
-                        }
-                    }
-                },
+                Ok(msg) => self.dispatch_inbound(msg).await,
                 Err(_) => self.set_aside_unreadable(&platform, &event_id).await,
             };
             if let Err(e) = r {
@@ -352,9 +323,29 @@ impl Core {
         Ok(n)
     }
 
+    /// Events recorded but never acted on, oldest first: (platform, event id, payload).
+    pub(crate) async fn unhandled_inbound(
+        &self,
+    ) -> Result<Vec<(String, String, String)>, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        inbound::unhandled(&mut c).await
+    }
+
+    /// An inbox event from a channel that serves no project any more: marked handled, as it would
+    /// be ignored if it arrived now.
+    pub(crate) async fn drop_unrouted(
+        &self,
+        platform: &str,
+        event_id: &str,
+    ) -> Result<(), store::StoreError> {
+        tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project dropped");
+        let mut c = self.store.conn().await?;
+        inbound::mark_handled(&mut c, platform, event_id, now_ms()).await
+    }
+
     /// An inbox entry whose payload is not an event (written by another version, or damaged): set
     /// aside without a notice (its thread is unknown).
-    async fn set_aside_unreadable(
+    pub(crate) async fn set_aside_unreadable(
         &self,
         platform: &str,
         event_id: &str,
