@@ -119,7 +119,10 @@ pub const FAMILIES: &[Family] = &[
         name: "chatbridge_daemon_events_total",
         kind: Kind::Counter,
         help: "Daemon frames by event kind",
-        labels: &[("kind", Values::Known(EVENT_KINDS)), ("project", Values::Project)],
+        labels: &[
+            ("kind", Values::Known(EVENT_KINDS)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_heartbeats_total",
@@ -137,19 +140,28 @@ pub const FAMILIES: &[Family] = &[
         name: "chatbridge_tool_results_total",
         kind: Kind::Counter,
         help: "Tool results by outcome",
-        labels: &[("outcome", Values::Known(TOOL_OUTCOMES)), ("project", Values::Project)],
+        labels: &[
+            ("outcome", Values::Known(TOOL_OUTCOMES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_tool_duration_seconds",
         kind: Kind::Histogram,
         help: "Tool call duration, start to result, by outcome",
-        labels: &[("outcome", Values::Known(TOOL_OUTCOMES)), ("project", Values::Project)],
+        labels: &[
+            ("outcome", Values::Known(TOOL_OUTCOMES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_turn_duration_seconds",
         kind: Kind::Histogram,
         help: "Prompt to end of turn, by how the turn ended",
-        labels: &[("status", Values::Known(TURN_STATUSES)), ("project", Values::Project)],
+        labels: &[
+            ("status", Values::Known(TURN_STATUSES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_stalls_total",
@@ -370,8 +382,11 @@ pub async fn refresh(store: &Store, status: &Status, now: i64) {
         );
     }
     for (project, up) in projects {
-        metrics::gauge!("chatbridge_daemon_connected", "project" => project)
-            .set(if up { 1.0 } else { 0.0 });
+        metrics::gauge!("chatbridge_daemon_connected", "project" => project).set(if up {
+            1.0
+        } else {
+            0.0
+        });
     }
     if let Ok(mut c) = store.conn().await {
         if let Ok(stats) = crate::store::outbox::stats(&mut c, now).await {

@@ -131,10 +131,9 @@ impl Status {
     /// active).
     #[must_use]
     pub fn daemon_connected(&self) -> Option<bool> {
-        self.cores.get().map(|cs| {
-            cs.iter()
-                .all(|c| c.daemon_connected.load(Ordering::SeqCst))
-        })
+        self.cores
+            .get()
+            .map(|cs| cs.iter().all(|c| c.daemon_connected.load(Ordering::SeqCst)))
     }
 
     /// Each project's daemon link, when `[[projects]]` is configured (empty otherwise, and on a

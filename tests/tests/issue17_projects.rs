@@ -196,7 +196,9 @@ async fn run(url: &str) {
                "text": "<@UBOT> pwd", "event_ts": "1700.000300"}),
     ));
     slack
-        .wait_for("the default project's pwd", |f| slack_pwd(f, "C9").is_some())
+        .wait_for("the default project's pwd", |f| {
+            slack_pwd(f, "C9").is_some()
+        })
         .await;
     let c_out = slack_pwd(&slack, "C9").expect("c's result");
     assert!(
@@ -221,7 +223,11 @@ async fn run(url: &str) {
         .await;
 
     // The history API filters by project.
-    for (name, platform, channel) in [("a", "slack", "C1"), ("b", "discord", "1001"), ("c", "slack", "C9")] {
+    for (name, platform, channel) in [
+        ("a", "slack", "C1"),
+        ("b", "discord", "1001"),
+        ("c", "slack", "C9"),
+    ] {
         let page = get(&base, &format!("/api/v1/conversations?project={name}")).await;
         let items = page["items"].as_array().expect("items");
         assert_eq!(items.len(), 1, "project {name}: {page}");
@@ -263,9 +269,11 @@ async fn run(url: &str) {
     // Per-daemon metrics carry the project.
     let metrics = chat_bridge::metrics::handle().expect("recorder").render();
     assert!(
-        metrics.lines().any(|l| l.starts_with("chatbridge_daemon_events_total{")
-            && l.contains("project=\"b\"")
-            && !l.trim_end().ends_with(" 0")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("chatbridge_daemon_events_total{")
+                && l.contains("project=\"b\"")
+                && !l.trim_end().ends_with(" 0")),
         "{metrics}"
     );
 
@@ -281,4 +289,137 @@ on_both! {
     async fn issue17_projects_route_channels_to_their_own_daemons_and_one_down_leaves_the_others(db) {
         run(&db.url).await;
     }
+}
+
+/// Without `default_project`, a channel bound to no project is ignored (nothing is answered, no
+/// conversation is stored) and counted; a project's `allowed_users` admits only them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue17_an_unbound_channel_without_default_project_is_ignored_and_a_projects_allowlist_holds()
+ {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let mut cfg = config(
+        &format!("sqlite://{}", root.join("unbound.db").display()),
+        &root,
+    );
+    cfg.daemon.cwd = None;
+    let mut web = project(
+        "web",
+        &["slack:C2"],
+        Daemon {
+            cwd: Some(dir(&root, "web")),
+            ..Daemon::default()
+        },
+    );
+    web.access.allowed_users = vec!["U2".into()];
+    cfg.projects = vec![
+        project(
+            "api",
+            &["slack:C1"],
+            Daemon {
+                cwd: Some(dir(&root, "api")),
+                ..Daemon::default()
+            },
+        ),
+        web,
+    ];
+    cfg.service.platforms = vec!["slack".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("build")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > 0)
+        .await;
+    let unrouted = || {
+        chat_bridge::metrics::handle()
+            .expect("recorder")
+            .render()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("chatbridge_inbound_unrouted_total{platform=\"slack\"} ")
+                    .map(|v| v.trim().parse::<f64>().expect("a number"))
+            })
+            .unwrap_or(0.0)
+    };
+    let before = unrouted();
+    let mention = |env: &str, channel: &str, user: &str, ts: &str| {
+        event_envelope(
+            env,
+            &format!("Ev-{env}"),
+            0,
+            json!({"type": "app_mention", "user": user, "channel": channel, "ts": ts,
+                   "text": "<@UBOT> pwd", "event_ts": ts}),
+        )
+    };
+    // C9 serves no project and there is no default_project; U1 is not on web's list.
+    slack.push(mention("u1", "C9", "U1", "1700.000100"));
+    slack.push(mention("u2", "C2", "U1", "1700.000200"));
+    // Then one each that is answered, so the ignored ones had their chance first (one queue).
+    slack.push(mention("u3", "C1", "U1", "1700.000300"));
+    slack.push(mention("u4", "C2", "U2", "1700.000400"));
+    for channel in ["C1", "C2"] {
+        slack
+            .wait_for("the bound channels' answers", |f| {
+                slack_pwd(f, channel).is_some()
+            })
+            .await;
+    }
+    let web_out = slack_pwd(&slack, "C2").expect("web");
+    assert!(
+        web_out.contains(&root.join("web").display().to_string()),
+        "{web_out}"
+    );
+    assert!(
+        slack.calls().iter().all(|c| c.body["channel"] != "C9"),
+        "nothing answered in the unbound channel: {:?}",
+        slack.calls()
+    );
+    assert!(
+        slack
+            .calls_of("chat.postMessage")
+            .iter()
+            .filter(|c| c.body["channel"] == "C2")
+            .all(|c| c.body["thread_ts"] == "1700.000400"),
+        "U1's mention in web's channel was not answered"
+    );
+    assert!(unrouted() >= before + 1.0, "the unbound event is counted");
+    let all = get(&base, "/api/v1/conversations").await;
+    let mut kept: Vec<(String, String)> = all["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|c| {
+            (
+                c["project"].as_str().unwrap_or("").to_owned(),
+                c["channel"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            ("api".to_owned(), "C1".to_owned()),
+            ("web".to_owned(), "C2".to_owned())
+        ],
+        "{all}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
 }

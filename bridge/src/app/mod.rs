@@ -76,35 +76,39 @@ struct Projects {
 
 impl Projects {
     /// The core that takes `m`: in the one-project configuration the one core; otherwise the core
-    /// of the conversation `m` continues (it keeps its project), else of the project its channel
-    /// (a thread's parent channel) is bound to, else of `default_project`; `None`: nobody's.
+    /// owning the conversation `m` belongs to (so a conversation has one runner, in one core), else
+    /// of the project its channel (a thread's parent channel) is bound to, else of
+    /// `default_project`; `None`: nobody's.
     async fn core_for(&self, store: &Store, m: &crate::channel::Inbound) -> Option<Arc<Core>> {
         if let [only] = self.cores.as_slice()
             && only.cfg.project.is_none()
         {
             return Some(only.clone());
         }
-        if !m.opens {
-            let key = crate::store::conversations::Key {
-                platform: &m.platform,
-                workspace: &m.target.workspace,
-                channel: &m.target.channel,
-                thread: &m.target.thread,
-            };
-            let found = match store.conn().await {
-                Ok(mut c) => crate::store::conversations::find(&mut c, &key).await,
-                Err(e) => Err(e),
-            };
-            match found {
-                Ok(Some(conv)) => {
-                    if let Some(core) = self.cores.iter().find(|c| c.project() == conv.project) {
-                        return Some(core.clone());
-                    }
+        let key = crate::store::conversations::Key {
+            platform: &m.platform,
+            workspace: &m.target.workspace,
+            channel: &m.target.channel,
+            thread: &m.target.thread,
+        };
+        let found = match store.conn().await {
+            Ok(mut c) => crate::store::conversations::find(&mut c, &key).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(conv)) => {
+                let owner = self
+                    .cores
+                    .iter()
+                    .find(|c| c.project() == conv.project)
+                    .or_else(|| self.cores.iter().find(|c| c.serves(&conv.project)));
+                if let Some(core) = owner {
+                    return Some(core.clone());
                 }
-                Ok(None) => {}
-                // The channel's project then: the core retries the store itself.
-                Err(e) => tracing::warn!(error = %e, "could not look up a chat event's conversation"),
             }
+            Ok(None) => {}
+            // The channel's project then: the core retries the store itself.
+            Err(e) => tracing::warn!(error = %e, "could not look up a chat event's conversation"),
         }
         let channel = self
             .channel
@@ -123,6 +127,8 @@ struct Shared<'a> {
     redactor: &'a Redactor,
     wake: &'a Arc<Notify>,
     stop: &'a CancellationToken,
+    /// The project whose core takes the conversations of projects not configured.
+    adopter: String,
 }
 
 /// One project, connected: its core, its daemon connection and (when it runs one) its built-in
@@ -263,7 +269,14 @@ impl Application {
         let stop = CancellationToken::new();
         let wake = Arc::new(Notify::new());
         let named = !cfg.projects.is_empty();
+        let default_name = cfg.default_project.clone().unwrap_or_else(|| {
+            cfg.projects.first().map_or_else(
+                || crate::config::IMPLICIT_PROJECT.to_owned(),
+                |p| p.name.clone(),
+            )
+        });
         let shared = Shared {
+            adopter: default_name.clone(),
             cfg,
             channel: &channel,
             store: &store,
@@ -308,10 +321,6 @@ impl Application {
             return Err(e);
         }
         let routes = cfg.routes();
-        let default_name = cfg
-            .default_project
-            .clone()
-            .unwrap_or_else(|| crate::config::IMPLICIT_PROJECT.to_owned());
         let first = projects
             .iter()
             .position(|p| p.core.project() == default_name)
@@ -409,7 +418,8 @@ impl Application {
     /// # Errors
     /// The store failing, or another replica taking the leader lease.
     pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
-        let idle = futures_util::future::join_all(self.projects.cores.iter().map(|c| c.wait_idle()));
+        let idle =
+            futures_util::future::join_all(self.projects.cores.iter().map(|c| c.wait_idle()));
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
@@ -664,8 +674,8 @@ impl Shared<'_> {
         };
         let command = match &daemon.command {
             Some(argv) => {
-                let mut c = AgentCommand::new(argv.clone())
-                    .with_context(|| format!("{key}.command"))?;
+                let mut c =
+                    AgentCommand::new(argv.clone()).with_context(|| format!("{key}.command"))?;
                 c.env = daemon
                     .env
                     .iter()
@@ -694,7 +704,10 @@ impl Shared<'_> {
                     .await
                     .with_context(|| {
                         if named {
-                            format!("starting the built-in shell agent of project {}", project.name)
+                            format!(
+                                "starting the built-in shell agent of project {}",
+                                project.name
+                            )
                         } else {
                             "starting the built-in shell agent".to_owned()
                         }
@@ -790,6 +803,11 @@ impl Shared<'_> {
             schedules_per_thread: cfg.schedules.per_thread,
             schedule_min_interval: cfg.schedules.min_interval,
             project: named.then(|| project.name.clone()),
+            adopts_all_but: if named && self.adopter == project.name {
+                cfg.projects.iter().map(|p| p.name.clone()).collect()
+            } else {
+                Vec::new()
+            },
             ..CoreConfig::default()
         };
         let core = Core::new(

@@ -254,8 +254,8 @@ impl Core {
                     "",
                     now_ms(),
                 )
-                    .await?
-                    .0,
+                .await?
+                .0,
             ),
             None => None,
         };

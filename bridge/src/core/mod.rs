@@ -132,6 +132,10 @@ pub struct CoreConfig {
     /// conversations are [`conversations::DEFAULT_PROJECT`]'s, it takes every conversation, and
     /// metrics carry no `project` label).
     pub project: Option<String>,
+    /// The default project's core also takes the conversations of projects no longer configured
+    /// (those before `[[projects]]`, or of a project removed since): every configured name is
+    /// listed here. Empty for the other cores.
+    pub adopts_all_but: Vec<String>,
 }
 
 impl Default for CoreConfig {
@@ -170,6 +174,7 @@ impl Default for CoreConfig {
             schedules_per_thread: 10,
             schedule_min_interval: Duration::from_secs(60),
             project: None,
+            adopts_all_but: Vec::new(),
         }
     }
 }
@@ -276,10 +281,18 @@ impl Core {
     }
 
     /// Whether a conversation of `project` is this core's: every one in the one-project
-    /// configuration, else those of its own project.
+    /// configuration, else those of its own project (and, for the default project's core, those of
+    /// projects not configured).
     #[must_use]
     pub fn serves(&self, project: &str) -> bool {
-        self.cfg.project.as_deref().is_none_or(|p| p == project)
+        match self.cfg.project.as_deref() {
+            None => true,
+            Some(p) if p == project => true,
+            Some(_) => {
+                !self.cfg.adopts_all_but.is_empty()
+                    && !self.cfg.adopts_all_but.iter().any(|n| n == project)
+            }
+        }
     }
 
     /// `labels` plus `project` when projects are configured (in the one-project configuration the
@@ -452,8 +465,7 @@ impl Core {
             match &event {
                 // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
                 DaemonEvent::ToolProgress { .. } => {
-                    metrics::counter!("chatbridge_heartbeats_total", self.labels(&[]))
-                        .increment(1);
+                    metrics::counter!("chatbridge_heartbeats_total", self.labels(&[])).increment(1);
                 }
                 DaemonEvent::Malformed { .. } => {
                     metrics::counter!("chatbridge_malformed_frames_total", self.labels(&[]))

@@ -120,7 +120,7 @@ impl Runner {
                 "chatbridge_tool_duration_seconds",
                 self.core.labels(&[("outcome", result.outcome.as_str())])
             )
-                .record(took.as_secs_f64());
+            .record(took.as_secs_f64());
         }
         let mut tx = self.begin().await?;
         if tool.is_none() {
@@ -204,7 +204,7 @@ impl Runner {
             "chatbridge_tool_results_total",
             self.core.labels(&[("outcome", result.outcome.as_str())])
         )
-            .increment(1);
+        .increment(1);
         // R4: ids and the short outcome only — never output or prompt text.
         tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
         Ok(())

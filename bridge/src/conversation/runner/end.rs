@@ -116,7 +116,7 @@ impl Runner {
             "chatbridge_turn_duration_seconds",
             self.core.labels(&[("status", status)])
         )
-            .record(took);
+        .record(took);
         let _ended = BusyGuard(self.core.clone());
         self.run_queued().await
     }
