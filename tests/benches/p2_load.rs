@@ -285,7 +285,11 @@ fn place(i: usize, projects: usize) -> (&'static str, String) {
     }
     let k = i % projects;
     (
-        if k % 2 == 0 { "slack" } else { "discord" },
+        if k.is_multiple_of(2) {
+            "slack"
+        } else {
+            "discord"
+        },
         format!("load{k}"),
     )
 }

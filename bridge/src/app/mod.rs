@@ -1,7 +1,12 @@
-//! The bridge around one channel: `Application::build` connects the store, the daemon (the built-in
-//! shell agent when no URL is configured), the core and the outbox; [`Application::accept`] takes
-//! chat events; [`Application::shutdown`] stops it within a bound. Which platform feeds it, and
-//! the process around it, is `startup.rs`.
+//! The bridge around one channel: `Application::build` connects the store, each project's daemon
+//! (the built-in shell agent when no URL is configured) and core, and the outbox;
+//! [`Application::accept`] routes each chat event to its project's core; [`Application::shutdown`]
+//! stops it within a bound. Which platforms feed it, and the process around it, is `startup.rs`.
+//!
+//! Without `[[projects]]` there is one core (the implicit project) and every event goes to it, as
+//! before projects existed. With them, each project has its own core and daemon connection (its
+//! own reconnect and liveness); an event goes to the core owning its conversation, else to the
+//! project its channel is bound to, else to `default_project`, else nowhere (counted).
 //!
 //! Every task it spawns runs on one [`TaskTracker`] and ends on its cancellation token; shutdown
 //! cancels, closes the tracker and waits a bounded time (`service.drain_timeout` plus
@@ -307,6 +312,7 @@ impl Application {
             }
         }
         if let Some(e) = failed {
+            stop.cancel();
             for p in projects {
                 p.client.close();
                 if let Some(agent) = p.agent {
