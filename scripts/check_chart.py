@@ -588,6 +588,76 @@ print("chart: no sidecar by default")
 check(all(c["name"] != "agent" for c in by_kind(render(with_users, "default"), "Deployment")[0]["spec"]["template"]["spec"]["containers"]),
       "defaults: no agent sidecar")
 
+print("chart: two projects on two platforms")
+team = copy.deepcopy(with_users)
+team["config"]["service"]["platforms"] = ["slack", "discord"]
+team["config"]["discord"] = {"allowed_roles": ["112233445566778899"]}
+team["config"]["default_project"] = "api"
+team["projects"] = [
+    {"name": "api", "channels": ["slack:C0API00001"],
+     "daemon": {"url": "wss://api-daemon.internal:8080/acp", "mode": "default"},
+     "token": {"secretName": "api-daemon", "key": "token"},
+     "approvals": {"approvers": ["U0123ABCD"]}, "liveness": {"idle": 300}},
+    {"name": "mobile", "channels": ["discord:998877665544332211"],
+     "daemon": {"url": "ws://mobile-agent:4000/acp"},
+     "token": {"key": "MOBILE_DAEMON_TOKEN"}},
+    {"name": "web", "channels": ["slack:C0WEB00002"], "daemon": {"cwd": "/work/web"}},
+]
+lint(team, "two projects")
+docs = render(team, "two projects")
+validate_k8s(docs, "two projects")
+deployment_is_hardened(docs, "two projects", team)
+text = by_kind(docs, "ConfigMap")[0]["data"]["config.toml"]
+cfg = tomllib.loads(text)
+check([p["name"] for p in cfg.get("projects", [])] == ["api", "mobile", "web"] and "daemon" not in cfg
+      and cfg["default_project"] == "api",
+      "two projects: rendered as [[projects]], config.daemon dropped, default_project kept")
+check(cfg["service"].get("platforms") == ["slack", "discord"] and "platform" not in cfg["service"],
+      "two projects: service.platforms replaces service.platform")
+tokens = "/var/run/chat-bridge/projects"
+check(cfg["projects"][0]["daemon"].get("token_file") == f"{tokens}/api/token"
+      and cfg["projects"][1]["daemon"].get("token_file") == f"{tokens}/mobile/token"
+      and "token_file" not in cfg["projects"][2]["daemon"] and not re.search(r"^\s*token\s*=", text, re.M),
+      "two projects: each daemon's token is its own mounted file, never in the config")
+check(cfg["projects"][0]["liveness"]["idle"] == 300 and isinstance(cfg["projects"][0]["liveness"]["idle"], int),
+      "two projects: whole numbers in a project's sections stay integers")
+pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+vol = [v for v in pod["volumes"] if v["name"] == "project-tokens"]
+sources = vol[0]["projected"]["sources"] if vol else []
+check([(s_["secret"]["name"], s_["secret"]["items"]) for s_ in sources]
+      == [("api-daemon", [{"key": "token", "path": "api/token"}]),
+          ("chat-bridge", [{"key": "MOBILE_DAEMON_TOKEN", "path": "mobile/token"}])],
+      "two projects: a projected volume maps each project's Secret key to <project>/token")
+mount = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "project-tokens"]
+check(len(mount) == 1 and mount[0]["mountPath"] == tokens and mount[0].get("readOnly") is True,
+      "two projects: the tokens are mounted read-only where token_file points")
+# The binary reads the rendered file as it would in the pod: the token files it names exist there.
+with tempfile.TemporaryDirectory() as mounted:
+    for name in ("api", "mobile"):
+        os.makedirs(os.path.join(mounted, name))
+        with open(os.path.join(mounted, name, "token"), "w") as f:
+            f.write(f"token-of-{name}-daemon\n")
+    out = check_config(text.replace(tokens, mounted),
+                       {**slack_tokens, "CHAT_BRIDGE_DISCORD__TOKEN": "x"})
+    check(out.returncode == 0 and "platforms slack, discord" in out.stdout
+          and "projects api (wss://api-daemon.internal:8080/acp), mobile (ws://mobile-agent:4000/acp), web (the built-in shell agent)" in out.stdout,
+          f"chat-bridge check-config accepts the two-project, two-platform config.toml: {out.stdout.strip() or out.stderr.strip()}")
+notes = chart_notes({**copy.deepcopy(team), "secrets": {"existingSecret": "", "values": {}}})
+check("CHAT_BRIDGE_DISCORD__TOKEN" in notes and "CHAT_BRIDGE_SLACK__APP_TOKEN" in notes,
+      "two platforms, no Secret: NOTES.txt names both platforms' tokens")
+clash = copy.deepcopy(team)
+clash["config"]["daemon"] = {"url": "ws://one-daemon:4000/acp"}
+render_fails(clash, "projects with config.daemon.url", "config.daemon.url is set alongside projects")
+in_config = copy.deepcopy(team)
+in_config["projects"][0]["daemon"]["token"] = "hunter2"
+try:
+    chart.validate_schema(in_config)
+    check(False, "schema refuses a project's daemon token in values")
+except helm.HelmError:
+    check(True, "schema refuses a project's daemon token in values (it comes from its Secret key)")
+check(not [v for v in by_kind(render(with_users, "default"), "Deployment")[0]["spec"]["template"]["spec"]["volumes"]
+           if v["name"] == "project-tokens"], "defaults: no project token volume")
+
 print("docs/openapi.json")
 with open(os.path.join(ROOT, "docs", "openapi.json")) as f:
     spec = json.load(f)

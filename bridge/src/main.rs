@@ -364,14 +364,26 @@ fn check_config(cfg: &Config) -> anyhow::Result<()> {
                 .join(", "),
         ),
     };
+    let daemon = |d: &chat_bridge::config::Daemon| match (&d.url, &d.command) {
+        (_, Some(argv)) => format!("the child agent {}", argv.join(" ")),
+        (Some(url), None) => mask_url(url),
+        (None, None) => "the built-in shell agent".to_owned(),
+    };
+    let daemons = if cfg.projects.is_empty() {
+        format!("daemon {}", daemon(&cfg.daemon))
+    } else {
+        format!(
+            "projects {}",
+            cfg.resolved_projects()
+                .iter()
+                .map(|p| format!("{} ({})", p.name, daemon(&p.daemon)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     println!(
-        "configuration ok: {label} {names}; access {access}; database {}; daemon {}; http {}",
+        "configuration ok: {label} {names}; access {access}; database {}; {daemons}; http {}",
         mask_url(&cfg.database.url),
-        match (&cfg.daemon.url, &cfg.daemon.command) {
-            (_, Some(argv)) => format!("the child agent {}", argv.join(" ")),
-            (Some(url), None) => mask_url(url),
-            (None, None) => "the built-in shell agent".to_owned(),
-        },
         cfg.http.listen.as_deref().unwrap_or("off"),
     );
     Ok(())

@@ -41,6 +41,24 @@ pub enum Values {
     Known(&'static [&'static str]),
     /// The chat platform this process serves (registered with its name).
     Platform,
+    /// The `[[projects]]` entry (registered with each configured name; without `[[projects]]` the
+    /// label is left out, so the one-project configuration's series keep their shape).
+    Project,
+}
+
+/// The configured project names, for [`Values::Project`].
+static PROJECTS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Names the configured projects (before [`register`]): their families are registered per project.
+pub fn set_projects(names: impl IntoIterator<Item = String>) {
+    let mut known = PROJECTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for n in names {
+        if !known.contains(&n) {
+            known.push(n);
+        }
+    }
 }
 
 /// One metric family the bridge exports.
@@ -89,55 +107,67 @@ pub const FAMILIES: &[Family] = &[
         name: "chatbridge_daemon_connected",
         kind: Kind::Gauge,
         help: "1 while the daemon WebSocket is up (active replica; 0 on standbys)",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
     Family {
         name: "chatbridge_daemon_reconnects_total",
         kind: Kind::Counter,
         help: "Daemon connections re-established (open sessions reloaded)",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
     Family {
         name: "chatbridge_daemon_events_total",
         kind: Kind::Counter,
         help: "Daemon frames by event kind",
-        labels: &[("kind", Values::Known(EVENT_KINDS))],
+        labels: &[
+            ("kind", Values::Known(EVENT_KINDS)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_heartbeats_total",
         kind: Kind::Counter,
         help: "Heartbeats (kind-less in_progress updates): silent commands proven alive",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
     Family {
         name: "chatbridge_malformed_frames_total",
         kind: Kind::Counter,
         help: "Daemon frames that could not be understood (skipped; the session carries on)",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
     Family {
         name: "chatbridge_tool_results_total",
         kind: Kind::Counter,
         help: "Tool results by outcome",
-        labels: &[("outcome", Values::Known(TOOL_OUTCOMES))],
+        labels: &[
+            ("outcome", Values::Known(TOOL_OUTCOMES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_tool_duration_seconds",
         kind: Kind::Histogram,
         help: "Tool call duration, start to result, by outcome",
-        labels: &[("outcome", Values::Known(TOOL_OUTCOMES))],
+        labels: &[
+            ("outcome", Values::Known(TOOL_OUTCOMES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_turn_duration_seconds",
         kind: Kind::Histogram,
         help: "Prompt to end of turn, by how the turn ended",
-        labels: &[("status", Values::Known(TURN_STATUSES))],
+        labels: &[
+            ("status", Values::Known(TURN_STATUSES)),
+            ("project", Values::Project),
+        ],
     },
     Family {
         name: "chatbridge_stalls_total",
         kind: Kind::Counter,
         help: "Turns that went silent past liveness.idle (or ran past liveness.wall)",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
     Family {
         name: "chatbridge_turn_oldest_open_age_seconds",
@@ -201,6 +231,12 @@ pub const FAMILIES: &[Family] = &[
         labels: &[("platform", Values::Platform)],
     },
     Family {
+        name: "chatbridge_inbound_unrouted_total",
+        kind: Kind::Counter,
+        help: "Chat events from a channel bound to no project, with no default_project (ignored)",
+        labels: &[("platform", Values::Platform)],
+    },
+    Family {
         name: "chatbridge_access_refusals_total",
         kind: Kind::Counter,
         help: "Messages and clicks refused by the access rules (A1, A2)",
@@ -210,7 +246,7 @@ pub const FAMILIES: &[Family] = &[
         name: "chatbridge_conversations_in_memory",
         kind: Kind::Gauge,
         help: "Conversations held in memory",
-        labels: &[],
+        labels: &[("project", Values::Project)],
     },
 ];
 
@@ -297,6 +333,16 @@ fn combinations(family: &Family, platform: &str) -> Vec<Vec<metrics::Label>> {
         let values: Vec<String> = match values {
             Values::Known(v) => v.iter().map(|s| (*s).to_owned()).collect(),
             Values::Platform => vec![platform.to_owned()],
+            Values::Project => {
+                let known = PROJECTS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                if known.is_empty() {
+                    continue;
+                }
+                known
+            }
         };
         sets = sets
             .into_iter()
@@ -325,13 +371,23 @@ pub async fn refresh(store: &Store, status: &Status, now: i64) {
     }
     let (ready, _) = status.readiness(store).await;
     metrics::gauge!("chatbridge_ready").set(if ready { 1.0 } else { 0.0 });
-    metrics::gauge!("chatbridge_daemon_connected").set(
-        if status.daemon_connected() == Some(true) {
+    let projects = status.project_daemons();
+    if projects.is_empty() {
+        metrics::gauge!("chatbridge_daemon_connected").set(
+            if status.daemon_connected() == Some(true) {
+                1.0
+            } else {
+                0.0
+            },
+        );
+    }
+    for (project, up) in projects {
+        metrics::gauge!("chatbridge_daemon_connected", "project" => project).set(if up {
             1.0
         } else {
             0.0
-        },
-    );
+        });
+    }
     if let Ok(mut c) = store.conn().await {
         if let Ok(stats) = crate::store::outbox::stats(&mut c, now).await {
             metrics::gauge!("chatbridge_outbox_pending").set(stats.pending as f64);

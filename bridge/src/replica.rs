@@ -65,7 +65,7 @@ pub struct Status {
     /// The platform sends its requests to this process (Slack's HTTP Events API): a standby, which
     /// does not listen for them, must not be sent any.
     requests_only_when_active: std::sync::atomic::AtomicBool,
-    core: OnceLock<Arc<Core>>,
+    cores: OnceLock<Vec<Arc<Core>>>,
     channel: OnceLock<Arc<dyn Channel>>,
     live: Arc<crate::core::live::Board>,
 }
@@ -128,18 +128,36 @@ impl Status {
         &self.live
     }
 
-    /// The core and channel of the active replica, for readiness.
-    pub fn attach(&self, core: Arc<Core>, channel: Arc<dyn Channel>) {
-        let _ = self.core.set(core);
+    /// The cores (one per project) and channel of the active replica, for readiness.
+    pub fn attach(&self, cores: Vec<Arc<Core>>, channel: Arc<dyn Channel>) {
+        let _ = self.cores.set(cores);
         let _ = self.channel.set(channel);
     }
 
-    /// Whether the daemon is connected (`None` when this replica is not active).
+    /// Whether the daemon is connected — every project's (`None` when this replica is not
+    /// active).
     #[must_use]
     pub fn daemon_connected(&self) -> Option<bool> {
-        self.core
+        self.cores
             .get()
-            .map(|c| c.daemon_connected.load(Ordering::SeqCst))
+            .map(|cs| cs.iter().all(|c| c.daemon_connected.load(Ordering::SeqCst)))
+    }
+
+    /// Each project's daemon link, when `[[projects]]` is configured (empty otherwise, and on a
+    /// standby).
+    #[must_use]
+    pub fn project_daemons(&self) -> Vec<(String, bool)> {
+        self.cores.get().map_or_else(Vec::new, |cs| {
+            cs.iter()
+                .filter(|c| c.cfg.project.is_some())
+                .map(|c| {
+                    (
+                        c.project().to_owned(),
+                        c.daemon_connected.load(Ordering::SeqCst),
+                    )
+                })
+                .collect()
+        })
     }
 
     /// Readiness and the JSON body saying why: a standby is ready when the store answers (it can
@@ -161,15 +179,33 @@ impl Status {
                 .map(|(platform, up)| json!({"platform": platform, "connected": up}))
                 .collect()
         });
+        // With several projects, one project's daemon being down does not take the replica out of
+        // service (the others still answer, and a platform that sends its requests to the process
+        // must keep reaching them): it is named in `projects` and `daemons_down` instead.
+        let projects = self.project_daemons();
+        let daemon_ok = if projects.len() > 1 {
+            projects.iter().any(|(_, up)| *up)
+        } else {
+            daemon == Some(true)
+        };
         let ready = match role {
             Role::Standby => store_ok,
-            Role::Active => store_ok && daemon == Some(true) && channel_ok,
+            Role::Active => store_ok && daemon_ok && channel_ok,
             Role::Starting | Role::Stopping => false,
         };
-        (
-            ready,
-            json!({"ready": ready, "role": role.name(), "store": store_ok, "daemon": daemon, "channel": channel, "platforms": platforms}),
-        )
+        let mut body = json!({"ready": ready, "role": role.name(), "store": store_ok, "daemon": daemon, "channel": channel, "platforms": platforms});
+        if !projects.is_empty() {
+            body["projects"] = projects
+                .iter()
+                .map(|(name, up)| json!({"project": name, "daemon": up}))
+                .collect();
+            body["daemons_down"] = projects
+                .iter()
+                .filter(|(_, up)| !up)
+                .map(|(name, _)| json!(name))
+                .collect();
+        }
+        (ready, body)
     }
 }
 

@@ -51,6 +51,10 @@ pub async fn run_due(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store
         let Some(conv) = conv else {
             continue;
         };
+        // Each project's core runs its own conversations' schedules.
+        if !core.serves(&conv.project) {
+            continue;
+        }
         let run = Inbound {
             event_id: format!("schedule-{}-{}", s.id, s.next_run_at),
             platform: conv.platform.clone(),

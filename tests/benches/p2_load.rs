@@ -14,7 +14,9 @@
 //! every minute and checks the second half of the soak stays flat within 10% (the first half includes
 //! the warm-up of bounded caches; its growth is printed too). `--features heap-profile` runs it under
 //! dhat instead and writes `dhat-heap.json` (what is live just before shutdown, by call stack). Uses
-//! `DATABASE_URL` (a fresh database on it) when set, else SQLite.
+//! `DATABASE_URL` (a fresh database on it) when set, else SQLite. `P2_PROJECTS=4` spreads the sessions
+//! over that many `[[projects]]` (each its own loopback daemon and daemon connection, its channels on
+//! two platforms: even projects on `slack`, odd ones on `discord`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -161,7 +163,13 @@ fn heartbeat(session: &str, call: &str, elapsed_ms: u64) -> String {
 
 /// The loopback daemon: one connection, many sessions; each prompt runs a silent "command" that
 /// heartbeats every second `beats` times and then completes.
-async fn load_daemon(listener: TcpListener, beats: u64, sent: Sent, heartbeats: Arc<AtomicU64>) {
+async fn load_daemon(
+    listener: TcpListener,
+    beats: u64,
+    sent: Sent,
+    heartbeats: Arc<AtomicU64>,
+    prefix: String,
+) {
     let Ok((tcp, _)) = listener.accept().await else {
         return;
     };
@@ -196,7 +204,7 @@ async fn load_daemon(listener: TcpListener, beats: u64, sent: Sent, heartbeats: 
             }
             Some("session/new") => {
                 let n = next.fetch_add(1, Ordering::SeqCst);
-                let _ = tx.send(reply(json!({"sessionId": format!("s{n}")})));
+                let _ = tx.send(reply(json!({"sessionId": format!("{prefix}s{n}")})));
             }
             Some("session/prompt") => {
                 let session = msg["params"]["sessionId"].as_str().unwrap_or("").to_owned();
@@ -269,13 +277,31 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn inbound(i: usize, text: &str) -> Inbound {
+/// Where session `i` talks: the console's "load" channel, or with `projects` > 1 project
+/// `i % projects`'s channel (`load<k>`, on slack for even k, discord for odd k).
+fn place(i: usize, projects: usize) -> (&'static str, String) {
+    if projects <= 1 {
+        return ("console", "load".into());
+    }
+    let k = i % projects;
+    (
+        if k.is_multiple_of(2) {
+            "slack"
+        } else {
+            "discord"
+        },
+        format!("load{k}"),
+    )
+}
+
+fn inbound(i: usize, projects: usize, text: &str) -> Inbound {
+    let (platform, channel) = place(i, projects);
     Inbound {
         event_id: uuid::Uuid::new_v4().to_string(),
-        platform: "console".into(),
+        platform: platform.into(),
         target: Target {
             workspace: "local".into(),
-            channel: "load".into(),
+            channel,
             thread: format!("t{i}"),
         },
         user: "load".into(),
@@ -296,14 +322,15 @@ fn main() {
     let n = env("P2_SESSIONS", if bench { 1000 } else { 100 }) as usize;
     let beats = env("P2_HEARTBEATS", 10);
     let soak = Duration::from_secs(env("P2_SOAK_MINUTES", 0) * 60);
+    let projects = env("P2_PROJECTS", 1).max(1) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(run(n, beats, soak));
+    runtime.block_on(run(n, beats, soak, projects));
 }
 
-async fn run(n: usize, beats: u64, soak: Duration) {
+async fn run(n: usize, beats: u64, soak: Duration, projects: usize) {
     chat_bridge_tests::init_tracing();
     #[cfg(feature = "heap-profile")]
     let profiler = dhat::Profiler::new_heap();
@@ -312,19 +339,53 @@ async fn run(n: usize, beats: u64, soak: Duration) {
         Err(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await,
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let sent: Sent = Arc::default();
     let heartbeats = Arc::new(AtomicU64::new(0));
-    tokio::spawn(load_daemon(
-        listener,
-        beats,
-        sent.clone(),
-        heartbeats.clone(),
-    ));
+    let mut urls = Vec::new();
+    for k in 0..projects {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        urls.push(format!("ws://{}/acp", listener.local_addr().expect("addr")));
+        // Session ids are the daemon's own: each daemon's are distinct, as real daemons' are.
+        let prefix = if projects > 1 {
+            format!("p{k}-")
+        } else {
+            String::new()
+        };
+        tokio::spawn(load_daemon(
+            listener,
+            beats,
+            sent.clone(),
+            heartbeats.clone(),
+            prefix,
+        ));
+    }
     let mut cfg = chat_bridge_tests::bridge::config(&db.url, dir.path());
-    cfg.daemon.url = Some(format!("ws://{addr}/acp"));
-    cfg.daemon.token = Some("load".into());
+    if projects > 1 {
+        let token_file = dir.path().join("load.token");
+        std::fs::write(&token_file, "load").expect("token file");
+        cfg.daemon.cwd = None;
+        cfg.projects = urls
+            .iter()
+            .enumerate()
+            .map(|(k, url)| {
+                let (platform, channel) = place(k, projects);
+                chat_bridge::config::Project {
+                    name: format!("p{k}"),
+                    channels: vec![format!("{platform}:{channel}")],
+                    daemon: chat_bridge::config::Daemon {
+                        url: Some(url.clone()),
+                        token: Some("load".into()),
+                        token_file: Some(token_file.clone()),
+                        ..chat_bridge::config::Daemon::default()
+                    },
+                    ..chat_bridge::config::Project::default()
+                }
+            })
+            .collect();
+    } else {
+        cfg.daemon.url = Some(urls[0].clone());
+        cfg.daemon.token = Some("load".into());
+    }
     cfg.liveness.idle = Duration::from_secs(5);
     cfg.liveness.progress_after = Duration::from_secs(3600);
     let chat = Arc::new(Chat::default());
@@ -336,7 +397,7 @@ async fn run(n: usize, beats: u64, soak: Duration) {
     loop {
         rounds += 1;
         for i in 0..n {
-            app.accept(inbound(i, "make test"), &stop).await;
+            app.accept(inbound(i, projects, "make test"), &stop).await;
         }
         tokio::time::timeout(Duration::from_secs(beats + 120), async {
             while (chat.delivered.load(Ordering::SeqCst) as usize) < n * rounds {
@@ -376,10 +437,12 @@ async fn run(n: usize, beats: u64, soak: Duration) {
     for (thread, delivered) in &last {
         // thread t{i} → its conversation and daemon session, from the store.
         let mut c = app.store.conn().await.expect("conn");
+        let i: usize = thread.trim_start_matches('t').parse().expect("t<i>");
+        let (platform, channel) = place(i, projects);
         let key = chat_bridge::store::conversations::Key {
-            platform: "console",
+            platform,
             workspace: "local",
-            channel: "load",
+            channel: &channel,
             thread,
         };
         let conv = chat_bridge::store::conversations::find(&mut c, &key)
@@ -414,7 +477,7 @@ async fn run(n: usize, beats: u64, soak: Duration) {
     let beats_sent = heartbeats.load(Ordering::SeqCst);
     let tools = (n * rounds) as u64;
     println!(
-        "P2: {n} sessions, {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core); peak RSS {} MB; chat: {posts} posts, {edits} edits for {tools} tools",
+        "P2: {n} sessions over {projects} project(s), {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core); peak RSS {} MB; chat: {posts} posts, {edits} edits for {tools} tools",
         percentile(&to_outbox, 0.5),
         percentile(&to_outbox, 0.99),
         percentile(&lat, 0.5),

@@ -28,9 +28,11 @@ pub const SLACK_SIGNING_SECRET: &str = "test-signing-secret-0123456789ab";
 /// # Panics
 /// After 60 s / 30 s.
 pub async fn settle(app: &Application) {
-    tokio::time::timeout(Duration::from_secs(60), app.core.wait_idle())
-        .await
-        .expect("the turn ends");
+    for core in app.cores() {
+        tokio::time::timeout(Duration::from_secs(60), core.wait_idle())
+            .await
+            .expect("the turn ends");
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !chat_bridge::outbox_worker::drained(&app.store)
         .await
@@ -39,7 +41,11 @@ pub async fn settle(app: &Application) {
         assert!(tokio::time::Instant::now() < deadline, "outbox drained");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    while app.core.progress_writes_pending() > 0 {
+    while app
+        .cores()
+        .iter()
+        .any(|core| core.progress_writes_pending() > 0)
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "heartbeat counts written"

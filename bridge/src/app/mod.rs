@@ -1,7 +1,12 @@
-//! The bridge around one channel: `Application::build` connects the store, the daemon (the built-in
-//! shell agent when no URL is configured), the core and the outbox; [`Application::accept`] takes
-//! chat events; [`Application::shutdown`] stops it within a bound. Which platform feeds it, and
-//! the process around it, is `startup.rs`.
+//! The bridge around one channel: `Application::build` connects the store, each project's daemon
+//! (the built-in shell agent when no URL is configured) and core, and the outbox;
+//! [`Application::accept`] routes each chat event to its project's core; [`Application::shutdown`]
+//! stops it within a bound. Which platforms feed it, and the process around it, is `startup.rs`.
+//!
+//! Without `[[projects]]` there is one core (the implicit project) and every event goes to it, as
+//! before projects existed. With them, each project has its own core and daemon connection (its
+//! own reconnect and liveness); an event goes to the core owning its conversation, else to the
+//! project its channel is bound to, else to `default_project`, else nowhere (counted).
 //!
 //! Every task it spawns runs on one [`TaskTracker`] and ends on its cancellation token; shutdown
 //! cancels, closes the tracker and waits a bounded time (`service.drain_timeout` plus
@@ -42,26 +47,105 @@ const LEASE_LOST: &str = "another replica took the leader lease while this one c
 
 /// A running bridge.
 pub struct Application {
-    /// The core.
+    /// The core of the default project (the one core of the one-project configuration).
     pub core: Arc<Core>,
     /// The store.
     pub store: Store,
     /// This replica's role and readiness.
     pub status: Arc<Status>,
-    agent: Option<ShellAgent>,
-    client: DaemonClient,
+    projects: Projects,
+    agents: Vec<ShellAgent>,
+    clients: Vec<DaemonClient>,
     stop: CancellationToken,
     tracker: TaskTracker,
     outbox: JoinHandle<()>,
-    router: JoinHandle<()>,
+    routers: Vec<JoinHandle<()>>,
     http: Option<Http>,
     lease: Watch,
     drain_timeout: Duration,
     grace: Duration,
-    /// Where the daemon is (for the banner).
+    /// Where the default project's daemon is (for the banner).
     pub daemon_url: String,
     /// Where the HTTP server listens, when `http.listen` is set.
     pub http_addr: Option<std::net::SocketAddr>,
+}
+
+/// The projects served: a core each (its own daemon connection), and where arrivals go.
+struct Projects {
+    cores: Vec<Arc<Core>>,
+    routes: crate::config::Routes,
+    channel: Arc<dyn Channel>,
+    /// `[projects.access] allowed_users`, for the projects that have one.
+    allowed: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl Projects {
+    /// The core that takes `m`: in the one-project configuration the one core; otherwise the core
+    /// owning the conversation `m` belongs to (so a conversation has one runner, in one core), else
+    /// of the project its channel (a thread's parent channel) is bound to, else of
+    /// `default_project`; `None`: nobody's.
+    async fn core_for(&self, store: &Store, m: &crate::channel::Inbound) -> Option<Arc<Core>> {
+        if let [only] = self.cores.as_slice()
+            && only.cfg.project.is_none()
+        {
+            return Some(only.clone());
+        }
+        let key = crate::store::conversations::Key {
+            platform: &m.platform,
+            workspace: &m.target.workspace,
+            channel: &m.target.channel,
+            thread: &m.target.thread,
+        };
+        let found = match store.conn().await {
+            Ok(mut c) => crate::store::conversations::find(&mut c, &key).await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(Some(conv)) => {
+                let owner = self
+                    .cores
+                    .iter()
+                    .find(|c| c.project() == conv.project)
+                    .or_else(|| self.cores.iter().find(|c| c.serves(&conv.project)));
+                if let Some(core) = owner {
+                    return Some(core.clone());
+                }
+            }
+            Ok(None) => {}
+            // The channel's project then: the core retries the store itself.
+            Err(e) => tracing::warn!(error = %e, "could not look up a chat event's conversation"),
+        }
+        let channel = self
+            .channel
+            .parent_channel(&m.platform, &m.target.channel)
+            .unwrap_or_else(|| m.target.channel.clone());
+        let name = self.routes.project_for(&m.platform, Some(&channel))?;
+        self.cores.iter().find(|c| c.project() == name).cloned()
+    }
+}
+
+/// What every project's start shares.
+struct Shared<'a> {
+    cfg: &'a Config,
+    channel: &'a Arc<dyn Channel>,
+    store: &'a Store,
+    redactor: &'a Redactor,
+    wake: &'a Arc<Notify>,
+    stop: &'a CancellationToken,
+    /// The board every project's conversations publish their open turns on (the live view).
+    live: &'a Arc<crate::core::live::Board>,
+    /// The project whose core takes the conversations of projects not configured.
+    adopter: String,
+}
+
+/// One project, connected: its core, its daemon connection and (when it runs one) its built-in
+/// shell agent.
+struct Started {
+    core: Arc<Core>,
+    client: DaemonClient,
+    events: daemon_client::EventStream,
+    agent: Option<ShellAgent>,
+    url: String,
 }
 
 impl std::fmt::Debug for Application {
@@ -94,6 +178,7 @@ impl Application {
         stop_waiting: &CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         daemon_client::install_crypto_provider();
+        crate::metrics::set_projects(cfg.projects.iter().map(|p| p.name.clone()));
         for (platform, _) in channel.each_connected() {
             crate::metrics::register(platform);
         }
@@ -181,137 +266,6 @@ impl Application {
                 tracing::info!(released, "released outbox claims left by a previous run");
             }
         }
-        let command = match &cfg.daemon.command {
-            Some(argv) => {
-                let mut c = AgentCommand::new(argv.clone()).context("daemon.command")?;
-                c.env = cfg
-                    .daemon
-                    .env
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                c.cwd.clone_from(&cfg.daemon.cwd);
-                Some(c)
-            }
-            None => None,
-        };
-        let (agent, url, token) = match &cfg.daemon.url {
-            _ if command.is_some() => (None, String::new(), None),
-            Some(url) => (
-                None,
-                url.clone(),
-                cfg.daemon
-                    .token
-                    .as_ref()
-                    .map(|t| t.expose_secret().to_owned()),
-            ),
-            None => {
-                let agent_cfg = AgentConfig {
-                    heartbeat_interval: cfg.shell_agent.heartbeat_interval,
-                    default_timeout: cfg.shell_agent.default_timeout,
-                    require_approval: cfg.shell_agent.require_approval,
-                    ..AgentConfig::default()
-                };
-                let agent = ShellAgent::start("127.0.0.1:0".parse()?, None, agent_cfg)
-                    .await
-                    .context("starting the built-in shell agent")?;
-                let (url, token) = (agent.url(), agent.token().to_owned());
-                (Some(agent), url, Some(token))
-            }
-        };
-        let mut client_cfg = match command {
-            Some(c) => ClientConfig::stdio(c),
-            None => ClientConfig::new(&url),
-        };
-        let url = client_cfg.url.clone();
-        if let Some(t) = token {
-            client_cfg = client_cfg.with_token(t);
-        }
-        client_cfg.session_mode.clone_from(&cfg.daemon.mode);
-        // SIGTERM is honoured while the agent starts (a slow or hung `initialize`).
-        let connected = tokio::select! {
-            c = DaemonClient::connect(client_cfg) => c,
-            () = stop_waiting.cancelled() => {
-                tracing::info!("stopped while connecting to the agent");
-                return Ok(None);
-            }
-        };
-        let (client, info, events) = connected.context("connecting to the agent daemon")?;
-        let cwd = match info.session_cwd(cfg.daemon.cwd.as_deref())? {
-            Some(c) => c,
-            None => std::env::current_dir().context("reading the current directory")?,
-        };
-        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
-        let worktrees = match cfg.workspace.isolation {
-            crate::worktree::Isolation::Shared => None,
-            crate::worktree::Isolation::Worktree => {
-                let found = crate::worktree::Worktrees::detect(&cwd, cfg.workspace.dir.as_deref())
-                    .await
-                    .context("preparing workspace.dir for the threads' worktrees")?;
-                match &found {
-                    Some(w) => {
-                        tracing::info!(repository = %w.repo().display(), dir = %w.dir().display(), "each thread works in its own git worktree")
-                    }
-                    None => {
-                        tracing::warn!(cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository (or git is not installed): threads share it")
-                    }
-                }
-                found
-            }
-        };
-        let core_cfg = CoreConfig {
-            liveness: LivenessConfig {
-                idle: cfg.liveness.idle,
-                wall: cfg.liveness.wall,
-                tool_grace: cfg.liveness.tool_grace,
-                ..LivenessConfig::default()
-            },
-            on_stall: cfg.liveness.on_stall,
-            progress_after: cfg.liveness.progress_after,
-            progress_every: cfg.liveness.progress_every,
-            progress_flush: cfg.liveness.progress_flush,
-            reconnect_grace: cfg.liveness.reconnect_grace,
-            permission_timeout: cfg.approvals.timeout,
-            approvers: cfg.approvals.approvers.clone(),
-            threads: cfg.access.threads,
-            require_second_person: cfg.approvals.require_second_person,
-            redact_store: cfg.redact.store,
-            cwd,
-            output_cap: channel.capabilities().output_cap,
-            buttons: channel.capabilities().has_buttons,
-            announce_connection: !channel.capabilities().has_threads,
-            api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
-            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
-                cfg.http
-                    .ui_url
-                    .as_deref()
-                    .unwrap_or("")
-                    .trim_end_matches('/')
-                    .to_owned()
-            }),
-            actor_idle: cfg.service.conversation_idle,
-            files: cfg.attachments.limits(info.images, info.embedded_context),
-            answer_len: channel.capabilities().answer_len,
-            upload_over: cfg.render.upload_over,
-            // The console prints every edit: it gets the answer whole.
-            stream_every: (cfg.render.stream
-                && channel.capabilities().can_edit
-                && channel.platform() != "console")
-                // Never more than ten edits a second, whatever is configured.
-                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
-            no_stream_channels: cfg.render.no_stream_channels.clone(),
-            // The built-in shell agent (here, or served on its own) runs the text as a command: a
-            // label or a note would break it.
-            speaker_prefix: cfg.turns.speaker_prefix && !shell,
-            while_busy: cfg.turns.while_busy,
-            shell_agent: shell,
-            schedules_per_thread: cfg.schedules.per_thread,
-            schedule_min_interval: cfg.schedules.min_interval,
-            worktrees,
-            retain: cfg.workspace.retain,
-            require_mention_in_threads: cfg.access.require_mention_in_threads,
-            ..CoreConfig::default()
-        };
         let redactor = Redactor::new(&cfg.redact.patterns)
             .context("redact.patterns")?
             .with_secrets(
@@ -321,20 +275,81 @@ impl Application {
             );
         let stop = CancellationToken::new();
         let wake = Arc::new(Notify::new());
-        let core = Core::new(
-            store.clone(),
-            client.clone(),
-            core_cfg,
-            redactor,
-            wake.clone(),
-            stop.clone(),
-        );
-        core.set_live(status.live().clone());
-        if let Some(fetch) = channel.fetcher() {
-            core.set_fetch(fetch);
+        let named = !cfg.projects.is_empty();
+        let default_name = cfg.default_project.clone().unwrap_or_else(|| {
+            cfg.projects.first().map_or_else(
+                || crate::config::IMPLICIT_PROJECT.to_owned(),
+                |p| p.name.clone(),
+            )
+        });
+        let shared = Shared {
+            adopter: default_name.clone(),
+            cfg,
+            channel: &channel,
+            store: &store,
+            redactor: &redactor,
+            wake: &wake,
+            stop: &stop,
+            live: status.live(),
+        };
+        // Every project's daemon is connected at once: a slow one does not hold the others up.
+        let connecting = cfg
+            .resolved_projects()
+            .into_iter()
+            .map(|p| shared.start_project(p, named));
+        let started = tokio::select! {
+            s = futures_util::future::join_all(connecting) => s,
+            () = stop_waiting.cancelled() => {
+                tracing::info!("stopped while connecting to the agent");
+                return Ok(None);
+            }
+        };
+        let mut projects = Vec::new();
+        let mut failed = None;
+        for s in started {
+            match s {
+                Ok(p) => projects.push(p),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        core.speakers.attach(channel.clone());
-        let router = tracker.spawn(core.clone().route_events(events));
+        if let Some(e) = failed {
+            stop.cancel();
+            for p in projects {
+                p.client.close();
+                if let Some(agent) = p.agent {
+                    bounded(
+                        "stopping the built-in shell agent",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        agent.shutdown(),
+                    )
+                    .await;
+                }
+            }
+            return Err(e);
+        }
+        let routes = cfg.routes();
+        let first = projects
+            .iter()
+            .position(|p| p.core.project() == default_name)
+            .unwrap_or(0);
+        let core = projects[first].core.clone();
+        let daemon_url = projects[first].url.clone();
+        let mut routers = Vec::new();
+        let mut cores = Vec::new();
+        let mut clients = Vec::new();
+        let mut agents = Vec::new();
+        let mut allowed = std::collections::HashMap::new();
+        for (p, access) in projects.into_iter().zip(cfg.resolved_projects()) {
+            routers.push(tracker.spawn(p.core.clone().route_events(p.events)));
+            if !access.access.allowed_users.is_empty() {
+                allowed.insert(p.core.project().to_owned(), access.access.allowed_users);
+            }
+            cores.push(p.core);
+            clients.push(p.client);
+            agents.extend(p.agent);
+        }
         let outbox = tracker.spawn(outbox_worker::run(
             store.clone(),
             channel.clone(),
@@ -345,13 +360,22 @@ impl Application {
             cfg.service.outbox_workers,
             Arc::new(SystemClock),
         ));
-        status.attach(core.clone(), channel);
+        status.attach(cores.clone(), channel.clone());
         status.set_role(Role::Active);
-        let resumed = core.resume_open_turns().await?;
+        let projects = Projects {
+            cores,
+            routes,
+            channel,
+            allowed,
+        };
+        let mut resumed = 0;
+        for core in &projects.cores {
+            resumed += core.resume_open_turns().await?;
+        }
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
-        let taken = core.take_unhandled_inbound().await?;
+        let taken = take_unhandled(&core, &projects, &store).await?;
         if taken > 0 {
             tracing::info!(
                 taken,
@@ -359,20 +383,22 @@ impl Application {
             );
         }
         // Only the active replica runs schedules: this is its activation (D5).
-        tracker.spawn(crate::schedules::run(
-            core.clone(),
-            Arc::new(SystemClock),
-            cfg.schedules.check_every,
-            stop.clone(),
-        ));
-        if core.cfg.worktrees.is_some() {
-            // Idle threads' worktrees are removed by the active replica only (D5).
-            tracker.spawn(crate::checkouts::run(
+        for core in &projects.cores {
+            tracker.spawn(crate::schedules::run(
                 core.clone(),
                 Arc::new(SystemClock),
-                cfg.workspace.sweep_every,
+                cfg.schedules.check_every,
                 stop.clone(),
             ));
+            if core.cfg.worktrees.is_some() {
+                // Idle threads' worktrees are removed by the active replica only (D5).
+                tracker.spawn(crate::checkouts::run(
+                    core.clone(),
+                    Arc::new(SystemClock),
+                    cfg.workspace.sweep_every,
+                    stop.clone(),
+                ));
+            }
         }
         tracker.spawn(prune_inbox(
             store.clone(),
@@ -381,19 +407,20 @@ impl Application {
         ));
         Ok(Some(Self {
             core,
+            projects,
             store,
             status,
-            agent,
-            client,
+            agents,
+            clients,
             stop,
             tracker,
             outbox,
-            router,
+            routers,
             http: None,
             lease,
             drain_timeout: cfg.service.drain_timeout,
             grace: SHUTDOWN_GRACE,
-            daemon_url: url,
+            daemon_url,
             http_addr: None,
         }))
     }
@@ -409,10 +436,12 @@ impl Application {
     /// # Errors
     /// The store failing, or another replica taking the leader lease.
     pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
+        let idle =
+            futures_util::future::join_all(self.projects.cores.iter().map(|c| c.wait_idle()));
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-            () = self.core.wait_idle() => {}
+            _ = idle => {}
         }
         while !outbox_worker::drained(&self.store).await? {
             tokio::select! {
@@ -437,8 +466,29 @@ impl Application {
             inbound: m,
             recorded,
         } = arrival.into();
+        let Some(core) = self.projects.core_for(&self.store, &m).await else {
+            // A channel bound to no project, and no default_project: not ours to answer.
+            tracing::debug!(platform = %m.platform, "a chat event from a channel that serves no project ignored");
+            metrics::counter!("chatbridge_inbound_unrouted_total", "platform" => m.platform.clone())
+                .increment(1);
+            if let Some(r) = recorded {
+                let _ = r.send(());
+            }
+            return;
+        };
+        if let Some(users) = self.projects.allowed.get(core.project())
+            && !users.contains(&m.user)
+        {
+            // `[projects.access] allowed_users`: on top of the platform's own allowlist (A1).
+            tracing::debug!(platform = %m.platform, project = core.project(), "a chat event from someone this project does not admit ignored");
+            crate::metrics::access_refused(&m.platform);
+            if let Some(r) = recorded {
+                let _ = r.send(());
+            }
+            return;
+        }
         let new = match self
-            .retry_store(stop, &m.platform, || self.core.record_inbound(&m))
+            .retry_store(stop, &m.platform, || core.record_inbound(&m))
             .await
         {
             Some(Ok(new)) => new,
@@ -460,7 +510,7 @@ impl Application {
         }
         let platform = m.platform.clone();
         if let Some(Err(e)) = self
-            .retry_store(stop, &platform, || self.core.dispatch_inbound(m.clone()))
+            .retry_store(stop, &platform, || core.dispatch_inbound(m.clone()))
             .await
         {
             tracing::error!(error = %e, %platform, "could not hand a chat event on; it is taken again at the next start");
@@ -513,10 +563,23 @@ impl Application {
         Ok(())
     }
 
-    /// The daemon connection's counters (reconnects, frames).
+    /// The default project's daemon connection's counters (reconnects, frames).
     #[must_use]
     pub fn client_stats(&self) -> daemon_client::ClientStats {
-        self.client.stats()
+        self.core.client.stats()
+    }
+
+    /// The core of each project served, in configuration order (one in the one-project
+    /// configuration).
+    #[must_use]
+    pub fn cores(&self) -> &[Arc<Core>] {
+        &self.projects.cores
+    }
+
+    /// The core of the project named `name`, if it is served.
+    #[must_use]
+    pub fn project(&self, name: &str) -> Option<&Arc<Core>> {
+        self.projects.cores.iter().find(|c| c.project() == name)
     }
 
     /// The tracker every task of this bridge runs on; a platform's listener joins it, so shutdown
@@ -556,26 +619,37 @@ impl Application {
             Some(Err(e)) => tracing::warn!(error = %e, "could not read the outbox while stopping"),
             None => {}
         }
-        self.router.abort();
-        self.client.close();
-        if let Some(agent) = self.agent {
+        for router in &self.routers {
+            router.abort();
+        }
+        for client in &self.clients {
+            client.close();
+        }
+        futures_util::future::join_all(self.agents.into_iter().map(|agent| {
             bounded(
                 "stopping the built-in shell agent",
                 deadline,
                 agent.shutdown(),
             )
-            .await;
-        }
+        }))
+        .await;
         bounded("giving the leader lease up", deadline, self.lease.release()).await;
         if let Some(http) = self.http {
             http.stop(deadline).await;
         }
-        if bounded("the conversations", deadline, self.core.stopped())
+        let stopped =
+            futures_util::future::join_all(self.projects.cores.iter().map(|c| c.stopped()));
+        if bounded("the conversations", deadline, stopped)
             .await
             .is_none()
         {
             tracing::error!(
-                tasks = self.core.tasks().len(),
+                tasks = self
+                    .projects
+                    .cores
+                    .iter()
+                    .map(|c| c.tasks().len())
+                    .sum::<usize>(),
                 "conversation tasks still running after service.drain_timeout and the grace; abandoning them"
             );
         }
@@ -597,4 +671,226 @@ impl Application {
         )
         .await;
     }
+}
+
+impl Shared<'_> {
+    /// Connects `project`'s daemon (starting the built-in shell agent when it has no URL or
+    /// command) and builds its core. `named`: `[[projects]]` is configured (conversations, metrics
+    /// and `/status` carry the project's name; errors name it too).
+    async fn start_project(
+        &self,
+        project: crate::config::ResolvedProject,
+        named: bool,
+    ) -> anyhow::Result<Started> {
+        let cfg = self.cfg;
+        let channel = self.channel;
+        let daemon = &project.daemon;
+        let key = if named {
+            format!("projects[{}].daemon", project.name)
+        } else {
+            "daemon".to_owned()
+        };
+        let command = match &daemon.command {
+            Some(argv) => {
+                let mut c =
+                    AgentCommand::new(argv.clone()).with_context(|| format!("{key}.command"))?;
+                c.env = daemon
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                c.cwd.clone_from(&daemon.cwd);
+                Some(c)
+            }
+            None => None,
+        };
+        let (agent, url, token) = match &daemon.url {
+            _ if command.is_some() => (None, String::new(), None),
+            Some(url) => (
+                None,
+                url.clone(),
+                daemon.token.as_ref().map(|t| t.expose_secret().to_owned()),
+            ),
+            None => {
+                let agent_cfg = AgentConfig {
+                    heartbeat_interval: cfg.shell_agent.heartbeat_interval,
+                    default_timeout: cfg.shell_agent.default_timeout,
+                    require_approval: cfg.shell_agent.require_approval,
+                    ..AgentConfig::default()
+                };
+                let agent = ShellAgent::start("127.0.0.1:0".parse()?, None, agent_cfg)
+                    .await
+                    .with_context(|| {
+                        if named {
+                            format!(
+                                "starting the built-in shell agent of project {}",
+                                project.name
+                            )
+                        } else {
+                            "starting the built-in shell agent".to_owned()
+                        }
+                    })?;
+                let (url, token) = (agent.url(), agent.token().to_owned());
+                (Some(agent), url, Some(token))
+            }
+        };
+        let mut client_cfg = match command {
+            Some(c) => ClientConfig::stdio(c),
+            None => ClientConfig::new(&url),
+        };
+        let url = client_cfg.url.clone();
+        if let Some(t) = token {
+            client_cfg = client_cfg.with_token(t);
+        }
+        client_cfg.session_mode.clone_from(&daemon.mode);
+        let connected = DaemonClient::connect(client_cfg).await;
+        let (client, info, events) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(agent) = agent {
+                    bounded(
+                        "stopping the built-in shell agent",
+                        Instant::now() + SHUTDOWN_GRACE,
+                        agent.shutdown(),
+                    )
+                    .await;
+                }
+                return Err(anyhow::Error::new(e).context(if named {
+                    format!("connecting to the agent daemon of project {}", project.name)
+                } else {
+                    "connecting to the agent daemon".to_owned()
+                }));
+            }
+        };
+        let cwd = match info.session_cwd(daemon.cwd.as_deref()) {
+            Ok(Some(c)) => c,
+            Ok(None) => std::env::current_dir().context("reading the current directory")?,
+            Err(e) => {
+                client.close();
+                return Err(e.into());
+            }
+        };
+        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
+        let worktrees = match cfg.workspace.isolation {
+            crate::worktree::Isolation::Shared => None,
+            crate::worktree::Isolation::Worktree => {
+                let found = crate::worktree::Worktrees::detect(&cwd, cfg.workspace.dir.as_deref())
+                    .await
+                    .context("preparing workspace.dir for the threads' worktrees")?;
+                match &found {
+                    Some(w) => {
+                        tracing::info!(project = %project.name, repository = %w.repo().display(), dir = %w.dir().display(), "each thread works in its own git worktree")
+                    }
+                    None => {
+                        tracing::warn!(project = %project.name, cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository (or git is not installed): threads share it")
+                    }
+                }
+                found
+            }
+        };
+        let (liveness, approvals) = (&project.liveness, &project.approvals);
+        let core_cfg = CoreConfig {
+            liveness: LivenessConfig {
+                idle: liveness.idle,
+                wall: liveness.wall,
+                tool_grace: liveness.tool_grace,
+                ..LivenessConfig::default()
+            },
+            on_stall: liveness.on_stall,
+            progress_after: liveness.progress_after,
+            progress_every: liveness.progress_every,
+            progress_flush: liveness.progress_flush,
+            reconnect_grace: liveness.reconnect_grace,
+            permission_timeout: approvals.timeout,
+            approvers: approvals.approvers.clone(),
+            threads: cfg.access.threads,
+            require_second_person: approvals.require_second_person,
+            redact_store: cfg.redact.store,
+            cwd,
+            output_cap: channel.capabilities().output_cap,
+            buttons: channel.capabilities().has_buttons,
+            announce_connection: !channel.capabilities().has_threads,
+            api_pointer: cfg.http.listen.is_some() && cfg.http.api_token.is_some(),
+            ui_pointer: (cfg.http.listen.is_some() && cfg.http.ui).then(|| {
+                cfg.http
+                    .ui_url
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim_end_matches('/')
+                    .to_owned()
+            }),
+            actor_idle: cfg.service.conversation_idle,
+            files: cfg.attachments.limits(info.images, info.embedded_context),
+            answer_len: channel.capabilities().answer_len,
+            upload_over: cfg.render.upload_over,
+            // The console prints every edit: it gets the answer whole.
+            stream_every: (cfg.render.stream
+                && channel.capabilities().can_edit
+                && channel.platform() != "console")
+                // Never more than ten edits a second, whatever is configured.
+                .then_some(cfg.render.stream_every.max(Duration::from_millis(100))),
+            no_stream_channels: cfg.render.no_stream_channels.clone(),
+            // The built-in shell agent (here, or served on its own) runs the text as a command: a
+            // label or a note would break it.
+            speaker_prefix: cfg.turns.speaker_prefix && !shell,
+            while_busy: cfg.turns.while_busy,
+            shell_agent: shell,
+            schedules_per_thread: cfg.schedules.per_thread,
+            schedule_min_interval: cfg.schedules.min_interval,
+            worktrees,
+            retain: cfg.workspace.retain,
+            require_mention_in_threads: cfg.access.require_mention_in_threads,
+            project: named.then(|| project.name.clone()),
+            adopts_all_but: if named && self.adopter == project.name {
+                cfg.projects.iter().map(|p| p.name.clone()).collect()
+            } else {
+                Vec::new()
+            },
+            ..CoreConfig::default()
+        };
+        let core = Core::new(
+            self.store.clone(),
+            client.clone(),
+            core_cfg,
+            self.redactor.clone(),
+            self.wake.clone(),
+            self.stop.clone(),
+        );
+        core.set_live(self.live.clone());
+        if let Some(fetch) = channel.fetcher() {
+            core.set_fetch(fetch);
+        }
+        core.speakers.attach(channel.clone());
+        Ok(Started {
+            core,
+            client,
+            events,
+            agent,
+            url,
+        })
+    }
+}
+
+/// After a restart: events recorded but never acted on are handed to the core of their project,
+/// as [`Core::take_unhandled_inbound`] does for one core.
+async fn take_unhandled(
+    core: &Arc<Core>,
+    projects: &Projects,
+    store: &Store,
+) -> Result<usize, crate::store::StoreError> {
+    let pending = core.unhandled_inbound().await?;
+    let n = pending.len();
+    for (platform, event_id, payload) in pending {
+        let r = match serde_json::from_str::<crate::channel::Inbound>(&payload) {
+            Ok(msg) => match projects.core_for(store, &msg).await {
+                Some(to) => to.dispatch_inbound(msg).await,
+                None => core.drop_unrouted(&platform, &event_id).await,
+            },
+            Err(_) => core.set_aside_unreadable(&platform, &event_id).await,
+        };
+        if let Err(e) = r {
+            tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
+        }
+    }
+    Ok(n)
 }

@@ -279,6 +279,13 @@ pub trait Channel: Send + Sync {
         let _ = platform;
         None
     }
+    /// The channel a thread of `platform` was opened in, where the platform gives a thread its own
+    /// channel id (Discord): a channel bound to a project is the parent, not the thread. `None`: the
+    /// channel is its own (or the parent is not known).
+    fn parent_channel(&self, platform: &str, channel: &str) -> Option<String> {
+        let _ = (platform, channel);
+        None
+    }
     /// Each platform behind this channel with whether it is connected, for `/readyz`.
     fn each_connected(&self) -> Vec<(&'static str, bool)> {
         vec![(self.platform(), self.connected())]

@@ -76,6 +76,11 @@ impl Channel for Several {
             .map(AsRef::as_ref)
     }
 
+    fn parent_channel(&self, platform: &str, channel: &str) -> Option<String> {
+        self.route(platform)
+            .and_then(|c| c.parent_channel(platform, channel))
+    }
+
     fn each_connected(&self) -> Vec<(&'static str, bool)> {
         self.channels
             .iter()

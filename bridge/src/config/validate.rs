@@ -259,13 +259,6 @@ impl Config {
             }
         }
         self.check_projects(&mut problems);
-        if !self.projects.is_empty() && problems.is_empty() {
-            // Checked and resolved (`Config::resolved_projects`, `Config::routes`), not served yet:
-            // refusing beats silently sending every channel to one daemon.
-            problems.push(
-                "[[projects]] is checked but not served by this build yet: it would route every channel to one daemon; use the one-project [daemon] configuration".into(),
-            );
-        }
         if self.service.outbox_workers == 0 {
             problems.push("service.outbox_workers must be at least 1".into());
         }

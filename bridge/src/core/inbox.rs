@@ -118,7 +118,7 @@ impl Core {
             thread: &msg.target.thread,
         };
         let conv = if msg.opens {
-            conversations::find_or_create(c, &key, &msg.user, &title, now_ms())
+            conversations::find_or_create_in(c, &key, self.project(), &msg.user, &title, now_ms())
                 .await?
                 .0
         } else {
@@ -246,9 +246,16 @@ impl Core {
         let conv = match conversations::find(tx.conn(), &key).await? {
             Some(conv) => Some(conv),
             None if msg.opens => Some(
-                conversations::find_or_create(tx.conn(), &key, &msg.user, "", now_ms())
-                    .await?
-                    .0,
+                conversations::find_or_create_in(
+                    tx.conn(),
+                    &key,
+                    self.project(),
+                    &msg.user,
+                    "",
+                    now_ms(),
+                )
+                .await?
+                .0,
             ),
             None => None,
         };
@@ -302,10 +309,7 @@ impl Core {
     /// # Errors
     /// Store errors reading the inbox itself.
     pub async fn take_unhandled_inbound(self: &Arc<Self>) -> Result<usize, store::StoreError> {
-        let pending = {
-            let mut c = self.store.conn().await?;
-            inbound::unhandled(&mut c).await?
-        };
+        let pending = self.unhandled_inbound().await?;
         let n = pending.len();
         for (platform, event_id, payload) in pending {
             let r = match serde_json::from_str::<Inbound>(&payload) {
@@ -319,9 +323,29 @@ impl Core {
         Ok(n)
     }
 
+    /// Events recorded but never acted on, oldest first: (platform, event id, payload).
+    pub(crate) async fn unhandled_inbound(
+        &self,
+    ) -> Result<Vec<(String, String, String)>, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        inbound::unhandled(&mut c).await
+    }
+
+    /// An inbox event from a channel that serves no project any more: marked handled, as it would
+    /// be ignored if it arrived now.
+    pub(crate) async fn drop_unrouted(
+        &self,
+        platform: &str,
+        event_id: &str,
+    ) -> Result<(), store::StoreError> {
+        tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project dropped");
+        let mut c = self.store.conn().await?;
+        inbound::mark_handled(&mut c, platform, event_id, now_ms()).await
+    }
+
     /// An inbox entry whose payload is not an event (written by another version, or damaged): set
     /// aside without a notice (its thread is unknown).
-    async fn set_aside_unreadable(
+    pub(crate) async fn set_aside_unreadable(
         &self,
         platform: &str,
         event_id: &str,

@@ -138,6 +138,14 @@ pub struct CoreConfig {
     /// In a thread only messages that mention the bot are prompts; the others are context for the
     /// next one (`access.require_mention_in_threads`).
     pub require_mention_in_threads: bool,
+    /// The `[[projects]]` entry this core serves; `None` in the one-project configuration (its
+    /// conversations are [`conversations::DEFAULT_PROJECT`]'s, it takes every conversation, and
+    /// metrics carry no `project` label).
+    pub project: Option<String>,
+    /// The default project's core also takes the conversations of projects no longer configured
+    /// (those before `[[projects]]`, or of a project removed since): every configured name is
+    /// listed here. Empty for the other cores.
+    pub adopts_all_but: Vec<String>,
 }
 
 impl Default for CoreConfig {
@@ -178,6 +186,8 @@ impl Default for CoreConfig {
             worktrees: None,
             retain: Duration::from_secs(7 * 86_400),
             require_mention_in_threads: false,
+            project: None,
+            adopts_all_but: Vec::new(),
         }
     }
 }
@@ -292,6 +302,45 @@ impl Core {
         self.live.get_or_init(live::Board::shared)
     }
 
+    /// The project this core's conversations belong to.
+    #[must_use]
+    pub fn project(&self) -> &str {
+        self.cfg
+            .project
+            .as_deref()
+            .unwrap_or(conversations::DEFAULT_PROJECT)
+    }
+
+    /// Whether a conversation of `project` is this core's: every one in the one-project
+    /// configuration, else those of its own project (and, for the default project's core, those of
+    /// projects not configured).
+    #[must_use]
+    pub fn serves(&self, project: &str) -> bool {
+        match self.cfg.project.as_deref() {
+            None => true,
+            Some(p) if p == project => true,
+            Some(_) => {
+                !self.cfg.adopts_all_but.is_empty()
+                    && !self.cfg.adopts_all_but.iter().any(|n| n == project)
+            }
+        }
+    }
+
+    /// `labels` plus `project` when projects are configured (in the one-project configuration the
+    /// series keep the shape they always had). Project names come from the configuration only, so
+    /// the label's values are bounded.
+    #[must_use]
+    pub fn labels(&self, labels: &[(&'static str, &str)]) -> Vec<metrics::Label> {
+        let mut out: Vec<metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| metrics::Label::new(*k, (*v).to_owned()))
+            .collect();
+        if let Some(p) = &self.cfg.project {
+            out.push(metrics::Label::new("project", p.clone()));
+        }
+        out
+    }
+
     /// Lets conversations download the files people attach (set once, by the channel's wiring).
     pub fn set_fetch(&self, fetch: Arc<dyn crate::channel::Fetch>) {
         let _ = self.fetch.set(fetch);
@@ -375,7 +424,8 @@ impl Core {
                 }
             }
         }
-        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
+        metrics::gauge!("chatbridge_conversations_in_memory", self.labels(&[]))
+            .set(actors.len() as f64);
     }
 
     /// Turns open or queued right now.
@@ -413,7 +463,8 @@ impl Core {
         }
         let (tx, rx) = mpsc::channel(1024);
         actors.insert(conv.id.clone(), tx.clone());
-        metrics::gauge!("chatbridge_conversations_in_memory").set(actors.len() as f64);
+        metrics::gauge!("chatbridge_conversations_in_memory", self.labels(&[]))
+            .set(actors.len() as f64);
         if let Some(s) = conv
             .daemon_session
             .as_deref()
@@ -437,15 +488,19 @@ impl Core {
                 () = self.shutdown.cancelled() => return,
                 e = events.recv() => match e { Some(e) => e, None => return },
             };
-            metrics::counter!("chatbridge_daemon_events_total", "kind" => event.name())
-                .increment(1);
+            metrics::counter!(
+                "chatbridge_daemon_events_total",
+                self.labels(&[("kind", event.name())])
+            )
+            .increment(1);
             match &event {
                 // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
                 DaemonEvent::ToolProgress { .. } => {
-                    metrics::counter!("chatbridge_heartbeats_total").increment(1);
+                    metrics::counter!("chatbridge_heartbeats_total", self.labels(&[])).increment(1);
                 }
                 DaemonEvent::Malformed { .. } => {
-                    metrics::counter!("chatbridge_malformed_frames_total").increment(1);
+                    metrics::counter!("chatbridge_malformed_frames_total", self.labels(&[]))
+                        .increment(1);
                 }
                 _ => {}
             }
@@ -459,7 +514,8 @@ impl Core {
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
                     self.daemon_connected.store(true, Ordering::SeqCst);
-                    metrics::counter!("chatbridge_daemon_reconnects_total").increment(1);
+                    metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
+                        .increment(1);
                     tracing::info!(
                         resumed = resumed.len(),
                         lost = lost.len(),
@@ -516,8 +572,11 @@ impl Core {
             Err(e) => Err(e),
         };
         match found {
-            Ok(Some(conv)) => {
+            Ok(Some(conv)) if self.serves(&conv.project) => {
                 self.send_to(&conv, ConvMsg::Daemon(event)).await;
+            }
+            Ok(Some(_)) => {
+                tracing::debug!(session = %session, project = self.project(), "late update for a session of another project ignored");
             }
             Ok(None) => {
                 tracing::debug!(session = %session, "late update for a session no conversation owns");
@@ -536,11 +595,15 @@ impl Core {
     pub async fn resume_open_turns(self: &Arc<Self>) -> Result<usize, store::StoreError> {
         let mut c = self.store.conn().await?;
         let open = store::turns::open(&mut c).await?;
-        let n = open.len();
+        let mut n = 0;
         for turn in open {
             let Some(conv) = conversations::get(&mut c, &turn.conversation_id).await? else {
                 continue;
             };
+            if !self.serves(&conv.project) {
+                continue;
+            }
+            n += 1;
             // Busy from now on, so nobody sees "idle" before the actor has taken the turn back.
             self.busy_add(1);
             if !self.send_to(&conv, ConvMsg::Resume(turn)).await {

@@ -53,9 +53,16 @@ app.kubernetes.io/component: test
 {{- default (include "chat-bridge.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
 
+{{/* The platforms this release serves, space-separated: config.service.platforms, else
+config.service.platform. */}}
+{{- define "chat-bridge.platforms" -}}
+{{- $list := dig "service" "platforms" list .Values.config }}
+{{- if $list }}{{ join " " $list }}{{ else }}{{ dig "service" "platform" "" .Values.config }}{{ end }}
+{{- end }}
+
 {{/* Whether Slack's HTTP Events API mode is on (the bridge then listens on config.slack.listen). */}}
 {{- define "chat-bridge.slackHttp" -}}
-{{- if and (eq (dig "service" "platform" "" .Values.config) "slack") (eq (dig "slack" "mode" "socket" .Values.config) "http") }}true{{- end }}
+{{- if and (has "slack" (splitList " " (include "chat-bridge.platforms" .))) (eq (dig "slack" "mode" "socket" .Values.config) "http") }}true{{- end }}
 {{- end }}
 
 {{/* The container port of Slack's HTTP Events API: the port of config.slack.listen (default 3000). */}}
@@ -101,6 +108,24 @@ number or as digits (5400, "5400"). Fractions ("1.5h") are refused, as the binar
 {{- div (include "chat-bridge.milliseconds" . | int64) 1000 }}
 {{- end }}
 
+{{/* Where each project's daemon token is mounted: <dir>/<project>/token (its token_file). */}}
+{{- define "chat-bridge.projectTokens" -}}
+/var/run/chat-bridge/projects
+{{- end }}
+
+{{/* The projected volume's sources: each project's token key, at <project>/token. */}}
+{{- define "chat-bridge.projectTokenSources" -}}
+{{- range .Values.projects }}
+{{- if .token }}
+- secret:
+    name: {{ .token.secretName | default (include "chat-bridge.secretName" $) }}
+    items:
+      - key: {{ .token.key }}
+        path: {{ .name }}/token
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Config keys that are secrets: they come from the Secret (CHAT_BRIDGE_* variables), never the config. */}}
 {{- define "chat-bridge.secretKeys" -}}
 daemon.token slack.bot_token slack.app_token slack.signing_secret discord.token http.api_token http.ui_oidc_client_secret
@@ -131,6 +156,18 @@ with the reason instead of rendering a release whose pods crash-loop. */}}
 {{- $daemon := default dict $config.daemon }}
 {{- if or (hasKey $daemon "url") (hasKey $daemon "command") }}
 {{- fail "agent.enabled: the chart wires the sidecar agent through agent-host on loopback; leave config.daemon.url and config.daemon.command unset" }}
+{{- end }}
+{{- end }}
+{{- /* Projects: each has its own daemon, so the one-project daemon settings would be a second one. */}}
+{{- if .Values.projects }}
+{{- $daemon := default dict $config.daemon }}
+{{- range $key, $_ := $daemon }}
+{{- if ne $key "cwd" }}
+{{- fail (printf "config.daemon.%s is set alongside projects: each project has its own daemon; move it to projects[].daemon" $key) }}
+{{- end }}
+{{- end }}
+{{- if .Values.agent.enabled }}
+{{- fail "agent.enabled wires one sidecar agent for the one-project configuration; with projects, give each project its daemon.url" }}
 {{- end }}
 {{- end }}
 {{- /* SIGTERM drains the outbox for drain_timeout; the shutdown then needs up to 3 s more. */}}

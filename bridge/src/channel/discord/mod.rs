@@ -298,6 +298,10 @@ impl Channel for Discord {
         Some(Arc::new(self.clone()))
     }
 
+    fn parent_channel(&self, _platform: &str, channel: &str) -> Option<String> {
+        lock(&self.state.parents).get(channel).cloned()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_message_len: render::CONTENT_LIMIT,

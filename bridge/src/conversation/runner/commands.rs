@@ -162,6 +162,9 @@ impl Runner {
             text.push('\n');
             text.push_str(&line);
         }
+        if self.core.cfg.project.is_some() {
+            text.push_str(&format!("\nProject: {}.", self.conv.project));
+        }
         self.notice(Tone::Neutral, &text).await
     }
 

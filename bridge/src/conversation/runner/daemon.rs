@@ -116,8 +116,11 @@ impl Runner {
             None => ("tool".to_owned(), None),
         };
         if let Some(took) = took {
-            metrics::histogram!("chatbridge_tool_duration_seconds", "outcome" => result.outcome.as_str())
-                .record(took.as_secs_f64());
+            metrics::histogram!(
+                "chatbridge_tool_duration_seconds",
+                self.core.labels(&[("outcome", result.outcome.as_str())])
+            )
+            .record(took.as_secs_f64());
         }
         let mut tx = self.begin().await?;
         if tool.is_none() {
@@ -197,8 +200,11 @@ impl Runner {
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
             .await?;
         self.commit(tx).await?;
-        metrics::counter!("chatbridge_tool_results_total", "outcome" => result.outcome.as_str())
-            .increment(1);
+        metrics::counter!(
+            "chatbridge_tool_results_total",
+            self.core.labels(&[("outcome", result.outcome.as_str())])
+        )
+        .increment(1);
         // R4: ids and the short outcome only — never output or prompt text.
         tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
         Ok(())

@@ -112,8 +112,11 @@ impl Runner {
         }
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
         let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
-        metrics::histogram!("chatbridge_turn_duration_seconds", "status" => status.to_owned())
-            .record(took);
+        metrics::histogram!(
+            "chatbridge_turn_duration_seconds",
+            self.core.labels(&[("status", status)])
+        )
+        .record(took);
         let _ended = BusyGuard(self.core.clone());
         self.run_queued().await
     }
@@ -288,7 +291,7 @@ impl Runner {
         if let Some(turn) = self.state.turn.as_ref() {
             tracing::warn!(conversation = %self.conv.id, turn = %turn.row.id, kind = ?stall.kind, "turn stalled");
         }
-        metrics::counter!("chatbridge_stalls_total").increment(1);
+        metrics::counter!("chatbridge_stalls_total", self.core.labels(&[])).increment(1);
         let (text, interrupted) = stall_text(&stall, resumed);
         self.notice(Tone::Warning, &text).await?;
         if interrupted {

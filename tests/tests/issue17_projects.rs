@@ -1,0 +1,425 @@
+//! Issue 17, projects served: one process on the fake Slack and the fake Discord with three
+//! `[[projects]]`, each backed by its own shell agent in its own working directory — `a` on a
+//! separate shell-agent server (its `url`, token from its `token_file`) bound to Slack's C1, `b` on
+//! a built-in shell agent bound to Discord's channel, `c` on another built-in one as
+//! `default_project`. A mention runs `pwd` in the directory of its channel's project; an unbound
+//! channel reaches the default project; a reply in a thread stays in its conversation's project and
+//! `/status` names it; the history API filters by project; stopping `a`'s daemon leaves `b`
+//! answering as fast as before while `/readyz` names `a`. Runs on PostgreSQL and SQLite.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chat_bridge::config::{Config, Daemon, Project};
+use chat_bridge::startup::Application;
+use chat_bridge_tests::bridge::config;
+use chat_bridge_tests::fake_discord::{self, BOT, CHANNEL, FakeDiscord};
+use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
+use chat_bridge_tests::on_both;
+use serde_json::{Value, json};
+use shell_agent::{AgentConfig, ShellAgent};
+use tokio_util::sync::CancellationToken;
+
+const API_TOKEN: &str = "api-token-of-the-projects-test";
+
+async fn get(base: &str, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{base}{path}"))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// A directory whose `pwd` is itself: the physical path.
+fn dir(root: &Path, name: &str) -> PathBuf {
+    let d = root.join(name);
+    std::fs::create_dir_all(&d).expect("mkdir");
+    d.canonicalize().expect("canonical")
+}
+
+fn project(name: &str, channels: &[&str], daemon: Daemon) -> Project {
+    Project {
+        name: name.into(),
+        channels: channels.iter().map(|c| (*c).to_owned()).collect(),
+        daemon,
+        ..Project::default()
+    }
+}
+
+fn projects_config(url: &str, root: &Path, a: &ShellAgent, token_file: &Path) -> Config {
+    let mut cfg = config(url, root);
+    // With [[projects]] each project has its own daemon settings.
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![
+        project(
+            "a",
+            &["slack:C1"],
+            Daemon {
+                url: Some(a.url()),
+                token: Some(a.token().to_owned().into()),
+                token_file: Some(token_file.to_owned()),
+                cwd: Some(dir(root, "a")),
+                ..Daemon::default()
+            },
+        ),
+        project(
+            "b",
+            &[&format!("discord:{CHANNEL}")],
+            Daemon {
+                cwd: Some(dir(root, "b")),
+                ..Daemon::default()
+            },
+        ),
+        project(
+            "c",
+            &[],
+            Daemon {
+                cwd: Some(dir(root, "c")),
+                ..Daemon::default()
+            },
+        ),
+    ];
+    cfg.default_project = Some("c".into());
+    cfg
+}
+
+/// The Slack result message of `pwd` in `channel`'s thread, once it carries a path.
+fn slack_pwd(slack: &FakeSlack, channel: &str) -> Option<String> {
+    slack
+        .calls()
+        .into_iter()
+        .filter(|c| c.body["channel"] == channel)
+        .map(|c| c.body.to_string())
+        .find(|b| b.contains("pwd") && b.contains('✅'))
+}
+
+fn discord_text(discord: &FakeDiscord, thread: &str) -> String {
+    format!("{:?}", discord.messages_in(thread))
+}
+
+async fn discord_pwd(discord: &FakeDiscord, message: &str, b_dir: &Path) -> Duration {
+    let started = Instant::now();
+    discord.dispatch(
+        "MESSAGE_CREATE",
+        fake_discord::person_message(message, CHANNEL, "501", &format!("<@{BOT}> pwd"), true),
+    );
+    let b = b_dir.display().to_string();
+    discord
+        .wait_for("project b's pwd on Discord", |f| {
+            discord_text(f, message).contains(&b)
+        })
+        .await;
+    started.elapsed()
+}
+
+async fn run(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let discord = FakeDiscord::start(300).await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    // Project a's daemon runs on its own, so the test can stop it.
+    let a = ShellAgent::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        Some("token-of-project-a-daemon".into()),
+        AgentConfig {
+            heartbeat_interval: Duration::from_millis(200),
+            default_timeout: Duration::ZERO,
+            ..AgentConfig::default()
+        },
+    )
+    .await
+    .expect("project a's shell agent");
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, a.token()).expect("token file");
+    let mut cfg = projects_config(url, &root, &a, &token_file);
+    cfg.service.platforms = vec!["slack".into(), "discord".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.discord_mut().token = Some(fake_discord::TOKEN.into());
+    cfg.discord_mut().api_base_url = discord.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("a configuration with [[projects]] starts")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    discord
+        .wait_for("the gateway session (IDENTIFY)", |f| {
+            !f.frames_op(2).is_empty()
+        })
+        .await;
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > 0)
+        .await;
+
+    // Slack's C1 is project a's: pwd runs in a's directory.
+    slack.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("project a's pwd", |f| slack_pwd(f, "C1").is_some())
+        .await;
+    let a_out = slack_pwd(&slack, "C1").expect("a's result");
+    assert!(
+        a_out.contains(&root.join("a").display().to_string()),
+        "C1 is project a's: {a_out}"
+    );
+
+    // Discord's channel is project b's.
+    let before = discord_pwd(&discord, "1001", &root.join("b")).await;
+    let b_text = discord_text(&discord, "1001");
+    assert!(
+        !b_text.contains(&root.join("a").display().to_string()),
+        "{b_text}"
+    );
+
+    // C9 is bound to no project: the default project (c) takes it.
+    slack.push(event_envelope(
+        "env-2",
+        "Ev2",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C9", "ts": "1700.000300",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000300"}),
+    ));
+    slack
+        .wait_for("the default project's pwd", |f| {
+            slack_pwd(f, "C9").is_some()
+        })
+        .await;
+    let c_out = slack_pwd(&slack, "C9").expect("c's result");
+    assert!(
+        c_out.contains(&root.join("c").display().to_string()),
+        "an unbound channel goes to default_project: {c_out}"
+    );
+
+    // A reply in a's thread stays in a's conversation, and /status names the project.
+    slack.push(event_envelope(
+        "env-3",
+        "Ev3",
+        0,
+        json!({"type": "message", "user": "U1", "channel": "C1", "ts": "1700.000200",
+               "thread_ts": "1700.000100", "text": "/status"}),
+    ));
+    slack
+        .wait_for("/status in a's thread", |f| {
+            f.calls()
+                .iter()
+                .any(|c| c.body["channel"] == "C1" && c.body.to_string().contains("Project: a."))
+        })
+        .await;
+
+    // The history API filters by project.
+    for (name, platform, channel) in [
+        ("a", "slack", "C1"),
+        ("b", "discord", "1001"),
+        ("c", "slack", "C9"),
+    ] {
+        let page = get(&base, &format!("/api/v1/conversations?project={name}")).await;
+        let items = page["items"].as_array().expect("items");
+        assert_eq!(items.len(), 1, "project {name}: {page}");
+        assert_eq!(items[0]["project"], name, "{page}");
+        assert_eq!(items[0]["platform"], platform, "{page}");
+        assert_eq!(items[0]["channel"], channel, "{page}");
+    }
+    let all = get(&base, "/api/v1/conversations").await;
+    assert_eq!(all["items"].as_array().expect("items").len(), 3, "{all}");
+
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["daemons_down"], json!([]), "{ready}");
+    assert_eq!(
+        ready["projects"],
+        json!([{"project": "a", "daemon": true}, {"project": "b", "daemon": true}, {"project": "c", "daemon": true}]),
+        "{ready}"
+    );
+
+    // Project a's daemon stops: /readyz names it, b keeps answering as fast as before.
+    a.shutdown().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let down = loop {
+        let r = get(&base, "/readyz").await;
+        if r["daemons_down"] == json!(["a"]) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "/readyz never named a: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(down["ready"], true, "b and c still serve: {down}");
+    assert_eq!(down["daemon"], false, "{down}");
+    let during = discord_pwd(&discord, "1002", &root.join("b")).await;
+    assert!(
+        during <= before * 2 + Duration::from_secs(1),
+        "b answered in {during:?} with a's daemon down, {before:?} before"
+    );
+
+    // Per-daemon metrics carry the project.
+    let metrics = chat_bridge::metrics::handle().expect("recorder").render();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("chatbridge_daemon_events_total{")
+                && l.contains("project=\"b\"")
+                && !l.trim_end().ends_with(" 0")),
+        "{metrics}"
+    );
+
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+}
+
+on_both! {
+    async fn issue17_projects_route_channels_to_their_own_daemons_and_one_down_leaves_the_others(db) {
+        run(&db.url).await;
+    }
+}
+
+/// Without `default_project`, a channel bound to no project is ignored (nothing is answered, no
+/// conversation is stored) and counted; a project's `allowed_users` admits only them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue17_an_unbound_channel_without_default_project_is_ignored_and_a_projects_allowlist_holds()
+ {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let mut cfg = config(
+        &format!("sqlite://{}", root.join("unbound.db").display()),
+        &root,
+    );
+    cfg.daemon.cwd = None;
+    let mut web = project(
+        "web",
+        &["slack:C2"],
+        Daemon {
+            cwd: Some(dir(&root, "web")),
+            ..Daemon::default()
+        },
+    );
+    web.access.allowed_users = vec!["U2".into()];
+    cfg.projects = vec![
+        project(
+            "api",
+            &["slack:C1"],
+            Daemon {
+                cwd: Some(dir(&root, "api")),
+                ..Daemon::default()
+            },
+        ),
+        web,
+    ];
+    cfg.service.platforms = vec!["slack".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("build")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > 0)
+        .await;
+    let unrouted = || {
+        chat_bridge::metrics::handle()
+            .expect("recorder")
+            .render()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("chatbridge_inbound_unrouted_total{platform=\"slack\"} ")
+                    .map(|v| v.trim().parse::<f64>().expect("a number"))
+            })
+            .unwrap_or(0.0)
+    };
+    let before = unrouted();
+    let mention = |env: &str, channel: &str, user: &str, ts: &str| {
+        event_envelope(
+            env,
+            &format!("Ev-{env}"),
+            0,
+            json!({"type": "app_mention", "user": user, "channel": channel, "ts": ts,
+                   "text": "<@UBOT> pwd", "event_ts": ts}),
+        )
+    };
+    // C9 serves no project and there is no default_project; U1 is not on web's list.
+    slack.push(mention("u1", "C9", "U1", "1700.000100"));
+    slack.push(mention("u2", "C2", "U1", "1700.000200"));
+    // Then one each that is answered, so the ignored ones had their chance first (one queue).
+    slack.push(mention("u3", "C1", "U1", "1700.000300"));
+    slack.push(mention("u4", "C2", "U2", "1700.000400"));
+    for channel in ["C1", "C2"] {
+        slack
+            .wait_for("the bound channels' answers", |f| {
+                slack_pwd(f, channel).is_some()
+            })
+            .await;
+    }
+    let web_out = slack_pwd(&slack, "C2").expect("web");
+    assert!(
+        web_out.contains(&root.join("web").display().to_string()),
+        "{web_out}"
+    );
+    assert!(
+        slack.calls().iter().all(|c| c.body["channel"] != "C9"),
+        "nothing answered in the unbound channel: {:?}",
+        slack.calls()
+    );
+    assert!(
+        slack
+            .calls_of("chat.postMessage")
+            .iter()
+            .filter(|c| c.body["channel"] == "C2")
+            .all(|c| c.body["thread_ts"] == "1700.000400"),
+        "U1's mention in web's channel was not answered"
+    );
+    assert!(unrouted() >= before + 1.0, "the unbound event is counted");
+    let all = get(&base, "/api/v1/conversations").await;
+    let mut kept: Vec<(String, String)> = all["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|c| {
+            (
+                c["project"].as_str().unwrap_or("").to_owned(),
+                c["channel"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            ("api".to_owned(), "C1".to_owned()),
+            ("web".to_owned(), "C2".to_owned())
+        ],
+        "{all}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+}
