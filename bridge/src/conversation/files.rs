@@ -368,6 +368,80 @@ pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
     path
 }
 
+/// Writes a saved file at `path` (from [`saved_path`]) without following a symbolic link anywhere
+/// inside `cwd`: each of `.chat-bridge`, `attachments` and the turn's folder must be a real directory
+/// (a missing one is created with `create_dir`, never through a link), and the file itself is created
+/// with `O_CREAT|O_EXCL`, which refuses a link in its place. The agent can write in `cwd`; a link it
+/// planted there must not send a person's file somewhere else. A link is refused with
+/// [`std::io::ErrorKind::InvalidInput`] and a message saying so.
+///
+/// # Errors
+/// When a folder on the way is a link or not a directory, or the file cannot be created or written.
+pub fn save_file(cwd: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let link = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a folder or file on its path is a symbolic link",
+        )
+    };
+    let rel = path
+        .strip_prefix(cwd)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "outside the folder"))?;
+    let parts: Vec<_> = rel.components().collect();
+    let Some((_, dirs)) = parts.split_last() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "no file name",
+        ));
+    };
+    let mut dir = cwd.to_path_buf();
+    for c in dirs {
+        let Component::Normal(c) = c else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a plain path",
+            ));
+        };
+        dir.push(c);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => return Err(link()),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a folder on its path is a file",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                // Created meanwhile: looked at again, a link is still refused.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    if !std::fs::symlink_metadata(&dir)?.is_dir() {
+                        return Err(link());
+                    }
+                }
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+    // A turn written again (after a restart) replaces its own file, never a link in its place.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(link()),
+        Ok(m) if m.is_file() => std::fs::remove_file(path)?,
+        Ok(_) => return Err(link()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
 /// A file name as a person is shown it: no control characters (ESC, BEL, new lines), no bidi
 /// overrides or other invisible format characters, at most 100 characters; `file` when nothing is left.
 #[must_use]
@@ -532,6 +606,45 @@ mod tests {
             saved_path(cwd, "t", 0, "Screen log (1).txt"),
             cwd.join(".chat-bridge/attachments/t/1-Screen_log_(1).txt")
         );
+    }
+
+    #[test]
+    fn a_symlinked_attachments_folder_is_never_written_through() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let cwd = root.path().join("project");
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&cwd).expect("cwd");
+        std::fs::create_dir_all(&elsewhere).expect("elsewhere");
+        let path = saved_path(&cwd, "t", 0, "a.txt");
+        // A plain save works, and saving the same turn again replaces its own file.
+        save_file(&cwd, &path, b"one").expect("saved");
+        save_file(&cwd, &path, b"two").expect("saved again");
+        assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let refused = |what: &str| {
+            let p = saved_path(&cwd, "t2", 0, "a.txt");
+            let e = save_file(&cwd, &p, b"secret").expect_err(what);
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{what}: {e}");
+            assert!(e.to_string().contains("symbolic link"), "{what}: {e}");
+            assert_eq!(
+                std::fs::read_dir(&elsewhere).expect("ls").count(),
+                0,
+                "{what}: written through the link"
+            );
+        };
+        // The turn's folder, `attachments`, `.chat-bridge` and the file itself, each a link in turn.
+        let turn = cwd.join(".chat-bridge/attachments/t2");
+        std::os::unix::fs::symlink(&elsewhere, &turn).expect("link");
+        refused("turn folder");
+        std::fs::remove_file(&turn).expect("unlink");
+        std::fs::create_dir(&turn).expect("turn");
+        std::os::unix::fs::symlink(elsewhere.join("x"), turn.join("1-a.txt")).expect("link");
+        refused("the file");
+        std::fs::remove_dir_all(cwd.join(".chat-bridge/attachments")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, cwd.join(".chat-bridge/attachments")).expect("link");
+        refused("attachments");
+        std::fs::remove_dir_all(cwd.join(".chat-bridge")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, cwd.join(".chat-bridge")).expect("link");
+        refused(".chat-bridge");
     }
 
     #[test]

@@ -283,12 +283,12 @@ impl Runner {
                 }
                 Use::Save | Use::Refuse(_) => {
                     let path = files::saved_path(&cwd, turn, i, &file.name);
-                    let written = match path.parent() {
-                        Some(dir) => match tokio::fs::create_dir_all(dir).await {
-                            Ok(()) => tokio::fs::write(&path, &bytes).await,
-                            Err(e) => Err(e),
-                        },
-                        None => Ok(()),
+                    // Never through a symbolic link the agent may have planted in `cwd`.
+                    let written = {
+                        let (cwd, path, bytes) = (cwd.clone(), path.clone(), bytes.clone());
+                        tokio::task::spawn_blocking(move || files::save_file(&cwd, &path, &bytes))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                     };
                     match written {
                         Ok(()) => {
@@ -305,7 +305,11 @@ impl Runner {
                             tracing::warn!(conversation = %self.conv.id, error = %e, "an attached file could not be saved");
                             refused.push((
                                 file.name.clone(),
-                                format!("it could not be saved ({})", e.kind()),
+                                if e.kind() == std::io::ErrorKind::InvalidInput {
+                                    format!("it could not be saved ({e})")
+                                } else {
+                                    format!("it could not be saved ({})", e.kind())
+                                },
                             ));
                         }
                     }
