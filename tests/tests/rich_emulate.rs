@@ -335,6 +335,15 @@ async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_
         rig.slack.upload("two.png", &png(500)).await,
         rig.slack.upload("three.png", &png(500)).await,
         rig.slack.upload("tools.zip", b"PK\x03\x04zip").await,
+        // Declared text by its name, an executable by its bytes: refused by what it is.
+        rig.slack
+            .upload(
+                "notes.txt",
+                b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0>\0",
+            )
+            .await,
+        // Declared text, NULs inside: saved, but linked as binary, never embedded as text.
+        rig.slack.upload("dump.log", b"abc\0\0\0def\n").await,
     ];
     let thread = rig.say_with_files("look at these", &files).await;
     let notice = rig
@@ -357,16 +366,36 @@ async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_
         "{shown}"
     );
     assert!(
+        shown.contains("notes.txt: its content is an executable program"),
+        "{shown}"
+    );
+    assert!(
         shown.contains("The rest of your message was sent."),
         "{shown}"
     );
     assert!(
-        !shown.contains("one.png") && !shown.contains("two.png"),
+        !shown.contains("one.png") && !shown.contains("two.png") && !shown.contains("dump.log"),
         "{shown}"
     );
     let prompts = rig.wait_prompts(1).await;
     let blocks = prompts[0].as_array().expect("blocks");
-    assert_eq!(blocks[0]["text"], "look at these", "the text ran");
+    assert!(
+        blocks[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("look at these")),
+        "the text ran: {}",
+        blocks[0]
+    );
+    let dump = blocks
+        .iter()
+        .find(|b| b["uri"].as_str().is_some_and(|u| u.ends_with("dump.log")))
+        .expect("dump.log reached the agent");
+    assert_eq!(dump["type"], "resource_link", "{dump}");
+    assert_eq!(dump["mimeType"], "application/octet-stream", "{dump}");
+    assert!(
+        !blocks.iter().any(|b| b.to_string().contains("\\u0000")),
+        "no NUL embedded as text"
+    );
     assert_eq!(
         blocks.iter().filter(|b| b["type"] == "image").count(),
         2,

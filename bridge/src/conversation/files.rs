@@ -130,6 +130,46 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Whether `bytes` cannot be text a model reads as it is: a NUL byte, or not UTF-8.
+#[must_use]
+pub fn looks_binary(bytes: &[u8]) -> bool {
+    bytes.contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
+/// What a binary file's bytes say it is when that is a kind refused whatever its declared type
+/// (executables, archives): a file announced as `text/plain` is checked by its content.
+#[must_use]
+pub fn sniff_refused(bytes: &[u8]) -> Option<&'static str> {
+    if !looks_binary(bytes) {
+        return None;
+    }
+    const EXECUTABLES: &[&[u8]] = &[
+        b"\x7fELF",
+        b"MZ",
+        &[0xfe, 0xed, 0xfa, 0xce],
+        &[0xfe, 0xed, 0xfa, 0xcf],
+        &[0xce, 0xfa, 0xed, 0xfe],
+        &[0xcf, 0xfa, 0xed, 0xfe],
+        &[0xca, 0xfe, 0xba, 0xbe],
+        b"\0asm",
+    ];
+    const ARCHIVES: &[&[u8]] = &[
+        b"PK\x03\x04",
+        &[0x1f, 0x8b],
+        b"7z\xbc\xaf\x27\x1c",
+        b"Rar!\x1a\x07",
+        b"\xfd7zXZ\0",
+        b"BZh",
+    ];
+    if EXECUTABLES.iter().any(|m| bytes.starts_with(m)) {
+        Some("its content is an executable program, not text (executables are not accepted)")
+    } else if ARCHIVES.iter().any(|m| bytes.starts_with(m)) {
+        Some("its content is an archive, not text (archives are not accepted)")
+    } else {
+        None
+    }
+}
+
 /// The MIME type a saved file is announced with: the platform's (without parameters) when it says
 /// something useful, else one read from the extension; `None` when neither says.
 #[must_use]
@@ -194,8 +234,12 @@ pub fn file_block(
     embed_left: &mut u64,
 ) -> daemon_client::PromptBlock {
     let uri = file_uri(path);
-    let mime = mime_of(a);
+    let mut mime = mime_of(a);
     let size = bytes.len() as u64;
+    // A file announced as text is taken as text only when its bytes are.
+    if is_text_type(mime.as_deref()) && looks_binary(bytes) {
+        mime = Some("application/octet-stream".into());
+    }
     if limits.agent_embedded
         && size <= *embed_left
         && is_text_type(mime.as_deref())
@@ -731,6 +775,45 @@ mod tests {
         assert_eq!(
             file_uri(Path::new("/w/é (1)#?.txt")),
             "file:///w/%C3%A9%20(1)%23%3F.txt"
+        );
+    }
+
+    #[test]
+    fn a_file_declared_text_is_taken_as_text_only_when_its_bytes_are() {
+        let limits = Limits {
+            agent_embedded: true,
+            ..Limits::default()
+        };
+        let path = Path::new("/w/.chat-bridge/attachments/t/1-notes.txt");
+        let a = file("notes.txt", Some("text/plain"), 0);
+        let block = |bytes: &[u8]| file_block(path, &a, bytes, &limits, &mut 1_000_000);
+        // Real text is embedded.
+        assert!(matches!(
+            block(b"hello\n"),
+            daemon_client::PromptBlock::Resource { .. }
+        ));
+        // NULs or bytes that are not UTF-8: linked as a binary file, never embedded.
+        for lying in [&b"abc\0\0\0def"[..], &[0xff, 0xfe, 0x41, 0x00][..]] {
+            match block(lying) {
+                daemon_client::PromptBlock::ResourceLink { mime_type, .. } => {
+                    assert_eq!(mime_type.as_deref(), Some("application/octet-stream"));
+                }
+                other => panic!("{lying:?} → {other:?}"),
+            }
+        }
+        // Executables and archives are refused by their bytes whatever they were announced as.
+        let elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0>\0";
+        assert!(sniff_refused(elf).is_some_and(|w| w.contains("executable")));
+        assert!(sniff_refused(b"PK\x03\x04\x14\0\0\0").is_some_and(|w| w.contains("archive")));
+        assert_eq!(
+            sniff_refused(b"MZ is how this text file starts\n"),
+            None,
+            "text stays text"
+        );
+        assert_eq!(
+            sniff_refused(b"abc\0def"),
+            None,
+            "binary but no refused kind: saved"
         );
     }
 

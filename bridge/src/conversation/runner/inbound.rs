@@ -282,6 +282,10 @@ impl Runner {
                     });
                 }
                 Use::Save | Use::Refuse(_) => {
+                    if let Some(why) = files::sniff_refused(&bytes) {
+                        refused.push((file.name.clone(), why.into()));
+                        continue;
+                    }
                     let path = files::saved_path(&cwd, turn, i, &file.name);
                     // Never through a symbolic link the agent may have planted in `cwd`.
                     let written = {
