@@ -88,7 +88,8 @@ impl Runner {
         let (user, message_id) = (q.user.clone(), q.message_id.clone());
         let text = q.typed();
         let files = q.all_files();
-        let uses = files::plan(&files, &self.core.cfg.files);
+        let limits = self.core.file_limits();
+        let uses = files::plan(&files, &limits);
         if text.trim().is_empty() && uses.iter().all(|u| matches!(u, Use::Refuse(_))) {
             // Nothing to send: the person hears why each file was not used, and no turn starts.
             self.core.busy_add(-1);
@@ -187,7 +188,9 @@ impl Runner {
         // Who said it goes along (several people may write in one thread); the history keeps
         // what they typed.
         let for_agent = self.for_agent(&q, &context).await;
-        let (blocks, refused) = self.take_files(&for_agent, &files, &uses, &turn_id).await;
+        let (blocks, refused) = self
+            .take_files(&for_agent, &files, &uses, &limits, &turn_id)
+            .await;
         let refused: Vec<(&str, &str)> = refused
             .iter()
             .map(|(n, w)| (n.as_str(), w.as_str()))
@@ -217,9 +220,10 @@ impl Runner {
         text: &str,
         attached: &[Attachment],
         uses: &[Use],
+        limits: &files::Limits,
         turn: &str,
     ) -> (Vec<PromptBlock>, Vec<(String, String)>) {
-        let limits = self.core.cfg.files;
+        let limits = *limits;
         let mut refused = refusals(attached, uses);
         let mut images = Vec::new();
         let mut image_bytes = 0u64;
@@ -282,13 +286,17 @@ impl Runner {
                     });
                 }
                 Use::Save | Use::Refuse(_) => {
+                    if let Some(why) = files::sniff_refused(&bytes) {
+                        refused.push((file.name.clone(), why.into()));
+                        continue;
+                    }
                     let path = files::saved_path(&cwd, turn, i, &file.name);
-                    let written = match path.parent() {
-                        Some(dir) => match tokio::fs::create_dir_all(dir).await {
-                            Ok(()) => tokio::fs::write(&path, &bytes).await,
-                            Err(e) => Err(e),
-                        },
-                        None => Ok(()),
+                    // Never through a symbolic link the agent may have planted in `cwd`.
+                    let written = {
+                        let (cwd, path, bytes) = (cwd.clone(), path.clone(), bytes.clone());
+                        tokio::task::spawn_blocking(move || files::save_file(&cwd, &path, &bytes))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                     };
                     match written {
                         Ok(()) => {
@@ -305,7 +313,11 @@ impl Runner {
                             tracing::warn!(conversation = %self.conv.id, error = %e, "an attached file could not be saved");
                             refused.push((
                                 file.name.clone(),
-                                format!("it could not be saved ({})", e.kind()),
+                                if e.kind() == std::io::ErrorKind::InvalidInput {
+                                    format!("it could not be saved ({e})")
+                                } else {
+                                    format!("it could not be saved ({})", e.kind())
+                                },
                             ));
                         }
                     }
