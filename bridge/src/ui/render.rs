@@ -175,6 +175,12 @@ fn shown(r: &Redactor, s: &str) -> String {
     ansi::visible(&ansi::strip(&r.redact(s)))
 }
 
+/// A prompt as the page shows it: like `shown`, but a carriage return is not terminal output's
+/// "back to the line start" — it is shown as `␍`, as the console shows it (a CRLF stays a newline).
+fn shown_prompt(r: &Redactor, s: &str) -> String {
+    shown(r, &s.replace("\r\n", "\n").replace('\r', "\u{240d}"))
+}
+
 fn layout(title: &str, chrome: Chrome<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -553,7 +559,7 @@ fn turn_block(r: &Redactor, turn: &Turn, items: &[Item<'_>], now: i64) -> Markup
                 @if let Some(end) = turn.ended_at { " · " (duration(end - turn.started_at)) }
                 " · " span.status { (turn.status) }
             }
-            blockquote.prompt { pre { (shown(r, &turn.prompt)) } }
+            blockquote.prompt { pre { (shown_prompt(r, &turn.prompt)) } }
             ol.items {
                 @for it in items {
                     @match it {
@@ -668,7 +674,7 @@ pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) 
                     td { (ansi::visible(&t.project)) }
                     td { (ansi::visible(&t.platform)) " · " (ansi::visible(&t.channel)) }
                     td { (ansi::visible(&t.user)) }
-                    td { a href={ "/ui/conversations/" (seg(&t.conversation_id)) "#turn-" (t.seq) } { (shown(r, &first_line(&t.prompt, 120))) } }
+                    td { a href={ "/ui/conversations/" (seg(&t.conversation_id)) "#turn-" (t.seq) } { (shown_prompt(r, &first_line(&t.prompt, 120))) } }
                     td.liveness {
                         @if t.stalled { "⚠ stalled" } @else if t.cancelling { "cancelling" } @else {
                             "last frame " span.elapsed data-ms=(now - t.last_frame) data-suffix=" ago" { (duration(now - t.last_frame)) " ago" }
@@ -977,5 +983,12 @@ mod tests {
         c.platform = "console".into();
         c.thread = "2".into();
         assert_eq!(permalink(&c), None);
+    }
+
+    #[test]
+    fn a_carriage_return_in_a_prompt_is_a_visible_placeholder() {
+        let r = Redactor::default();
+        assert_eq!(shown_prompt(&r, "ls\rrm -rf /"), "ls\u{240d}rm -rf /");
+        assert_eq!(shown_prompt(&r, "a\r\nb"), "a\nb");
     }
 }
