@@ -354,7 +354,7 @@ mod tests {
             let bytes: Vec<u8> = (0..len)
                 .map(|_| {
                     let r = rng.next();
-                    if r % 7 == 0 {
+                    if r.is_multiple_of(7) {
                         u8::try_from(r >> 8 & 0xff).unwrap_or(0)
                     } else {
                         ALPHABET[usize::try_from(r >> 8).unwrap_or(0) % ALPHABET.len()]

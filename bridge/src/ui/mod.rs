@@ -23,6 +23,7 @@ pub mod render;
 pub mod session;
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -54,7 +55,7 @@ pub struct Ui {
     redactor: Redactor,
     sessions: Sessions,
     login_token: Option<SecretString>,
-    login_limit: limit::LoginLimit,
+    login_limit: Arc<limit::LoginLimit>,
     oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
     client_ip_header: Option<HeaderName>,
@@ -76,6 +77,12 @@ impl std::fmt::Debug for Ui {
 }
 
 impl Ui {
+    /// The wrong-token limit and the client-address header, which the API shares: a wrong bearer
+    /// token on `/api/v1` counts against the same address as a wrong one on `/ui/login`.
+    pub(crate) fn login_limit(&self) -> (Arc<limit::LoginLimit>, Option<HeaderName>) {
+        (self.login_limit.clone(), self.client_ip_header.clone())
+    }
+
     /// The UI over `http` settings: `login_token` is the API token (sign-in on `/ui/login`),
     /// `redactor` R7's; the live view ends its streams when `stop` is cancelled.
     ///
@@ -122,7 +129,10 @@ impl Ui {
             redactor,
             sessions: Sessions::new(key_from, ttl_ms),
             login_token: http.api_token.clone(),
-            login_limit: limit::LoginLimit::new(http.ui_login_attempts, http.ui_login_window),
+            login_limit: Arc::new(limit::LoginLimit::new(
+                http.ui_login_attempts,
+                http.ui_login_window,
+            )),
             oidc,
             auth_header,
             client_ip_header,
@@ -258,24 +268,13 @@ struct LoginForm {
     token: String,
 }
 
-/// The client's address: from `http.ui_client_ip_header` when it is set and the request carries a
-/// parseable one (of `X-Forwarded-For`, the last entry: the one the trusted proxy appended, not those
-/// the client sent), else the TCP peer's (every client counts as one when the server was started
-/// without connection info).
+/// The client's address (see [`limit::client_ip`]) under `http.ui_client_ip_header`.
 fn client_ip(
     ui: &Ui,
     headers: &HeaderMap,
     peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> std::net::IpAddr {
-    let from_proxy = ui.client_ip_header.as_ref().and_then(|h| {
-        let v = headers.get_all(h).iter().next_back()?.to_str().ok()?;
-        v.rsplit(',').next()?.trim().parse().ok()
-    });
-    from_proxy.unwrap_or_else(|| {
-        peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
-            p.0.0.ip()
-        })
-    })
+    limit::client_ip(ui.client_ip_header.as_ref(), headers, peer.map(|p| p.0.0))
 }
 
 async fn login(
