@@ -237,6 +237,10 @@ on_both! {
                 text.push_str(&String::from_utf8_lossy(&chunk));
                 if !seen_running && text.contains("⏳") && text.contains("sleep 2.5") && beats(&text) > 0 {
                     assert!(text.contains("alice") && text.contains("console · "), "{text}");
+                    // The running tool links to its stored tool call's page, which is found.
+                    let link = text.split("href=\"/ui/tool-calls/").nth(1).and_then(|s| s.split('"').next()).expect("a link to the running tool's page").to_owned();
+                    let page = get(&format!("/ui/tool-calls/{link}"), c).await.expect("tool page");
+                    assert_eq!(page.status(), 200, "/ui/tool-calls/{link}");
                     seen_running = true;
                     text.clear();
                 } else if seen_running && text.contains("Nothing is running.") {
@@ -492,8 +496,16 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
             ..Default::default()
         }),
         awaiting_approval: false,
+        stored_id: Some("tc-1".into()),
     };
-    let turn = live_turn(vec![tool.clone()]);
+    // Not stored yet: shown without a link (its page would not be found).
+    let unstored = LiveTool {
+        id: "sess-1/call-2".into(),
+        title: "not-stored-yet".into(),
+        stored_id: None,
+        ..tool.clone()
+    };
+    let turn = live_turn(vec![tool.clone(), unstored]);
     board.publish(runner, "conv-1", Some(turn.clone()));
     let opened = frames.next().await;
     assert!(opened.contains("id: 1"), "{opened}");
@@ -509,13 +521,19 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
         "1 queued",
         " UTC is a stall",
         "ago",
-        "href=\"/ui/tool-calls/sess-1%2Fcall-1\"",
+        "href=\"/ui/tool-calls/tc-1\"",
         "href=\"/ui/conversations/conv-1#turn-2\"",
     ] {
         assert!(opened.contains(want), "{want}: {opened}");
     }
     assert!(
         !opened.contains("<script>") && !opened.contains("<img"),
+        "{opened}"
+    );
+    // The running view links a tool to its stored id, never to the agent's call id (issue: it
+    // linked `/ui/tool-calls/sess-1%2Fcall-1`, which is no page).
+    assert!(
+        !opened.contains("href=\"/ui/tool-calls/sess-1") && opened.contains("not-stored-yet"),
         "{opened}"
     );
 

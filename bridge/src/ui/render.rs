@@ -690,7 +690,7 @@ pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) 
             table.list #running-calls {
                 thead { tr { th { "Tool" } th { "Elapsed" } th { "Heartbeats" } th { "Last heartbeat" } th { "Output" } } }
                 tbody { @for t in &live.turns { @for c in &t.tools { tr data-id=(c.id) data-heartbeats=(c.heartbeats) {
-                    td { @if c.awaiting_approval { "✋ " } @else { "⏳ " } a href={ "/ui/tool-calls/" (seg(&c.id)) } { (shown(r, &first_line(&c.title, 120))) } }
+                    td { @if c.awaiting_approval { "✋ " } @else { "⏳ " } @if let Some(id) = &c.stored_id { a href={ "/ui/tool-calls/" (seg(id)) } { (shown(r, &first_line(&c.title, 120))) } } @else { (shown(r, &first_line(&c.title, 120))) } }
                     td { @if c.awaiting_approval { "awaiting approval" } @else { span.elapsed data-ms=(now - c.started_at) { (duration(now - c.started_at)) } } }
                     td.hb { (c.heartbeats) }
                     td { @if let Some(p) = c.last_heartbeat { span.elapsed data-ms=(now - p) data-suffix=" ago" { (duration(now - p)) " ago" } } @else { "none yet" } }
