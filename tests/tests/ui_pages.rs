@@ -607,3 +607,108 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     server.abort();
     store.close().await;
 }
+
+/// The live stream ends with the session it was opened with — when the cookie expires, and when it
+/// signs out (which also voids the cookie on this replica) — and a replica serves at most
+/// `with_max_streams` of them at once (503 beyond).
+#[tokio::test]
+async fn ui_live_stream_ends_with_its_session_and_streams_are_capped() {
+    use chat_bridge::clock::ManualClock;
+    use chat_bridge::http::{HttpState, router};
+    use tokio_util::sync::CancellationToken;
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("ui.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let http_cfg = chat_bridge::config::Http {
+        ui: true,
+        api_token: Some(TOKEN.into()),
+        ui_session_minutes: 1,
+        ..Default::default()
+    };
+    let ui = chat_bridge::ui::Ui::new(
+        &http_cfg,
+        chat_bridge::core::redact::Redactor::default(),
+        CancellationToken::new(),
+    )
+    .expect("ui")
+    .with_live_every(Duration::from_millis(20))
+    .with_keep_alive(Duration::from_millis(200))
+    .with_max_streams(1);
+    let clock = Arc::new(ManualClock::at(1_800_000_000_000));
+    let state = HttpState::new(store.clone(), Arc::default(), Some(TOKEN.into()))
+        .with_ui(ui)
+        .with_clock(clock.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = client();
+    let sign_in = || async {
+        let set = header(&post_login(&http, &base, TOKEN, false).await, "set-cookie");
+        set.split(';').next().expect("cookie").to_owned()
+    };
+    let open = |cookie: String| {
+        http.get(format!("{base}/ui/running/events"))
+            .header("cookie", cookie)
+            .send()
+    };
+    let ends = |r: reqwest::Response| async move {
+        let mut frames = Frames {
+            r,
+            buf: String::new(),
+        };
+        assert!(frames.next().await.contains("event: running"));
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while frames.r.chunk().await.ok().flatten().is_some() {}
+        })
+        .await
+        .is_ok()
+    };
+
+    // Expiry: a session with 1.5 s left; the stream ends when it does.
+    let first = sign_in().await;
+    clock.advance(Duration::from_millis(58_500));
+    let r = open(first.clone()).await.expect("events");
+    assert_eq!(r.status(), 200);
+    let started = std::time::Instant::now();
+    // Meanwhile the one stream this replica allows is taken.
+    let second = sign_in().await;
+    let refused = open(second.clone()).await.expect("events");
+    assert_eq!(refused.status(), 503, "over the cap");
+    assert!(!header(&refused, "retry-after").is_empty());
+    clock.advance(Duration::from_millis(1_500));
+    assert!(ends(r).await, "the stream ends when its session expires");
+    assert!(started.elapsed() < Duration::from_secs(8));
+
+    // Sign-out: the stream opened with that cookie ends, and the cookie no longer opens pages here.
+    let r = open(second.clone()).await.expect("events");
+    assert_eq!(r.status(), 200, "the expired stream gave its place back");
+    let ended = tokio::spawn(ends(r));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let out = http
+        .post(format!("{base}/ui/logout"))
+        .header("cookie", &second)
+        .send()
+        .await
+        .expect("logout");
+    assert!(header(&out, "set-cookie").contains("Max-Age=0"));
+    assert!(
+        ended.await.expect("task"),
+        "the stream ends when its session signs out"
+    );
+    let r = http
+        .get(format!("{base}/ui/running"))
+        .header("cookie", &second)
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(r.status(), 303, "a signed-out cookie is refused");
+    assert_eq!(
+        open(second).await.expect("events").status(),
+        401,
+        "and opens no stream"
+    );
+    server.abort();
+    store.close().await;
+}

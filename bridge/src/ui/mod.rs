@@ -63,6 +63,8 @@ pub struct Ui {
     live_every: Duration,
     keep_alive: Duration,
     stop: CancellationToken,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+    max_streams: usize,
 }
 
 impl std::fmt::Debug for Ui {
@@ -143,6 +145,8 @@ impl Ui {
             live_every: Duration::from_secs(1),
             keep_alive: Duration::from_secs(15),
             stop,
+            streams: Arc::default(),
+            max_streams: MAX_STREAMS,
         })
     }
 
@@ -161,6 +165,13 @@ impl Ui {
         self
     }
 
+    /// At most `n` live streams at once on this replica (default 100); beyond, 503.
+    #[must_use]
+    pub fn with_max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
     /// Where a tool call's page is, for chat's "full output" pointer.
     #[must_use]
     pub fn tool_call_url(base: Option<&str>, id: &str) -> String {
@@ -171,6 +182,34 @@ impl Ui {
 /// Who is looking (set by [`require_viewer`]).
 #[derive(Debug, Clone)]
 struct Viewer(String);
+
+/// The cookie session a request was signed in with (`None`: by the trusted proxy's header).
+#[derive(Debug, Clone)]
+struct SignedIn(Option<session::Session>);
+
+/// A place among the live streams this replica serves; given back when the stream ends.
+struct StreamSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl StreamSlot {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(count.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// At most this many live streams per replica by default (`Ui::with_max_streams`).
+const MAX_STREAMS: usize = 100;
 
 fn ui(state: &HttpState) -> &Ui {
     // The UI routes exist only when the state has a UI; `router` checks.
@@ -230,18 +269,27 @@ async fn require_viewer(
 ) -> Response {
     let ui = ui(&state);
     let headers = request.headers();
-    let who = ui
+    let by_proxy = ui
         .auth_header
         .as_ref()
         .and_then(|h| headers.get(h))
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .map(str::to_owned)
-        .or_else(|| session::cookie(headers).and_then(|c| ui.sessions.viewer(c, state.now_ms())));
+        .map(str::to_owned);
+    // Signed in with a cookie: its session (a live stream ends with it).
+    let mut signed_in = None;
+    let who = by_proxy.or_else(|| {
+        let c = session::cookie(headers)?;
+        let now = state.now_ms();
+        let who = ui.sessions.viewer(c, now)?;
+        signed_in = ui.sessions.session(c, now);
+        Some(who)
+    });
     match who {
         Some(who) => {
             request.extensions_mut().insert(Viewer(who));
+            request.extensions_mut().insert(SignedIn(signed_in));
             next.run(request).await
         }
         None if request.uri().path().ends_with("/events") => {
@@ -343,6 +391,10 @@ async fn login(
 }
 
 async fn logout(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    // Void the session here too (and end its live streams), not only in this browser.
+    if let Some(c) = session::cookie(&headers) {
+        ui(&state).sessions.sign_out(c, state.now_ms());
+    }
     let mut r = Redirect::to("/ui/login").into_response();
     if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(over_tls(ui(&state), &headers))) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -780,25 +832,70 @@ async fn running(
 /// `/ui/running/events`: the live part of the page as server-sent events — one at once, then one
 /// each time the open turns change (changes closer together than `live_every` are pushed together),
 /// a keep-alive comment while nothing changes — until the client goes or the bridge stops.
-async fn running_events(State(state): State<HttpState>) -> Response {
-    let (stop, every, keep_alive) = {
+async fn running_events(
+    State(state): State<HttpState>,
+    axum::Extension(SignedIn(signed_in)): axum::Extension<SignedIn>,
+) -> Response {
+    let (stop, every, keep_alive, slot) = {
         let ui = ui(&state);
-        (ui.stop.clone(), ui.live_every, ui.keep_alive)
+        let Some(slot) = StreamSlot::take(&ui.streams, ui.max_streams) else {
+            tracing::warn!(
+                max = ui.max_streams,
+                "UI live view refused: too many streams open"
+            );
+            let mut r = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many live views open on this replica; try again",
+            )
+                .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+            return r;
+        };
+        (ui.stop.clone(), ui.live_every, ui.keep_alive, slot)
     };
     let mut changes = state.status().live().subscribe();
     changes.mark_changed();
+    // The stream ends with the session it was opened with: when it expires or is signed out.
     let stream = futures_util::stream::unfold(
-        (state, stop, changes, true),
-        move |(state, stop, mut changes, first)| async move {
+        (state, stop, changes, true, slot, signed_in),
+        move |(state, stop, mut changes, first, slot, signed_in)| async move {
+            let gone = |state: &HttpState| {
+                signed_in.as_ref().is_some_and(|s| {
+                    state.now_ms() >= s.expires_at || ui(state).sessions.signed_out(s)
+                })
+            };
             if !first {
                 tokio::select! {
                     () = stop.cancelled() => return None,
                     () = tokio::time::sleep(every) => {}
                 }
             }
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                changed = changes.changed() => changed.ok()?,
+            let mut sign_outs = ui(&state).sessions.sign_outs();
+            let ends = signed_in.as_ref().map(|s| {
+                let left = u64::try_from(s.expires_at - state.now_ms()).unwrap_or(0);
+                tokio::time::Instant::now() + Duration::from_millis(left)
+            });
+            loop {
+                if gone(&state) {
+                    return None;
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = async {
+                        match ends {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => return None,
+                    changed = sign_outs.changed() => {
+                        changed.ok()?;
+                    }
+                    changed = changes.changed() => {
+                        changed.ok()?;
+                        break;
+                    }
+                }
             }
             let live = state.status().live().snapshot();
             let html = render::running_fragment(
@@ -812,7 +909,10 @@ async fn running_events(State(state): State<HttpState>) -> Response {
                 .event("running")
                 .id(live.version.to_string())
                 .data(html);
-            Some((Ok::<_, Infallible>(event), (state, stop, changes, false)))
+            Some((
+                Ok::<_, Infallible>(event),
+                (state, stop, changes, false, slot, signed_in),
+            ))
         },
     );
     Sse::new(stream)
