@@ -128,9 +128,27 @@ on_both! {
             assert_eq!(header(&r, "x-content-type-options"), "nosniff", "{path}");
         }
         // Not signed in: every page sends to the sign-in form; the event stream is a 401.
-        for path in ["/ui/", "/ui/running", "/ui/overview", "/ui/conversations/x", "/ui/tool-calls/x", "/ui/tool-calls/x/output.txt"] {
+        // Where they were going rides along as `next` (the list itself needs none).
+        for (path, next) in [("/ui/", ""), ("/ui/running", "?next=%2Fui%2Frunning"), ("/ui/overview?days=3", "?next=%2Fui%2Foverview%3Fdays%3D3"), ("/ui/conversations/x", "?next=%2Fui%2Fconversations%2Fx"), ("/ui/tool-calls/x", "?next=%2Fui%2Ftool-calls%2Fx"), ("/ui/tool-calls/x/output.txt", "?next=%2Fui%2Ftool-calls%2Fx%2Foutput.txt")] {
             let r = get(path, None).await.expect(path);
-            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, "/ui/login".to_owned()), "{path}");
+            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, format!("/ui/login{next}")), "{path}");
+        }
+        // The form keeps a safe `next` (hidden field, and on the single sign-on link); never another site.
+        let form = get("/ui/login?next=%2Fui%2Frunning", None).await.expect("form").text().await.expect("body");
+        assert!(form.contains("name=\"next\" value=\"/ui/running\""), "{form}");
+        for bad in ["https%3A%2F%2Fevil.example", "%2F%2Fevil.example%2Fui%2F", "%2Fui%2F%5C%5Cevil.example", "%2Fui%2F..%2F..%2Fapi%2Fv1", "%2Fapi%2Fv1%2Fconversations"] {
+            let form = get(&format!("/ui/login?next={bad}"), None).await.expect("form").text().await.expect("body");
+            assert!(!form.contains("name=\"next\""), "{bad}: {form}");
+        }
+        let login_to = |next: &str| {
+            http.post(format!("{base}/ui/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(serde_urlencoded::to_string([("token", TOKEN), ("next", next)]).expect("form"))
+                .send()
+        };
+        for (next, lands) in [("/ui/running", "/ui/running"), ("/ui/overview?days=3", "/ui/overview?days=3"), ("https://evil.example/ui/", "/ui/"), ("//evil.example/ui/", "/ui/"), ("/ui/\\evil.example", "/ui/"), ("/\\evil.example", "/ui/"), ("/ui/../x", "/ui/"), ("/ui/login", "/ui/")] {
+            let r = login_to(next).await.expect("login");
+            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, lands.to_owned()), "{next}");
         }
         assert_eq!(get("/ui/running/events", None).await.expect("events").status(), 401);
         let form = get("/ui/login", None).await.expect("form").text().await.expect("body");

@@ -295,25 +295,72 @@ async fn require_viewer(
         None if request.uri().path().ends_with("/events") => {
             (StatusCode::UNAUTHORIZED, "sign in at /ui/login").into_response()
         }
-        None => Redirect::to("/ui/login").into_response(),
+        None => {
+            // Back to where they were going once signed in (a page, not a form post).
+            let wanted = request
+                .uri()
+                .path_and_query()
+                .map_or("/ui/", axum::http::uri::PathAndQuery::as_str);
+            match (request.method() == axum::http::Method::GET)
+                .then(|| safe_next(wanted))
+                .flatten()
+            {
+                Some(n) if n != "/ui/" => {
+                    Redirect::to(&format!("/ui/login?next={}", render::seg(n))).into_response()
+                }
+                _ => Redirect::to("/ui/login").into_response(),
+            }
+        }
     }
 }
 
-async fn login_form(State(state): State<HttpState>) -> Response {
+/// Where to go after signing in: a path under `/ui/` on this site only — never an absolute URL,
+/// `//host`, a backslash (browsers read it as `/`), a `..` segment or a control character.
+fn safe_next(next: &str) -> Option<&str> {
+    let ok = next.starts_with("/ui/")
+        && next.len() <= 2048
+        && !next.contains('\\')
+        && !next.contains("//")
+        && !next
+            .split(['/', '?', '#'])
+            .any(|part| part == ".." || part == ".")
+        && !next.to_ascii_lowercase().contains("%2e")
+        && !next.to_ascii_lowercase().contains("%5c")
+        && next.bytes().all(|b| b.is_ascii_graphic())
+        && !next.starts_with("/ui/login")
+        && !next.starts_with("/ui/logout")
+        && !next.starts_with("/ui/oidc/");
+    ok.then_some(next)
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NextQuery {
+    #[serde(default)]
+    next: String,
+}
+
+async fn login_form(
+    State(state): State<HttpState>,
+    q: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let next = q.as_ref().ok().and_then(|Query(q)| safe_next(&q.next));
     page(
         StatusCode::OK,
         render::login(
             None,
             ui(&state).login_token.is_some(),
             ui(&state).oidc.is_some(),
+            next,
         ),
     )
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct LoginForm {
     #[serde(default)]
     token: String,
+    #[serde(default)]
+    next: String,
 }
 
 /// The client's address (see [`limit::client_ip`]) under `http.ui_client_ip_header`.
@@ -332,6 +379,8 @@ async fn login(
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let ui = ui(&state);
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let next = safe_next(&form.next);
     let Some(expected) = &ui.login_token else {
         return page(
             StatusCode::FORBIDDEN,
@@ -339,6 +388,7 @@ async fn login(
                 Some("Signing in with a token is off."),
                 false,
                 ui.oidc.is_some(),
+                next,
             ),
         );
     };
@@ -362,13 +412,13 @@ async fn login(
         );
         let mut r = page(
             StatusCode::TOO_MANY_REQUESTS,
-            render::login(Some(&msg), true, ui.oidc.is_some()),
+            render::login(Some(&msg), true, ui.oidc.is_some(), next),
         );
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         return r;
     }
-    let given = form.map(|Form(f)| f.token).unwrap_or_default();
+    let given = form.token;
     if !shell_agent::auth::tokens_match(given.trim(), expected.expose_secret())
         || given.trim().is_empty()
     {
@@ -376,14 +426,14 @@ async fn login(
         tracing::warn!(client = %limit::client_key(ip), "UI sign-in refused: wrong token");
         return page(
             StatusCode::UNAUTHORIZED,
-            render::login(Some("Wrong token."), true, ui.oidc.is_some()),
+            render::login(Some("Wrong token."), true, ui.oidc.is_some(), next),
         );
     }
     ui.login_limit.succeeded(ip);
     let value = ui.sessions.issue(now);
     let cookie = session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, over_tls(ui, &headers));
     tracing::info!("UI sign-in with the API token");
-    let mut r = Redirect::to("/ui/").into_response();
+    let mut r = Redirect::to(next.unwrap_or("/ui/")).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -425,15 +475,20 @@ fn sso_refused(ui: &Ui, headers: &HeaderMap, status: StatusCode, msg: &str) -> R
     with_cookies(
         page(
             status,
-            render::login(Some(msg), ui.login_token.is_some(), ui.oidc.is_some()),
+            render::login(Some(msg), ui.login_token.is_some(), ui.oidc.is_some(), None),
         ),
         &[pending_cookie("", 0, over_tls(ui, headers))],
     )
 }
 
 /// `/ui/oidc/start`: to the provider, with a fresh state, nonce and PKCE challenge.
-async fn oidc_start(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+async fn oidc_start(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    q: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let ui = ui(&state);
+    let next = q.as_ref().ok().and_then(|Query(q)| safe_next(&q.next));
     let Some(client) = &ui.oidc else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -451,7 +506,12 @@ async fn oidc_start(State(state): State<HttpState>, headers: HeaderMap) -> Respo
     };
     let pending = oidc::Pending::new();
     let exp = state.now_ms().saturating_add(oidc::PENDING_TTL_MS);
-    let value = ui.sessions.seal(&format!("{exp}.{}", pending.encode()));
+    // Where to go afterwards rides along, signed, hex-encoded (no dots).
+    let value = ui.sessions.seal(&format!(
+        "{exp}.{}.{}",
+        pending.encode(),
+        hex::encode(next.unwrap_or("/ui/"))
+    ));
     with_cookies(
         Redirect::to(&client.authorize_url(&d, &pending)).into_response(),
         &[pending_cookie(
@@ -469,7 +529,7 @@ struct Callback {
     error: Option<String>,
 }
 
-fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<oidc::Pending> {
+fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<(oidc::Pending, String)> {
     let value = headers
         .get_all(header::COOKIE)
         .iter()
@@ -482,7 +542,10 @@ fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<oidc::Pending>
     let payload = ui.sessions.open(value)?;
     let (exp, rest) = payload.split_once('.')?;
     (exp.parse::<i64>().ok()? > now).then_some(())?;
-    oidc::Pending::decode(rest)
+    let (rest, next) = rest.rsplit_once('.')?;
+    let next = String::from_utf8(hex::decode(next).ok()?).ok()?;
+    let next = safe_next(&next).unwrap_or("/ui/").to_owned();
+    Some((oidc::Pending::decode(rest)?, next))
 }
 
 /// `/ui/oidc/callback`: state checked, code redeemed, ID token verified, allow rules applied.
@@ -516,7 +579,7 @@ async fn oidc_callback(
         );
     }
     let now = state.now_ms();
-    let Some(pending) = pending_from(ui, &headers, now) else {
+    let Some((pending, next)) = pending_from(ui, &headers, now) else {
         tracing::warn!(
             "UI single sign-on refused: no valid sign-in in progress (cookie missing, forged or expired)"
         );
@@ -563,7 +626,7 @@ async fn oidc_callback(
     // A page, not a redirect: the SameSite=Strict session cookie is not sent on a redirect chain
     // that began at the provider, so the next request must start here.
     with_cookies(
-        page(StatusCode::OK, render::signed_in()),
+        page(StatusCode::OK, render::signed_in(&next)),
         &[
             session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, secure),
             pending_cookie("", 0, secure),

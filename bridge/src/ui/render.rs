@@ -223,7 +223,16 @@ pub fn list_error(chrome: Chrome<'_>, msg: &str) -> Markup {
 
 /// The sign-in page; `error` is what went wrong with the last attempt.
 #[must_use]
-pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Markup {
+pub fn login(
+    error: Option<&str>,
+    token_enabled: bool,
+    sso_enabled: bool,
+    next: Option<&str>,
+) -> Markup {
+    let sso = match next {
+        Some(n) => format!("/ui/oidc/start?next={}", seg(n)),
+        None => "/ui/oidc/start".to_owned(),
+    };
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -238,12 +247,13 @@ pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Mar
                     h1 { "chat-bridge history" }
                     @if let Some(e) = error { p.error role="alert" { (e) } }
                     @if sso_enabled {
-                        p { a.sso href="/ui/oidc/start" { "Sign in with single sign-on" } }
+                        p { a.sso href=(sso) { "Sign in with single sign-on" } }
                     }
                     @if token_enabled {
                         form method="post" action="/ui/login" {
                             label for="token" { "API token" }
                             input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                            @if let Some(n) = next { input type="hidden" name="next" value=(n); }
                             button type="submit" { "Sign in" }
                         }
                     } @else if !sso_enabled {
@@ -257,20 +267,21 @@ pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Mar
 
 /// After a single sign-on: on to the pages (a same-site navigation, so the session cookie rides).
 #[must_use]
-pub fn signed_in() -> Markup {
+pub fn signed_in(next: &str) -> Markup {
+    let refresh = format!("0;url={next}");
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                meta http-equiv="refresh" content="0;url=/ui/";
+                meta http-equiv="refresh" content=(refresh);
                 title { "Signed in · chat-bridge" }
                 link rel="stylesheet" href="/ui/assets/ui.css";
             }
             body.login {
                 main {
                     h1 { "Signed in" }
-                    p { a href="/ui/" { "On to the history" } }
+                    p { a href=(next) { "On to the history" } }
                 }
             }
         }
