@@ -8,14 +8,16 @@
 //! front of every route, the 404 fallback and the 405 answers, so without a token every path there —
 //! known or not — is 401. The one exception is `/api/v1/openapi.json`, the public contract (no data).
 //! The check is constant-time including the length, and the `Bearer` scheme is matched in any case
-//! (RFC 7235).
+//! (RFC 7235). Wrong tokens are limited per client address with the UI's limiter (S-LOGIN1, shared
+//! with `/ui/login`): after `http.ui_login_attempts` within `http.ui_login_window` the address gets
+//! 429 with `Retry-After` — with the right token too — until its oldest failure leaves the window.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
@@ -26,6 +28,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::replica::Status;
 use crate::store::history::{self, Filter, HistoryError};
 use crate::store::{Store, tool_calls};
+use crate::ui::limit::{self, LoginLimit};
 
 /// What the handlers share. Its `Debug` never shows the API token (a [`SecretString`]).
 #[derive(Debug, Clone)]
@@ -35,6 +38,8 @@ pub struct HttpState {
     api_token: Option<SecretString>,
     clock: Arc<dyn Clock>,
     ui: Option<Arc<crate::ui::Ui>>,
+    login_limit: Arc<LoginLimit>,
+    client_ip_header: Option<HeaderName>,
 }
 
 impl HttpState {
@@ -48,12 +53,38 @@ impl HttpState {
             api_token,
             clock: Arc::new(SystemClock),
             ui: None,
+            login_limit: Arc::new(LoginLimit::new(
+                DEFAULT_LOGIN_ATTEMPTS,
+                DEFAULT_LOGIN_WINDOW,
+            )),
+            client_ip_header: None,
         }
+    }
+
+    /// The same state limiting wrong tokens per client address as `http` says
+    /// (`ui_login_attempts`, `ui_login_window`, `ui_client_ip_header`); with the UI on, the UI's
+    /// limiter is used instead (the same settings, one count for both).
+    ///
+    /// # Errors
+    /// `http.ui_client_ip_header` that is not a header name.
+    pub fn with_login_limit(mut self, http: &crate::config::Http) -> anyhow::Result<Self> {
+        self.login_limit = Arc::new(LoginLimit::new(
+            http.ui_login_attempts,
+            http.ui_login_window,
+        ));
+        self.client_ip_header = http
+            .ui_client_ip_header
+            .as_deref()
+            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+            .transpose()
+            .map_err(|_| anyhow::anyhow!("http.ui_client_ip_header is not a header name"))?;
+        Ok(self)
     }
 
     /// The same state serving the history pages under `/ui/`.
     #[must_use]
     pub fn with_ui(mut self, ui: crate::ui::Ui) -> Self {
+        (self.login_limit, self.client_ip_header) = ui.login_limit();
         self.ui = Some(Arc::new(ui));
         self
     }
@@ -81,6 +112,10 @@ impl HttpState {
         self
     }
 }
+
+/// `http.ui_login_attempts` and `http.ui_login_window` by default.
+const DEFAULT_LOGIN_ATTEMPTS: u32 = 10;
+const DEFAULT_LOGIN_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// An API error: its `Display` is the public message.
 #[derive(Debug)]
@@ -113,33 +148,107 @@ fn store_failed(e: &dyn std::fmt::Display) -> ApiError {
     )
 }
 
-fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
+fn authorize(
+    state: &HttpState,
+    headers: &HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<(), Refusal> {
     let Some(expected) = &state.api_token else {
         return Err(ApiError(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "the API is disabled: set http.api_token".into(),
-        ));
+        )
+        .into());
     };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    let ip = limit::client_ip(state.client_ip_header.as_ref(), headers, peer);
+    let now = state.now_ms();
+    // Checked before the token, so a blocked address learns nothing — not even that it has the
+    // right one.
+    if let limit::Verdict::Refused {
+        retry_after_s,
+        first,
+    } = state.login_limit.check(ip, now)
+    {
+        let client = limit::client_key(ip);
+        if first {
+            tracing::warn!(%client, retry_after_s, "API refused: too many wrong tokens from this address");
+        } else {
+            tracing::debug!(%client, retry_after_s, "API refused: too many wrong tokens from this address");
+        }
+        return Err(Refusal::TooMany(retry_after_s));
+    }
     if shell_agent::auth::bearer_matches(given, expected.expose_secret()) {
+        state.login_limit.succeeded(ip);
         Ok(())
     } else {
+        // A request without any token is no guess; a wrong one counts.
+        if given.is_some() {
+            state.login_limit.failed(ip, now);
+            tracing::debug!(client = %limit::client_key(ip), "API refused: wrong bearer token");
+        }
         Err(ApiError(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "missing or wrong bearer token".into(),
-        ))
+        )
+        .into())
     }
+}
+
+/// Why `/api` did not let a request in.
+#[derive(Debug)]
+enum Refusal {
+    /// No or a wrong token (401).
+    Api(ApiError),
+    /// Too many wrong tokens from this address: seconds to wait (429 + `Retry-After`).
+    TooMany(u64),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        Self::Api(e)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Api(e) => e.into_response(),
+            Self::TooMany(retry_after_s) => {
+                let mut r = ApiError(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_requests",
+                    format!(
+                        "too many wrong tokens from this address; try again in {retry_after_s} s"
+                    ),
+                )
+                .into_response();
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    header::HeaderValue::from(retry_after_s),
+                );
+                r
+            }
+        }
+    }
+}
+
+fn peer_of(request: &Request) -> Option<std::net::SocketAddr> {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0)
 }
 
 /// In front of everything under `/api`: nothing there answers before the token is checked.
 async fn require_token(State(state): State<HttpState>, request: Request, next: Next) -> Response {
-    match authorize(&state, request.headers()) {
+    match authorize(&state, request.headers(), peer_of(&request)) {
         Ok(()) => next.run(request).await,
-        Err(e) => e.into_response(),
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -158,13 +267,13 @@ async fn not_found(
     State(state): State<HttpState>,
     headers: HeaderMap,
     request: Request,
-) -> ApiError {
+) -> Response {
     if request.uri().path().starts_with("/api")
-        && let Err(e) = authorize(&state, &headers)
+        && let Err(refusal) = authorize(&state, &headers, peer_of(&request))
     {
-        return e;
+        return refusal.into_response();
     }
-    ApiError(StatusCode::NOT_FOUND, "not_found", "no such path".into())
+    ApiError(StatusCode::NOT_FOUND, "not_found", "no such path".into()).into_response()
 }
 
 /// A known `/api` path with a method it does not serve (reached only with a valid token).

@@ -302,3 +302,132 @@ async fn issue17_the_api_filters_conversations_by_project() {
     assert_eq!(list("").await.len(), 3, "no filter: every project");
     server.abort();
 }
+
+/// S-LOGIN1 on the API: wrong bearer tokens count per client address with the UI's limiter — after
+/// `http.ui_login_attempts` the address gets 429 with `Retry-After`, the right token too, until the
+/// oldest failure leaves the window; a wrong token on `/ui/login` counts against the API as well.
+#[tokio::test]
+async fn s_login1_wrong_api_bearer_tokens_are_limited_per_address_like_the_ui() {
+    use chat_bridge::clock::ManualClock;
+    use chat_bridge::http::{HttpState, router};
+    use std::time::Duration;
+    daemon_client::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("api.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let http_cfg = chat_bridge::config::Http {
+        api_token: Some("api-secret-0123".into()),
+        ui_login_attempts: 3,
+        ui_login_window: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let clock = Arc::new(ManualClock::at(1_800_000_000_000));
+    let serve = |state: HttpState| async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let service = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+        (
+            base,
+            tokio::spawn(async move { axum::serve(listener, service).await }),
+        )
+    };
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let get = |base: &str, path: &str, token: &str| {
+        http.get(format!("{base}{path}"))
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+    };
+
+    // The API alone (UI off).
+    let state = HttpState::new(
+        store.clone(),
+        Arc::default(),
+        Some("api-secret-0123".into()),
+    )
+    .with_login_limit(&http_cfg)
+    .expect("limit")
+    .with_clock(clock.clone());
+    let (base, server) = serve(state).await;
+    // No token at all is no guess: it does not count.
+    for _ in 0..5 {
+        let r = http
+            .get(format!("{base}/api/v1/conversations"))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 401);
+    }
+    for _ in 0..3 {
+        let r = get(&base, "/api/v1/conversations", "guess")
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 401);
+        clock.advance(Duration::from_secs(60));
+    }
+    for (path, token) in [
+        ("/api/v1/conversations", "guess"),
+        ("/api/v1/conversations", "api-secret-0123"),
+        ("/api/v1/no-such-path", "api-secret-0123"),
+        ("/api/", "api-secret-0123"),
+    ] {
+        let r = get(&base, path, token).await.expect("get");
+        assert_eq!(r.status(), 429, "{path} {token}");
+        assert_eq!(
+            r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("420")
+        );
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(body["error"]["code"], "too_many_requests");
+    }
+    clock.advance(Duration::from_secs(420));
+    let r = get(&base, "/api/v1/conversations", "api-secret-0123")
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200, "the oldest failure left the window");
+    server.abort();
+
+    // With the UI on: one count for both doors.
+    let ui_cfg = chat_bridge::config::Http {
+        ui: true,
+        ..http_cfg.clone()
+    };
+    let ui = chat_bridge::ui::Ui::new(
+        &ui_cfg,
+        chat_bridge::core::redact::Redactor::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .expect("ui");
+    let state = HttpState::new(
+        store.clone(),
+        Arc::default(),
+        Some("api-secret-0123".into()),
+    )
+    .with_ui(ui)
+    .with_clock(clock.clone());
+    let (base, server) = serve(state).await;
+    for _ in 0..2 {
+        let r = http
+            .post(format!("{base}/ui/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("token=guess")
+            .send()
+            .await
+            .expect("login");
+        assert_eq!(r.status(), 401);
+    }
+    let r = get(&base, "/api/v1/conversations", "guess")
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 401);
+    let r = get(&base, "/api/v1/conversations", "api-secret-0123")
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 429, "two UI failures and one API failure");
+    server.abort();
+    store.close().await;
+}

@@ -347,23 +347,27 @@ impl Rig {
     /// Signs in as `login` through the provider; returns the callback's answer and the cookie
     /// header the browser would send afterwards.
     async fn sign_in(&self, login: &str) -> (reqwest::Response, String) {
+        self.sign_in_to(login, "").await
+    }
+
+    /// The same, starting from `/ui/login{query}` (e.g. `?next=…`) and following its link.
+    async fn sign_in_to(&self, login: &str, query: &str) -> (reqwest::Response, String) {
         let login_page = self
             .http
-            .get(format!("{}/ui/login", self.bridge))
+            .get(format!("{}/ui/login{query}", self.bridge))
             .send()
             .await
             .expect("login page");
-        assert!(
-            login_page
-                .text()
-                .await
-                .expect("body")
-                .contains("/ui/oidc/start"),
-            "the sign-in page offers single sign-on"
-        );
+        let login_page = login_page.text().await.expect("body");
+        let sso = login_page
+            .split("href=\"/ui/oidc/start")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .expect("the sign-in page offers single sign-on")
+            .to_owned();
         let start = self
             .http
-            .get(format!("{}/ui/oidc/start", self.bridge))
+            .get(format!("{}/ui/oidc/start{sso}", self.bridge))
             .send()
             .await
             .expect("start");
@@ -456,7 +460,19 @@ async fn s_oidc_emulate_okta_allowed_domain_gets_in_others_and_tampered_tokens_a
         set.contains("HttpOnly") && set.contains("SameSite=Strict"),
         "{set}"
     );
-    assert!(r.text().await.expect("body").contains("url=/ui/"));
+    assert!(r.text().await.expect("body").contains("url=/ui/\""));
+    // Where they were going survives the round trip through the provider.
+    let (r, _) = rig
+        .sign_in_to("ann@example.com", "?next=%2Fui%2Frunning")
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text()
+            .await
+            .expect("body")
+            .contains("content=\"0;url=/ui/running\""),
+        "back to /ui/running"
+    );
     let list = rig.list_as(&session).await;
     assert_eq!(list.status(), 200);
     assert!(

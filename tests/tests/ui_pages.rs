@@ -128,9 +128,27 @@ on_both! {
             assert_eq!(header(&r, "x-content-type-options"), "nosniff", "{path}");
         }
         // Not signed in: every page sends to the sign-in form; the event stream is a 401.
-        for path in ["/ui/", "/ui/running", "/ui/overview", "/ui/conversations/x", "/ui/tool-calls/x", "/ui/tool-calls/x/output.txt"] {
+        // Where they were going rides along as `next` (the list itself needs none).
+        for (path, next) in [("/ui/", ""), ("/ui/running", "?next=%2Fui%2Frunning"), ("/ui/overview?days=3", "?next=%2Fui%2Foverview%3Fdays%3D3"), ("/ui/conversations/x", "?next=%2Fui%2Fconversations%2Fx"), ("/ui/tool-calls/x", "?next=%2Fui%2Ftool-calls%2Fx"), ("/ui/tool-calls/x/output.txt", "?next=%2Fui%2Ftool-calls%2Fx%2Foutput.txt")] {
             let r = get(path, None).await.expect(path);
-            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, "/ui/login".to_owned()), "{path}");
+            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, format!("/ui/login{next}")), "{path}");
+        }
+        // The form keeps a safe `next` (hidden field, and on the single sign-on link); never another site.
+        let form = get("/ui/login?next=%2Fui%2Frunning", None).await.expect("form").text().await.expect("body");
+        assert!(form.contains("name=\"next\" value=\"/ui/running\""), "{form}");
+        for bad in ["https%3A%2F%2Fevil.example", "%2F%2Fevil.example%2Fui%2F", "%2Fui%2F%5C%5Cevil.example", "%2Fui%2F..%2F..%2Fapi%2Fv1", "%2Fapi%2Fv1%2Fconversations"] {
+            let form = get(&format!("/ui/login?next={bad}"), None).await.expect("form").text().await.expect("body");
+            assert!(!form.contains("name=\"next\""), "{bad}: {form}");
+        }
+        let login_to = |next: &str| {
+            http.post(format!("{base}/ui/login"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(serde_urlencoded::to_string([("token", TOKEN), ("next", next)]).expect("form"))
+                .send()
+        };
+        for (next, lands) in [("/ui/running", "/ui/running"), ("/ui/overview?days=3", "/ui/overview?days=3"), ("https://evil.example/ui/", "/ui/"), ("//evil.example/ui/", "/ui/"), ("/ui/\\evil.example", "/ui/"), ("/\\evil.example", "/ui/"), ("/ui/../x", "/ui/"), ("/ui/login", "/ui/")] {
+            let r = login_to(next).await.expect("login");
+            assert_eq!((r.status().as_u16(), header(&r, "location")), (303, lands.to_owned()), "{next}");
         }
         assert_eq!(get("/ui/running/events", None).await.expect("events").status(), 401);
         let form = get("/ui/login", None).await.expect("form").text().await.expect("body");
@@ -237,6 +255,10 @@ on_both! {
                 text.push_str(&String::from_utf8_lossy(&chunk));
                 if !seen_running && text.contains("⏳") && text.contains("sleep 2.5") && beats(&text) > 0 {
                     assert!(text.contains("alice") && text.contains("console · "), "{text}");
+                    // The running tool links to its stored tool call's page, which is found.
+                    let link = text.split("href=\"/ui/tool-calls/").nth(1).and_then(|s| s.split('"').next()).expect("a link to the running tool's page").to_owned();
+                    let page = get(&format!("/ui/tool-calls/{link}"), c).await.expect("tool page");
+                    assert_eq!(page.status(), 200, "/ui/tool-calls/{link}");
                     seen_running = true;
                     text.clear();
                 } else if seen_running && text.contains("Nothing is running.") {
@@ -492,8 +514,16 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
             ..Default::default()
         }),
         awaiting_approval: false,
+        stored_id: Some("tc-1".into()),
     };
-    let turn = live_turn(vec![tool.clone()]);
+    // Not stored yet: shown without a link (its page would not be found).
+    let unstored = LiveTool {
+        id: "sess-1/call-2".into(),
+        title: "not-stored-yet".into(),
+        stored_id: None,
+        ..tool.clone()
+    };
+    let turn = live_turn(vec![tool.clone(), unstored]);
     board.publish(runner, "conv-1", Some(turn.clone()));
     let opened = frames.next().await;
     assert!(opened.contains("id: 1"), "{opened}");
@@ -509,13 +539,19 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
         "1 queued",
         " UTC is a stall",
         "ago",
-        "href=\"/ui/tool-calls/sess-1%2Fcall-1\"",
+        "href=\"/ui/tool-calls/tc-1\"",
         "href=\"/ui/conversations/conv-1#turn-2\"",
     ] {
         assert!(opened.contains(want), "{want}: {opened}");
     }
     assert!(
         !opened.contains("<script>") && !opened.contains("<img"),
+        "{opened}"
+    );
+    // The running view links a tool to its stored id, never to the agent's call id (issue: it
+    // linked `/ui/tool-calls/sess-1%2Fcall-1`, which is no page).
+    assert!(
+        !opened.contains("href=\"/ui/tool-calls/sess-1") && opened.contains("not-stored-yet"),
         "{opened}"
     );
 
@@ -586,6 +622,111 @@ async fn ui_live_events_push_each_change_of_the_open_turns_and_keep_alive() {
     })
     .await
     .expect("the stream ends when the bridge stops");
+    server.abort();
+    store.close().await;
+}
+
+/// The live stream ends with the session it was opened with — when the cookie expires, and when it
+/// signs out (which also voids the cookie on this replica) — and a replica serves at most
+/// `with_max_streams` of them at once (503 beyond).
+#[tokio::test]
+async fn ui_live_stream_ends_with_its_session_and_streams_are_capped() {
+    use chat_bridge::clock::ManualClock;
+    use chat_bridge::http::{HttpState, router};
+    use tokio_util::sync::CancellationToken;
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("ui.db").display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let http_cfg = chat_bridge::config::Http {
+        ui: true,
+        api_token: Some(TOKEN.into()),
+        ui_session_minutes: 1,
+        ..Default::default()
+    };
+    let ui = chat_bridge::ui::Ui::new(
+        &http_cfg,
+        chat_bridge::core::redact::Redactor::default(),
+        CancellationToken::new(),
+    )
+    .expect("ui")
+    .with_live_every(Duration::from_millis(20))
+    .with_keep_alive(Duration::from_millis(200))
+    .with_max_streams(1);
+    let clock = Arc::new(ManualClock::at(1_800_000_000_000));
+    let state = HttpState::new(store.clone(), Arc::default(), Some(TOKEN.into()))
+        .with_ui(ui)
+        .with_clock(clock.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let http = client();
+    let sign_in = || async {
+        let set = header(&post_login(&http, &base, TOKEN, false).await, "set-cookie");
+        set.split(';').next().expect("cookie").to_owned()
+    };
+    let open = |cookie: String| {
+        http.get(format!("{base}/ui/running/events"))
+            .header("cookie", cookie)
+            .send()
+    };
+    let ends = |r: reqwest::Response| async move {
+        let mut frames = Frames {
+            r,
+            buf: String::new(),
+        };
+        assert!(frames.next().await.contains("event: running"));
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while frames.r.chunk().await.ok().flatten().is_some() {}
+        })
+        .await
+        .is_ok()
+    };
+
+    // Expiry: a session with 1.5 s left; the stream ends when it does.
+    let first = sign_in().await;
+    clock.advance(Duration::from_millis(58_500));
+    let r = open(first.clone()).await.expect("events");
+    assert_eq!(r.status(), 200);
+    let started = std::time::Instant::now();
+    // Meanwhile the one stream this replica allows is taken.
+    let second = sign_in().await;
+    let refused = open(second.clone()).await.expect("events");
+    assert_eq!(refused.status(), 503, "over the cap");
+    assert!(!header(&refused, "retry-after").is_empty());
+    clock.advance(Duration::from_millis(1_500));
+    assert!(ends(r).await, "the stream ends when its session expires");
+    assert!(started.elapsed() < Duration::from_secs(8));
+
+    // Sign-out: the stream opened with that cookie ends, and the cookie no longer opens pages here.
+    let r = open(second.clone()).await.expect("events");
+    assert_eq!(r.status(), 200, "the expired stream gave its place back");
+    let ended = tokio::spawn(ends(r));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let out = http
+        .post(format!("{base}/ui/logout"))
+        .header("cookie", &second)
+        .send()
+        .await
+        .expect("logout");
+    assert!(header(&out, "set-cookie").contains("Max-Age=0"));
+    assert!(
+        ended.await.expect("task"),
+        "the stream ends when its session signs out"
+    );
+    let r = http
+        .get(format!("{base}/ui/running"))
+        .header("cookie", &second)
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(r.status(), 303, "a signed-out cookie is refused");
+    assert_eq!(
+        open(second).await.expect("events").status(),
+        401,
+        "and opens no stream"
+    );
     server.abort();
     store.close().await;
 }

@@ -70,7 +70,8 @@ impl Http {
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
         let mut state =
-            crate::http::HttpState::new(store.clone(), status.clone(), cfg.http.api_token.clone());
+            crate::http::HttpState::new(store.clone(), status.clone(), cfg.http.api_token.clone())
+                .with_login_limit(&cfg.http)?;
         if cfg.http.ui {
             let redactor = crate::core::redact::Redactor::new(&cfg.redact.patterns)
                 .context("redact.patterns")?;

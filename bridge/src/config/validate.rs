@@ -58,6 +58,56 @@ fn is_http_url(u: &str) -> bool {
     (u.starts_with("https://") || u.starts_with("http://")) && u.len() > "https://".len()
 }
 
+/// Whether `h` is a header clients send themselves (or a proxy sets for another purpose): as
+/// `http.ui_auth_header` it would let anyone sign in as whatever they write there.
+fn every_client_sends(h: &str) -> bool {
+    let h = h.trim().to_ascii_lowercase();
+    const EXACT: &[&str] = &[
+        "host",
+        "user-agent",
+        "cookie",
+        "accept",
+        "connection",
+        "origin",
+        "referer",
+        "authorization",
+        "proxy-authorization",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-port",
+        "x-real-ip",
+        "forwarded",
+        "via",
+        "te",
+        "upgrade",
+        "upgrade-insecure-requests",
+        "cache-control",
+        "pragma",
+        "range",
+        "dnt",
+        "expect",
+        "keep-alive",
+        "transfer-encoding",
+        "priority",
+    ];
+    const PREFIXES: &[&str] = &["accept-", "content-", "sec-", "if-", "access-control-"];
+    EXACT.contains(&h.as_str()) || PREFIXES.iter().any(|p| h.starts_with(p))
+}
+
+/// Whether `u` (`http.ui_url`) is an origin: a scheme and a host, with no path (a trailing `/` is
+/// fine), query or fragment — chat's links add `/ui/…` themselves.
+fn is_origin(u: &str) -> bool {
+    let Some(rest) = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    !rest.is_empty() && !rest.contains(['/', '?', '#', ' '])
+}
+
 impl Config {
     /// `[http.ui_oidc]`: complete, and closed unless an allow list opens it (S-OIDC1).
     fn check_ui_oidc(&self, o: &super::UiOidc, problems: &mut Vec<String>) {
@@ -93,6 +143,40 @@ impl Config {
             problems.push(
                 "[http.ui_oidc] lets nobody in: set http.ui_oidc.allowed_emails, allowed_domains or allowed_groups (everyone the provider knows is not a default)".into(),
             );
+        }
+        // Each entry must be what it says: an allow list has no wildcards, and an entry that
+        // matches nobody (or is not what it looks like) is a mistake to point out, not to ignore.
+        for d in &o.allowed_domains {
+            let t = d.trim();
+            let domain_chars = t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if t.is_empty() || !domain_chars || t.starts_with('.') || t.ends_with('.') {
+                problems.push(format!(
+                    "http.ui_oidc.allowed_domains entries must be domain names (example.com: no @, no wildcard, not blank), not {d:?}"
+                ));
+            }
+        }
+        for e in &o.allowed_emails {
+            let t = e.trim();
+            let ok = t.split_once('@').is_some_and(|(local, domain)| {
+                !local.is_empty()
+                    && !domain.is_empty()
+                    && !domain.contains('@')
+                    && !t.contains(['*', '?', ' '])
+            });
+            if !ok {
+                problems.push(format!(
+                    "http.ui_oidc.allowed_emails entries must be whole email addresses (alice@example.com: no wildcard, not blank), not {e:?}; to let a whole domain in, use allowed_domains"
+                ));
+            }
+        }
+        for g in &o.allowed_groups {
+            if g.trim().is_empty() || g.trim() == "*" {
+                problems.push(format!(
+                    "http.ui_oidc.allowed_groups entries must be group names (no wildcard, not blank), not {g:?}"
+                ));
+            }
         }
     }
 
@@ -221,12 +305,16 @@ impl Config {
         if let Some(o) = &self.http.ui_oidc {
             self.check_ui_oidc(o, &mut problems);
         }
-        if let Some(h) = &self.http.ui_auth_header
-            && axum::http::HeaderName::from_bytes(h.as_bytes()).is_err()
-        {
-            problems.push(format!(
-                "http.ui_auth_header must be a header name (X-Forwarded-Email), not {h:?}"
-            ));
+        if let Some(h) = &self.http.ui_auth_header {
+            if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                problems.push(format!(
+                    "http.ui_auth_header must be a header name (X-Forwarded-Email), not {h:?}"
+                ));
+            } else if every_client_sends(h) {
+                problems.push(format!(
+                    "http.ui_auth_header must be a header only the trusted auth proxy sets (X-Auth-Request-Email, X-Forwarded-Email), not {h:?}: clients send that one themselves, so anyone could sign in as whatever it says"
+                ));
+            }
         }
         if let Some(h) = &self.http.ui_client_ip_header
             && axum::http::HeaderName::from_bytes(h.trim().as_bytes()).is_err()
@@ -235,12 +323,16 @@ impl Config {
                 "http.ui_client_ip_header must be a header name (X-Forwarded-For), not {h:?}"
             ));
         }
-        if let Some(u) = &self.http.ui_url
-            && !(u.starts_with("https://") || u.starts_with("http://"))
-        {
-            problems.push(format!(
-                "http.ui_url must be the http(s):// address people reach the UI at, not {u:?}"
-            ));
+        if let Some(u) = &self.http.ui_url {
+            if !(u.starts_with("https://") || u.starts_with("http://")) {
+                problems.push(format!(
+                    "http.ui_url must be the http(s):// address people reach the UI at, not {u:?}"
+                ));
+            } else if !is_origin(u) {
+                problems.push(format!(
+                    "http.ui_url must be an origin only (https://bridge.example.com), without a path: links add /ui/… themselves; not {u:?}"
+                ));
+            }
         }
         check_ids(
             "approvals.approvers",

@@ -720,6 +720,13 @@ impl State {
         }
     }
 
+    /// The running call `call` is stored as `id` (its page on the live view).
+    pub fn tool_stored(&mut self, call: &ToolCallId, id: String) {
+        if let Some(tool) = self.turn.as_mut().and_then(|t| t.tools.get_mut(call)) {
+            tool.stored_id = Some(id);
+        }
+    }
+
     /// A tool call finished with `outcome`: it no longer runs; the turn's mark remembers it.
     pub fn tool_done(&mut self, call: &ToolCallId, outcome: ToolOutcome) -> Option<ToolState> {
         let turn = self.turn.as_mut()?;

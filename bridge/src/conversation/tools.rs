@@ -32,6 +32,8 @@ pub struct ToolState {
     /// The stored id of the approval it waits for: it is not running yet, so it shows no
     /// "running for …" line (R6).
     pub awaiting_approval: Option<String>,
+    /// Its stored id (`tool_calls.id`, the tool call's page), once the row is written.
+    pub stored_id: Option<String>,
 }
 
 impl ToolState {
@@ -49,6 +51,7 @@ impl ToolState {
             last_heartbeat: None,
             flushed: now,
             awaiting_approval: None,
+            stored_id: None,
         }
     }
 

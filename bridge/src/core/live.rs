@@ -21,8 +21,10 @@ use super::lock;
 /// A running tool call of an open turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveTool {
-    /// Its stored id (the tool call's page).
+    /// The agent's call id, scoped by its session (tells calls apart on the board).
     pub id: String,
+    /// Its stored id (`tool_calls.id`: the tool call's page), once stored; `None`: no link yet.
+    pub stored_id: Option<String>,
     /// Its title (the command, for a shell).
     pub title: String,
     /// When the bridge saw it start (unix ms).
@@ -216,6 +218,7 @@ mod tests {
             last_heartbeat: Some(12),
             progress: None,
             awaiting_approval: false,
+            stored_id: None,
         });
         b.publish(r, "c1", Some(later));
         assert_eq!(*rx.borrow(), 3);

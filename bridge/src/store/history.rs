@@ -177,7 +177,11 @@ fn like_pattern(q: &str) -> String {
     p
 }
 
+/// Up to 160 characters of `text` around the first match of `q`, cut only in plain text: escape
+/// sequences are taken out first, so a snippet never starts or ends inside one.
 fn snippet(text: &str, q: &str) -> String {
+    let text = crate::ui::ansi::strip(text);
+    let text = text.as_str();
     let lower = text.to_lowercase();
     let pos = lower.find(&q.to_lowercase()).unwrap_or(0);
     let mut start = pos.saturating_sub(60).min(text.len());
@@ -264,6 +268,22 @@ mod tests {
             "{s}"
         );
         assert_eq!(snippet("short needle", "needle"), "short needle");
+    }
+
+    #[test]
+    fn snippets_never_start_or_end_inside_an_escape_sequence() {
+        let text = format!(
+            "{}\u{1b}[38;2;255;255;255;48;2;0;0;0mE-blackonblack {}needle{}\u{1b}]0;title\u{7}",
+            "a".repeat(40),
+            "c".repeat(30),
+            "b".repeat(90)
+        );
+        let s = snippet(&text, "needle");
+        assert!(!s.contains('\u{1b}') && !s.contains("48;2"), "{s:?}");
+        assert!(
+            s.contains("E-blackonblack ccc") && s.contains("needle"),
+            "{s:?}"
+        );
     }
 
     #[test]

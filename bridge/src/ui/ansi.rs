@@ -135,6 +135,10 @@ impl Style {
     }
 }
 
+/// The most characters an escape sequence may span before it is taken to be unfinished and the
+/// text after it is shown again.
+const MAX_SEQUENCE: usize = 4096;
+
 /// `text` (terminal output) as escaped HTML with its SGR colours as spans, for inside a `<pre>`.
 #[must_use]
 pub fn to_html(text: &str) -> String {
@@ -144,16 +148,26 @@ pub fn to_html(text: &str) -> String {
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\u{1b}' => match chars.next() {
+            '\u{1b}' => match chars.peek().copied() {
                 Some('[') => {
-                    // CSI: parameters and intermediates up to a final byte 0x40–0x7e.
+                    chars.next();
+                    // CSI: parameters and intermediates (0x20–0x3f) up to a final byte 0x40–0x7e.
+                    // Anything else (a newline, another ESC, a control) ends the sequence
+                    // unfinished; the sequence is dropped and that character is kept.
                     let mut params = String::new();
                     let mut fin = None;
-                    for p in chars.by_ref() {
+                    let mut len = 0;
+                    while let Some(&p) = chars.peek() {
                         if ('\u{40}'..='\u{7e}').contains(&p) {
+                            chars.next();
                             fin = Some(p);
                             break;
                         }
+                        if !('\u{20}'..='\u{3f}').contains(&p) || len >= MAX_SEQUENCE {
+                            break;
+                        }
+                        chars.next();
+                        len += 1;
                         if params.len() < 64 {
                             params.push(p);
                         }
@@ -174,18 +188,51 @@ pub fn to_html(text: &str) -> String {
                     }
                 }
                 Some(']' | 'P' | '_' | '^' | 'X') => {
-                    // OSC / DCS / APC / PM / SOS: up to BEL or ST (ESC \).
-                    while let Some(p) = chars.next() {
-                        if p == '\u{7}' {
+                    chars.next();
+                    // OSC / DCS / APC / PM / SOS: up to BEL or ST (ESC \), or — never terminated —
+                    // up to the end of the line, another escape, or `MAX_SEQUENCE` characters,
+                    // whichever comes first. Only the sequence is dropped: what ends an unfinished
+                    // one (the newline, the next escape, the text after the bound) is kept.
+                    let mut len = 0;
+                    while let Some(&p) = chars.peek() {
+                        if p == '\n' || len >= MAX_SEQUENCE {
                             break;
                         }
-                        if p == '\u{1b}' && chars.peek() == Some(&'\\') {
-                            chars.next();
+                        if p == '\u{1b}' {
+                            let mut ahead = chars.clone();
+                            ahead.next();
+                            if ahead.peek() == Some(&'\\') {
+                                chars.next();
+                                chars.next();
+                            }
+                            // Otherwise a new escape sequence starts here.
+                            break;
+                        }
+                        chars.next();
+                        len += 1;
+                        if p == '\u{7}' {
                             break;
                         }
                     }
                 }
-                // Any other escape is two characters long, and neither is shown.
+                // nF escapes (ESC, intermediates 0x20–0x2f, a final 0x30–0x7e, e.g. `ESC ( B`) and
+                // two-character escapes (`ESC 7`, `ESC =`) are dropped whole.
+                Some(p) if ('\u{20}'..='\u{7e}').contains(&p) => {
+                    chars.next();
+                    if ('\u{20}'..='\u{2f}').contains(&p) {
+                        while let Some(&q) = chars.peek() {
+                            if ('\u{20}'..='\u{2f}').contains(&q) {
+                                chars.next();
+                            } else {
+                                if ('\u{30}'..='\u{7e}').contains(&q) {
+                                    chars.next();
+                                }
+                                break;
+                            }
+                        }
+                    }
+                }
+                // ESC before a newline, a control or the end: only the ESC is dropped.
                 _ => {}
             },
             '\r' => {
@@ -257,5 +304,79 @@ mod tests {
         assert_eq!(to_html("ok\u{1b}[31"), "ok");
         assert_eq!(to_html("ok\u{1b}]0;never ends"), "ok");
         assert_eq!(to_html("ok\u{1b}"), "ok");
+    }
+
+    #[test]
+    fn an_unterminated_string_sequence_drops_only_itself() {
+        // printf 'A-before\033]0;never-terminated\nB-after-osc\n'
+        assert_eq!(
+            to_html("A-before\u{1b}]0;never-terminated\nB-after-osc\n"),
+            "A-before\nB-after-osc\n"
+        );
+        for intro in ['P', '_', '^', 'X'] {
+            assert_eq!(
+                to_html(&format!("A\u{1b}{intro}q never ends\nB\n")),
+                "A\nB\n",
+                "ESC {intro}"
+            );
+        }
+        // Another escape ends it too, and is itself obeyed.
+        assert_eq!(
+            to_html("a\u{1b}]0;t\u{1b}[31mred\u{1b}[0m"),
+            "a<span class=\"f1\">red</span>"
+        );
+        // Without a newline, at most MAX_SEQUENCE characters go.
+        let long = format!("a\u{1b}]{}tail", "x".repeat(MAX_SEQUENCE + 3));
+        assert_eq!(to_html(&long), "axxxtail");
+        // An unfinished CSI ends at a newline; an ESC before a newline keeps the newline.
+        assert_eq!(to_html("a\u{1b}[1;2\nb"), "a\nb");
+        assert_eq!(to_html("a\u{1b}\nb\u{1b}(Bc"), "a\nbc");
+    }
+
+    /// A small deterministic generator (xorshift), so the property test needs no extra crate.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    #[test]
+    fn every_plain_line_survives_arbitrary_bytes() {
+        // Bytes weighted towards what starts, continues and ends escape sequences.
+        const ALPHABET: &[u8] = b"\x1b\x1b\x1b[[]]P_^X\\\x07\n\n\n\r;0123456789mHJabc xyz\x00\x7f(";
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..20_000 {
+            let len = usize::try_from(rng.next() % 80).unwrap_or(0);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = rng.next();
+                    if r.is_multiple_of(7) {
+                        u8::try_from(r >> 8 & 0xff).unwrap_or(0)
+                    } else {
+                        ALPHABET[usize::try_from(r >> 8).unwrap_or(0) % ALPHABET.len()]
+                    }
+                })
+                .collect();
+            let input = String::from_utf8_lossy(&bytes).into_owned();
+            let shown = strip(&input);
+            let shown_lines: Vec<&str> = shown.split('\n').collect();
+            // No sequence spans a newline, so every line made only of plain text is on the page.
+            for line in input.split('\n') {
+                if !line.is_empty()
+                    && line
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b' ' || b == b';')
+                {
+                    assert!(
+                        shown_lines.contains(&line),
+                        "{line:?} lost from {input:?}: {shown:?}"
+                    );
+                }
+            }
+        }
     }
 }

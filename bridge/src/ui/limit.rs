@@ -64,6 +64,24 @@ pub fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The client's address: from `client_ip_header` when it is set and the request carries a
+/// parseable one (of `X-Forwarded-For`, the last entry: the one the trusted proxy appended, not those
+/// the client sent), else the TCP peer's (every client counts as one when the server was started
+/// without connection info).
+#[must_use]
+pub fn client_ip(
+    client_ip_header: Option<&axum::http::HeaderName>,
+    headers: &axum::http::HeaderMap,
+    peer: Option<std::net::SocketAddr>,
+) -> IpAddr {
+    let from_proxy = client_ip_header.and_then(|h| {
+        let v = headers.get_all(h).iter().next_back()?.to_str().ok()?;
+        v.rsplit(',').next()?.trim().parse().ok()
+    });
+    from_proxy
+        .unwrap_or_else(|| peer.map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| p.ip()))
+}
+
 impl LoginLimit {
     /// At most `attempts` wrong tokens per address within `window` (each at least 1).
     #[must_use]

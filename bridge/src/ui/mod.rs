@@ -23,6 +23,7 @@ pub mod render;
 pub mod session;
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -54,7 +55,7 @@ pub struct Ui {
     redactor: Redactor,
     sessions: Sessions,
     login_token: Option<SecretString>,
-    login_limit: limit::LoginLimit,
+    login_limit: Arc<limit::LoginLimit>,
     oidc: Option<oidc::Oidc>,
     auth_header: Option<HeaderName>,
     client_ip_header: Option<HeaderName>,
@@ -62,6 +63,8 @@ pub struct Ui {
     live_every: Duration,
     keep_alive: Duration,
     stop: CancellationToken,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+    max_streams: usize,
 }
 
 impl std::fmt::Debug for Ui {
@@ -76,6 +79,12 @@ impl std::fmt::Debug for Ui {
 }
 
 impl Ui {
+    /// The wrong-token limit and the client-address header, which the API shares: a wrong bearer
+    /// token on `/api/v1` counts against the same address as a wrong one on `/ui/login`.
+    pub(crate) fn login_limit(&self) -> (Arc<limit::LoginLimit>, Option<HeaderName>) {
+        (self.login_limit.clone(), self.client_ip_header.clone())
+    }
+
     /// The UI over `http` settings: `login_token` is the API token (sign-in on `/ui/login`),
     /// `redactor` R7's; the live view ends its streams when `stop` is cancelled.
     ///
@@ -122,7 +131,10 @@ impl Ui {
             redactor,
             sessions: Sessions::new(key_from, ttl_ms),
             login_token: http.api_token.clone(),
-            login_limit: limit::LoginLimit::new(http.ui_login_attempts, http.ui_login_window),
+            login_limit: Arc::new(limit::LoginLimit::new(
+                http.ui_login_attempts,
+                http.ui_login_window,
+            )),
             oidc,
             auth_header,
             client_ip_header,
@@ -133,6 +145,8 @@ impl Ui {
             live_every: Duration::from_secs(1),
             keep_alive: Duration::from_secs(15),
             stop,
+            streams: Arc::default(),
+            max_streams: MAX_STREAMS,
         })
     }
 
@@ -151,6 +165,13 @@ impl Ui {
         self
     }
 
+    /// At most `n` live streams at once on this replica (default 100); beyond, 503.
+    #[must_use]
+    pub fn with_max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
     /// Where a tool call's page is, for chat's "full output" pointer.
     #[must_use]
     pub fn tool_call_url(base: Option<&str>, id: &str) -> String {
@@ -161,6 +182,34 @@ impl Ui {
 /// Who is looking (set by [`require_viewer`]).
 #[derive(Debug, Clone)]
 struct Viewer(String);
+
+/// The cookie session a request was signed in with (`None`: by the trusted proxy's header).
+#[derive(Debug, Clone)]
+struct SignedIn(Option<session::Session>);
+
+/// A place among the live streams this replica serves; given back when the stream ends.
+struct StreamSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl StreamSlot {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(count.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// At most this many live streams per replica by default (`Ui::with_max_streams`).
+const MAX_STREAMS: usize = 100;
 
 fn ui(state: &HttpState) -> &Ui {
     // The UI routes exist only when the state has a UI; `router` checks.
@@ -220,62 +269,107 @@ async fn require_viewer(
 ) -> Response {
     let ui = ui(&state);
     let headers = request.headers();
-    let who = ui
+    let by_proxy = ui
         .auth_header
         .as_ref()
         .and_then(|h| headers.get(h))
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .map(str::to_owned)
-        .or_else(|| session::cookie(headers).and_then(|c| ui.sessions.viewer(c, state.now_ms())));
+        .map(str::to_owned);
+    // Signed in with a cookie: its session (a live stream ends with it).
+    let mut signed_in = None;
+    let who = by_proxy.or_else(|| {
+        let c = session::cookie(headers)?;
+        let now = state.now_ms();
+        let who = ui.sessions.viewer(c, now)?;
+        signed_in = ui.sessions.session(c, now);
+        Some(who)
+    });
     match who {
         Some(who) => {
             request.extensions_mut().insert(Viewer(who));
+            request.extensions_mut().insert(SignedIn(signed_in));
             next.run(request).await
         }
         None if request.uri().path().ends_with("/events") => {
             (StatusCode::UNAUTHORIZED, "sign in at /ui/login").into_response()
         }
-        None => Redirect::to("/ui/login").into_response(),
+        None => {
+            // Back to where they were going once signed in (a page, not a form post).
+            let wanted = request
+                .uri()
+                .path_and_query()
+                .map_or("/ui/", axum::http::uri::PathAndQuery::as_str);
+            match (request.method() == axum::http::Method::GET)
+                .then(|| safe_next(wanted))
+                .flatten()
+            {
+                Some(n) if n != "/ui/" => {
+                    Redirect::to(&format!("/ui/login?next={}", render::seg(n))).into_response()
+                }
+                _ => Redirect::to("/ui/login").into_response(),
+            }
+        }
     }
 }
 
-async fn login_form(State(state): State<HttpState>) -> Response {
+/// Where to go after signing in: a path under `/ui/` on this site only — never an absolute URL,
+/// `//host`, a backslash (browsers read it as `/`), a `..` segment or a control character.
+fn safe_next(next: &str) -> Option<&str> {
+    let ok = next.starts_with("/ui/")
+        && next.len() <= 2048
+        && !next.contains('\\')
+        && !next.contains("//")
+        && !next
+            .split(['/', '?', '#'])
+            .any(|part| part == ".." || part == ".")
+        && !next.to_ascii_lowercase().contains("%2e")
+        && !next.to_ascii_lowercase().contains("%5c")
+        && next.bytes().all(|b| b.is_ascii_graphic())
+        && !next.starts_with("/ui/login")
+        && !next.starts_with("/ui/logout")
+        && !next.starts_with("/ui/oidc/");
+    ok.then_some(next)
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NextQuery {
+    #[serde(default)]
+    next: String,
+}
+
+async fn login_form(
+    State(state): State<HttpState>,
+    q: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let next = q.as_ref().ok().and_then(|Query(q)| safe_next(&q.next));
     page(
         StatusCode::OK,
         render::login(
             None,
             ui(&state).login_token.is_some(),
             ui(&state).oidc.is_some(),
+            next,
         ),
     )
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct LoginForm {
     #[serde(default)]
     token: String,
+    #[serde(default)]
+    next: String,
 }
 
-/// The client's address: from `http.ui_client_ip_header` when it is set and the request carries a
-/// parseable one (of `X-Forwarded-For`, the last entry: the one the trusted proxy appended, not those
-/// the client sent), else the TCP peer's (every client counts as one when the server was started
-/// without connection info).
+/// The client's address (see [`limit::client_ip`]) under `http.ui_client_ip_header`.
 fn client_ip(
     ui: &Ui,
     headers: &HeaderMap,
     peer: Option<&axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> std::net::IpAddr {
-    let from_proxy = ui.client_ip_header.as_ref().and_then(|h| {
-        let v = headers.get_all(h).iter().next_back()?.to_str().ok()?;
-        v.rsplit(',').next()?.trim().parse().ok()
-    });
-    from_proxy.unwrap_or_else(|| {
-        peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| {
-            p.0.0.ip()
-        })
-    })
+    limit::client_ip(ui.client_ip_header.as_ref(), headers, peer.map(|p| p.0.0))
 }
 
 async fn login(
@@ -285,6 +379,8 @@ async fn login(
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let ui = ui(&state);
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let next = safe_next(&form.next);
     let Some(expected) = &ui.login_token else {
         return page(
             StatusCode::FORBIDDEN,
@@ -292,6 +388,7 @@ async fn login(
                 Some("Signing in with a token is off."),
                 false,
                 ui.oidc.is_some(),
+                next,
             ),
         );
     };
@@ -315,13 +412,13 @@ async fn login(
         );
         let mut r = page(
             StatusCode::TOO_MANY_REQUESTS,
-            render::login(Some(&msg), true, ui.oidc.is_some()),
+            render::login(Some(&msg), true, ui.oidc.is_some(), next),
         );
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         return r;
     }
-    let given = form.map(|Form(f)| f.token).unwrap_or_default();
+    let given = form.token;
     if !shell_agent::auth::tokens_match(given.trim(), expected.expose_secret())
         || given.trim().is_empty()
     {
@@ -329,14 +426,14 @@ async fn login(
         tracing::warn!(client = %limit::client_key(ip), "UI sign-in refused: wrong token");
         return page(
             StatusCode::UNAUTHORIZED,
-            render::login(Some("Wrong token."), true, ui.oidc.is_some()),
+            render::login(Some("Wrong token."), true, ui.oidc.is_some(), next),
         );
     }
     ui.login_limit.succeeded(ip);
     let value = ui.sessions.issue(now);
     let cookie = session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, over_tls(ui, &headers));
     tracing::info!("UI sign-in with the API token");
-    let mut r = Redirect::to("/ui/").into_response();
+    let mut r = Redirect::to(next.unwrap_or("/ui/")).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -344,6 +441,10 @@ async fn login(
 }
 
 async fn logout(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    // Void the session here too (and end its live streams), not only in this browser.
+    if let Some(c) = session::cookie(&headers) {
+        ui(&state).sessions.sign_out(c, state.now_ms());
+    }
     let mut r = Redirect::to("/ui/login").into_response();
     if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(over_tls(ui(&state), &headers))) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -374,15 +475,20 @@ fn sso_refused(ui: &Ui, headers: &HeaderMap, status: StatusCode, msg: &str) -> R
     with_cookies(
         page(
             status,
-            render::login(Some(msg), ui.login_token.is_some(), ui.oidc.is_some()),
+            render::login(Some(msg), ui.login_token.is_some(), ui.oidc.is_some(), None),
         ),
         &[pending_cookie("", 0, over_tls(ui, headers))],
     )
 }
 
 /// `/ui/oidc/start`: to the provider, with a fresh state, nonce and PKCE challenge.
-async fn oidc_start(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+async fn oidc_start(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    q: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let ui = ui(&state);
+    let next = q.as_ref().ok().and_then(|Query(q)| safe_next(&q.next));
     let Some(client) = &ui.oidc else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -400,7 +506,12 @@ async fn oidc_start(State(state): State<HttpState>, headers: HeaderMap) -> Respo
     };
     let pending = oidc::Pending::new();
     let exp = state.now_ms().saturating_add(oidc::PENDING_TTL_MS);
-    let value = ui.sessions.seal(&format!("{exp}.{}", pending.encode()));
+    // Where to go afterwards rides along, signed, hex-encoded (no dots).
+    let value = ui.sessions.seal(&format!(
+        "{exp}.{}.{}",
+        pending.encode(),
+        hex::encode(next.unwrap_or("/ui/"))
+    ));
     with_cookies(
         Redirect::to(&client.authorize_url(&d, &pending)).into_response(),
         &[pending_cookie(
@@ -418,7 +529,7 @@ struct Callback {
     error: Option<String>,
 }
 
-fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<oidc::Pending> {
+fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<(oidc::Pending, String)> {
     let value = headers
         .get_all(header::COOKIE)
         .iter()
@@ -431,7 +542,10 @@ fn pending_from(ui: &Ui, headers: &HeaderMap, now: i64) -> Option<oidc::Pending>
     let payload = ui.sessions.open(value)?;
     let (exp, rest) = payload.split_once('.')?;
     (exp.parse::<i64>().ok()? > now).then_some(())?;
-    oidc::Pending::decode(rest)
+    let (rest, next) = rest.rsplit_once('.')?;
+    let next = String::from_utf8(hex::decode(next).ok()?).ok()?;
+    let next = safe_next(&next).unwrap_or("/ui/").to_owned();
+    Some((oidc::Pending::decode(rest)?, next))
 }
 
 /// `/ui/oidc/callback`: state checked, code redeemed, ID token verified, allow rules applied.
@@ -465,7 +579,7 @@ async fn oidc_callback(
         );
     }
     let now = state.now_ms();
-    let Some(pending) = pending_from(ui, &headers, now) else {
+    let Some((pending, next)) = pending_from(ui, &headers, now) else {
         tracing::warn!(
             "UI single sign-on refused: no valid sign-in in progress (cookie missing, forged or expired)"
         );
@@ -512,7 +626,7 @@ async fn oidc_callback(
     // A page, not a redirect: the SameSite=Strict session cookie is not sent on a redirect chain
     // that began at the provider, so the next request must start here.
     with_cookies(
-        page(StatusCode::OK, render::signed_in()),
+        page(StatusCode::OK, render::signed_in(&next)),
         &[
             session::set_cookie(&value, ui.sessions.ttl_ms() / 1000, secure),
             pending_cookie("", 0, secure),
@@ -781,25 +895,70 @@ async fn running(
 /// `/ui/running/events`: the live part of the page as server-sent events — one at once, then one
 /// each time the open turns change (changes closer together than `live_every` are pushed together),
 /// a keep-alive comment while nothing changes — until the client goes or the bridge stops.
-async fn running_events(State(state): State<HttpState>) -> Response {
-    let (stop, every, keep_alive) = {
+async fn running_events(
+    State(state): State<HttpState>,
+    axum::Extension(SignedIn(signed_in)): axum::Extension<SignedIn>,
+) -> Response {
+    let (stop, every, keep_alive, slot) = {
         let ui = ui(&state);
-        (ui.stop.clone(), ui.live_every, ui.keep_alive)
+        let Some(slot) = StreamSlot::take(&ui.streams, ui.max_streams) else {
+            tracing::warn!(
+                max = ui.max_streams,
+                "UI live view refused: too many streams open"
+            );
+            let mut r = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many live views open on this replica; try again",
+            )
+                .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+            return r;
+        };
+        (ui.stop.clone(), ui.live_every, ui.keep_alive, slot)
     };
     let mut changes = state.status().live().subscribe();
     changes.mark_changed();
+    // The stream ends with the session it was opened with: when it expires or is signed out.
     let stream = futures_util::stream::unfold(
-        (state, stop, changes, true),
-        move |(state, stop, mut changes, first)| async move {
+        (state, stop, changes, true, slot, signed_in),
+        move |(state, stop, mut changes, first, slot, signed_in)| async move {
+            let gone = |state: &HttpState| {
+                signed_in.as_ref().is_some_and(|s| {
+                    state.now_ms() >= s.expires_at || ui(state).sessions.signed_out(s)
+                })
+            };
             if !first {
                 tokio::select! {
                     () = stop.cancelled() => return None,
                     () = tokio::time::sleep(every) => {}
                 }
             }
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                changed = changes.changed() => changed.ok()?,
+            let mut sign_outs = ui(&state).sessions.sign_outs();
+            let ends = signed_in.as_ref().map(|s| {
+                let left = u64::try_from(s.expires_at - state.now_ms()).unwrap_or(0);
+                tokio::time::Instant::now() + Duration::from_millis(left)
+            });
+            loop {
+                if gone(&state) {
+                    return None;
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = async {
+                        match ends {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => return None,
+                    changed = sign_outs.changed() => {
+                        changed.ok()?;
+                    }
+                    changed = changes.changed() => {
+                        changed.ok()?;
+                        break;
+                    }
+                }
             }
             let live = state.status().live().snapshot();
             let html = render::running_fragment(
@@ -813,7 +972,10 @@ async fn running_events(State(state): State<HttpState>) -> Response {
                 .event("running")
                 .id(live.version.to_string())
                 .data(html);
-            Some((Ok::<_, Infallible>(event), (state, stop, changes, false)))
+            Some((
+                Ok::<_, Infallible>(event),
+                (state, stop, changes, false, slot, signed_in),
+            ))
         },
     );
     Sse::new(stream)

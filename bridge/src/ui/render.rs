@@ -175,6 +175,12 @@ fn shown(r: &Redactor, s: &str) -> String {
     ansi::visible(&ansi::strip(&r.redact(s)))
 }
 
+/// A prompt as the page shows it: like `shown`, but a carriage return is not terminal output's
+/// "back to the line start" — it is shown as `␍`, as the console shows it (a CRLF stays a newline).
+fn shown_prompt(r: &Redactor, s: &str) -> String {
+    shown(r, &s.replace("\r\n", "\n").replace('\r', "\u{240d}"))
+}
+
 fn layout(title: &str, chrome: Chrome<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -217,7 +223,16 @@ pub fn list_error(chrome: Chrome<'_>, msg: &str) -> Markup {
 
 /// The sign-in page; `error` is what went wrong with the last attempt.
 #[must_use]
-pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Markup {
+pub fn login(
+    error: Option<&str>,
+    token_enabled: bool,
+    sso_enabled: bool,
+    next: Option<&str>,
+) -> Markup {
+    let sso = match next {
+        Some(n) => format!("/ui/oidc/start?next={}", seg(n)),
+        None => "/ui/oidc/start".to_owned(),
+    };
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -232,12 +247,13 @@ pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Mar
                     h1 { "chat-bridge history" }
                     @if let Some(e) = error { p.error role="alert" { (e) } }
                     @if sso_enabled {
-                        p { a.sso href="/ui/oidc/start" { "Sign in with single sign-on" } }
+                        p { a.sso href=(sso) { "Sign in with single sign-on" } }
                     }
                     @if token_enabled {
                         form method="post" action="/ui/login" {
                             label for="token" { "API token" }
                             input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                            @if let Some(n) = next { input type="hidden" name="next" value=(n); }
                             button type="submit" { "Sign in" }
                         }
                     } @else if !sso_enabled {
@@ -251,20 +267,21 @@ pub fn login(error: Option<&str>, token_enabled: bool, sso_enabled: bool) -> Mar
 
 /// After a single sign-on: on to the pages (a same-site navigation, so the session cookie rides).
 #[must_use]
-pub fn signed_in() -> Markup {
+pub fn signed_in(next: &str) -> Markup {
+    let refresh = format!("0;url={next}");
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                meta http-equiv="refresh" content="0;url=/ui/";
+                meta http-equiv="refresh" content=(refresh);
                 title { "Signed in · chat-bridge" }
                 link rel="stylesheet" href="/ui/assets/ui.css";
             }
             body.login {
                 main {
                     h1 { "Signed in" }
-                    p { a href="/ui/" { "On to the history" } }
+                    p { a href=(next) { "On to the history" } }
                 }
             }
         }
@@ -553,7 +570,7 @@ fn turn_block(r: &Redactor, turn: &Turn, items: &[Item<'_>], now: i64) -> Markup
                 @if let Some(end) = turn.ended_at { " · " (duration(end - turn.started_at)) }
                 " · " span.status { (turn.status) }
             }
-            blockquote.prompt { pre { (shown(r, &turn.prompt)) } }
+            blockquote.prompt { pre { (shown_prompt(r, &turn.prompt)) } }
             ol.items {
                 @for it in items {
                     @match it {
@@ -668,7 +685,7 @@ pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) 
                     td { (ansi::visible(&t.project)) }
                     td { (ansi::visible(&t.platform)) " · " (ansi::visible(&t.channel)) }
                     td { (ansi::visible(&t.user)) }
-                    td { a href={ "/ui/conversations/" (seg(&t.conversation_id)) "#turn-" (t.seq) } { (shown(r, &first_line(&t.prompt, 120))) } }
+                    td { a href={ "/ui/conversations/" (seg(&t.conversation_id)) "#turn-" (t.seq) } { (shown_prompt(r, &first_line(&t.prompt, 120))) } }
                     td.liveness {
                         @if t.stalled { "⚠ stalled" } @else if t.cancelling { "cancelling" } @else {
                             "last frame " span.elapsed data-ms=(now - t.last_frame) data-suffix=" ago" { (duration(now - t.last_frame)) " ago" }
@@ -684,7 +701,7 @@ pub fn running_fragment(r: &Redactor, now: i64, live: &Snapshot, standby: bool) 
             table.list #running-calls {
                 thead { tr { th { "Tool" } th { "Elapsed" } th { "Heartbeats" } th { "Last heartbeat" } th { "Output" } } }
                 tbody { @for t in &live.turns { @for c in &t.tools { tr data-id=(c.id) data-heartbeats=(c.heartbeats) {
-                    td { @if c.awaiting_approval { "✋ " } @else { "⏳ " } a href={ "/ui/tool-calls/" (seg(&c.id)) } { (shown(r, &first_line(&c.title, 120))) } }
+                    td { @if c.awaiting_approval { "✋ " } @else { "⏳ " } @if let Some(id) = &c.stored_id { a href={ "/ui/tool-calls/" (seg(id)) } { (shown(r, &first_line(&c.title, 120))) } } @else { (shown(r, &first_line(&c.title, 120))) } }
                     td { @if c.awaiting_approval { "awaiting approval" } @else { span.elapsed data-ms=(now - c.started_at) { (duration(now - c.started_at)) } } }
                     td.hb { (c.heartbeats) }
                     td { @if let Some(p) = c.last_heartbeat { span.elapsed data-ms=(now - p) data-suffix=" ago" { (duration(now - p)) " ago" } } @else { "none yet" } }
@@ -977,5 +994,12 @@ mod tests {
         c.platform = "console".into();
         c.thread = "2".into();
         assert_eq!(permalink(&c), None);
+    }
+
+    #[test]
+    fn a_carriage_return_in_a_prompt_is_a_visible_placeholder() {
+        let r = Redactor::default();
+        assert_eq!(shown_prompt(&r, "ls\rrm -rf /"), "ls\u{240d}rm -rf /");
+        assert_eq!(shown_prompt(&r, "a\r\nb"), "a\nb");
     }
 }

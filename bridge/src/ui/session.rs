@@ -1,6 +1,8 @@
 //! The UI's session cookie: `<expiry ms>.<nonce>.<HMAC-SHA256>` under a key derived from the API
 //! token — nothing stored, valid on every replica, checked in constant time, and void once it
-//! expires or the token is rotated.
+//! expires or the token is rotated. Signing out also voids the cookie on the replica that served the
+//! sign-out (a bounded in-memory list until the cookie would have expired), and ends that session's
+//! live streams there.
 
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
@@ -12,10 +14,26 @@ type HmacSha256 = Hmac<Sha256>;
 /// The cookie's name.
 pub const COOKIE: &str = "chat_bridge_ui";
 
+/// At most this many signed-out sessions are remembered (the soonest to expire go first).
+const MAX_SIGNED_OUT: usize = 10_000;
+
 /// Issues and checks session cookies.
 pub struct Sessions {
     key: [u8; 32],
     ttl_ms: i64,
+    /// Signed-out sessions (nonce → expiry ms), refused until they would have expired.
+    signed_out: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Bumped at each sign-out: live streams look whether theirs was it.
+    sign_outs: tokio::sync::watch::Sender<u64>,
+}
+
+/// A valid session: when it expires, and its nonce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Unix ms.
+    pub expires_at: i64,
+    /// Tells it apart from every other.
+    pub nonce: String,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -44,7 +62,56 @@ impl Sessions {
                 .into(),
             None => rand::random(),
         };
-        Self { key, ttl_ms }
+        Self {
+            key,
+            ttl_ms,
+            signed_out: std::sync::Mutex::default(),
+            sign_outs: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// The session of a valid, unexpired, not signed-out cookie.
+    #[must_use]
+    pub fn session(&self, value: &str, now: i64) -> Option<Session> {
+        self.viewer(value, now)?;
+        let payload = self.open(value)?;
+        let mut it = payload.split('.');
+        let expires_at = it.next()?.parse::<i64>().ok()?;
+        let nonce = it.next()?.to_owned();
+        Some(Session { expires_at, nonce })
+    }
+
+    /// Signs the session of `value` out (when it is valid): refused from now on, here.
+    pub fn sign_out(&self, value: &str, now: i64) {
+        crate::core::lock(&self.signed_out).retain(|_, exp| *exp > now);
+        let Some(session) = self.session(value, now) else {
+            return;
+        };
+        {
+            let mut out = crate::core::lock(&self.signed_out);
+            if out.len() >= MAX_SIGNED_OUT
+                && let Some(soonest) = out
+                    .iter()
+                    .min_by_key(|(_, exp)| **exp)
+                    .map(|(n, _)| n.clone())
+            {
+                out.remove(&soonest);
+            }
+            out.insert(session.nonce, session.expires_at);
+        }
+        self.sign_outs.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether `session` was signed out here.
+    #[must_use]
+    pub fn signed_out(&self, session: &Session) -> bool {
+        crate::core::lock(&self.signed_out).contains_key(&session.nonce)
+    }
+
+    /// Sign-outs as they happen.
+    #[must_use]
+    pub fn sign_outs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.sign_outs.subscribe()
     }
 
     /// How long a session lasts, ms.
@@ -100,8 +167,11 @@ impl Sessions {
         let payload = self.open(value)?;
         let mut it = payload.split('.');
         let exp = it.next()?.parse::<i64>().ok()?;
-        let _nonce = it.next()?;
+        let nonce = it.next()?;
         if !(now < exp && exp - now <= self.ttl_ms) {
+            return None;
+        }
+        if crate::core::lock(&self.signed_out).contains_key(nonce) {
             return None;
         }
         match it.next() {
@@ -182,6 +252,22 @@ mod tests {
         assert_eq!(s.viewer(&format!("{forged}.{sig}"), 1_000), None);
         // Without a token the key is random: nothing verifies but what this process issued.
         assert!(!Sessions::new(None, 60_000).check(&v, 1_000));
+    }
+
+    #[test]
+    fn a_signed_out_session_is_refused_here_until_it_would_have_expired() {
+        let s = Sessions::new(Some(&"api-token-0123".into()), 60_000);
+        let (a, b) = (s.issue(1_000), s.issue(1_000));
+        let outs = s.sign_outs();
+        let session = s.session(&a, 1_000).expect("valid");
+        assert_eq!(session.expires_at, 61_000);
+        s.sign_out(&a, 2_000);
+        assert!(outs.has_changed().expect("open"));
+        assert!(!s.check(&a, 2_000) && s.signed_out(&session));
+        assert!(s.check(&b, 2_000), "only that session");
+        // Remembered only while it could still be used.
+        s.sign_out(&b, 62_000);
+        assert!(crate::core::lock(&s.signed_out).is_empty());
     }
 
     #[test]

@@ -538,3 +538,111 @@ fn s_oidc1_single_sign_on_refuses_to_start_open_incomplete_or_with_its_secret_in
         assert!(err.to_string().contains(names), "{names}: {err}");
     }
 }
+
+#[test]
+fn s_ui_start_up_refuses_client_sent_auth_headers_open_allow_lists_and_a_ui_url_with_a_path() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("c.toml");
+    let load_file = |body: &str, extra: &[(&str, &str)]| {
+        std::fs::write(&path, body).expect("write");
+        Config::load(Some(&path), with(&SLACK, extra), &Flags::default())
+    };
+    let ui = "[http]\nui = true\nlisten = \"127.0.0.1:8080\"\n";
+    // A header every client sends is no proof of who signed in.
+    for h in [
+        "Host",
+        "user-agent",
+        "Cookie",
+        "Accept",
+        "Accept-Language",
+        "Connection",
+        "Content-Type",
+        "Origin",
+        "Referer",
+        "Authorization",
+        "X-Forwarded-For",
+        "Sec-Fetch-Mode",
+    ] {
+        let err = load_file(&format!("{ui}ui_auth_header = \"{h}\"\n"), &[])
+            .expect_err(h)
+            .to_string();
+        assert!(
+            err.contains("http.ui_auth_header must be a header only the trusted auth proxy sets"),
+            "{h}: {err}"
+        );
+    }
+    let cfg = load_file(
+        &format!("{ui}ui_auth_header = \"X-Auth-Request-Email\"\n"),
+        &[],
+    )
+    .expect("a proxy's own header");
+    assert_eq!(
+        cfg.http.ui_auth_header.as_deref(),
+        Some("X-Auth-Request-Email")
+    );
+
+    // Allow lists: no wildcards, nothing blank, each entry what it says.
+    let oidc = format!(
+        "{ui}ui_url = \"https://bridge.example.com\"\n[http.ui_oidc]\nissuer = \"https://idp.example.com\"\nclient_id = \"bridge\"\n"
+    );
+    let secret = [("CHAT_BRIDGE_HTTP__UI_OIDC_CLIENT_SECRET", "s3cr3t-value")];
+    for (rule, names) in [
+        (
+            "allowed_domains = [\"@example.com\"]",
+            "http.ui_oidc.allowed_domains",
+        ),
+        (
+            "allowed_domains = [\"example.com\", \"\"]",
+            "http.ui_oidc.allowed_domains",
+        ),
+        (
+            "allowed_domains = [\"*.example.com\"]",
+            "http.ui_oidc.allowed_domains",
+        ),
+        ("allowed_emails = [\"*\"]", "http.ui_oidc.allowed_emails"),
+        (
+            "allowed_emails = [\"*@example.com\"]",
+            "http.ui_oidc.allowed_emails",
+        ),
+        (
+            "allowed_emails = [\"alice@example.com\", \" \"]",
+            "http.ui_oidc.allowed_emails",
+        ),
+        ("allowed_groups = [\"*\"]", "http.ui_oidc.allowed_groups"),
+    ] {
+        let err = load_file(&format!("{oidc}{rule}\n"), &secret)
+            .expect_err(rule)
+            .to_string();
+        assert!(err.contains(names), "{rule}: {err}");
+    }
+    load_file(
+        &format!(
+            "{oidc}allowed_domains = [\"Example.com\"]\nallowed_emails = [\"bob@elsewhere.org\"]\n"
+        ),
+        &secret,
+    )
+    .expect("plain entries");
+
+    // ui_url: an origin only (a path doubled `/ui/ui/` in chat's links).
+    for u in [
+        "https://bridge.example.com/ui/",
+        "https://bridge.example.com/ui",
+        "https://bridge.example.com/x",
+        "https://bridge.example.com?x=1",
+    ] {
+        let err = load_file(&format!("[http]\nui_url = \"{u}\"\n"), &[])
+            .expect_err(u)
+            .to_string();
+        assert!(
+            err.contains("http.ui_url must be an origin only"),
+            "{u}: {err}"
+        );
+    }
+    for u in [
+        "https://bridge.example.com",
+        "https://bridge.example.com/",
+        "http://127.0.0.1:8080",
+    ] {
+        load_file(&format!("[http]\nui_url = \"{u}\"\n"), &[]).expect(u);
+    }
+}

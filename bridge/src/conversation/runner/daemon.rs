@@ -53,7 +53,8 @@ impl Runner {
             if known.status == "running" {
                 // Replayed after a restart or reconnect: the thread already shows it; follow it again.
                 self.state
-                    .tool_running(call, known.title, Instant::now(), false);
+                    .tool_running(call.clone(), known.title, Instant::now(), false);
+                self.state.tool_stored(&call, known.id);
             }
             // Finished already: nothing to show again.
             return Ok(());
@@ -94,7 +95,9 @@ impl Runner {
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
             .await?;
         self.commit(tx).await?;
-        self.state.tool_running(call, title, Instant::now(), true);
+        self.state
+            .tool_running(call.clone(), title, Instant::now(), true);
+        self.state.tool_stored(&call, db_id);
         Ok(())
     }
 

@@ -201,6 +201,7 @@ impl Runner {
                 last_heartbeat: tool.last_heartbeat.map(wall),
                 progress: tool.progress,
                 awaiting_approval: tool.awaiting_approval.is_some(),
+                stored_id: tool.stored_id.clone(),
             })
             .collect();
         tools.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
