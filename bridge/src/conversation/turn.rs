@@ -53,6 +53,9 @@ pub struct TurnState {
     pub drafts: usize,
     /// Other people's messages merged into this turn's prompt (`collect`): they get its mark too.
     pub merged_messages: Vec<String>,
+    /// Its message's files are still downloading: no prompt has been sent yet, so a cancel ends
+    /// the turn here (stopping the downloads) and the daemon hears nothing.
+    pub downloading: Option<tokio_util::sync::CancellationToken>,
 }
 
 /// A draft message the agent's text streams into, edited at most every `render.stream_every`.
@@ -92,6 +95,7 @@ impl TurnState {
             draft: None,
             drafts: 0,
             merged_messages: Vec::new(),
+            downloading: None,
         }
     }
 
