@@ -202,3 +202,66 @@ async fn a_slow_file_is_given_up_after_the_download_timeout_and_the_text_runs() 
         .expect("join")
         .expect("clean shutdown");
 }
+
+/// D3/D6: the bridge restarts while a message's files download. Its prompt was never sent, so
+/// nothing is resumed or declared interrupted: the message is taken again from the inbox at the
+/// start, its files downloaded again, and its prompt reaches the agent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_restart_while_files_download_runs_the_message_again_at_start() {
+    let fake = FakeSlack::start().await;
+    let h = Heard::default();
+    let d = daemon(h.clone()).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = run_bridge(&fake, dir.path(), |cfg| {
+        cfg.daemon.url = Some(d.url.clone());
+        cfg.daemon.token = Some(d.token.clone().into());
+    })
+    .await;
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention_with_file(
+            "1700.000100",
+            "what broke?",
+            &fake.file_url("slow-build.log"),
+        ),
+    ));
+    fake.wait_for("the download to start", |f| f.file_gets() >= 1)
+        .await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("clean shutdown");
+    assert!(
+        !heard(&h).iter().any(|m| m.starts_with("session/prompt")),
+        "{:#?}",
+        heard(&h)
+    );
+    // Started again; the file is still slow, and this time it is given up after a second.
+    let (stop, task) = run_bridge(&fake, dir.path(), |cfg| {
+        cfg.daemon.url = Some(d.url.clone());
+        cfg.daemon.token = Some(d.token.clone().into());
+        cfg.attachments.download_timeout = Duration::from_secs(1);
+    })
+    .await;
+    fake.wait_for("the answer after the restart", |f| said(f, "I saw it."))
+        .await;
+    assert!(fake.file_gets() >= 2, "its file was downloaded again");
+    let got = heard(&h);
+    let prompts: Vec<&String> = got
+        .iter()
+        .filter(|m| m.starts_with("session/prompt"))
+        .collect();
+    assert_eq!(prompts.len(), 1, "{got:#?}");
+    assert!(prompts[0].contains("what broke?"), "{got:#?}");
+    assert!(!said(&fake, "interrupted"), "{:#?}", fake.posted());
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("clean shutdown");
+}

@@ -12,7 +12,7 @@ use crate::conversation::event::{Event, Said, TurnStatus};
 use crate::conversation::files::{self, Use};
 use crate::conversation::inbox::EventKey;
 use crate::conversation::speaker;
-use crate::conversation::turn::{Queued, TurnState};
+use crate::conversation::turn::{Queued, TurnState, Unsent};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
 use crate::core::lock;
@@ -157,17 +157,38 @@ impl Runner {
                     .await;
             }
         };
-        for e in q.events() {
-            self.state.marks.add(Some(e));
+        // Files to download: the turn is recorded (and its inbox entries marked) when its prompt
+        // is sent, so a restart meanwhile takes the message again (`on_files_ready`).
+        let downloads = uses.iter().any(|u| !matches!(u, Use::Refuse(_)));
+        if !downloads {
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
         }
         // Read before the turn's prompt is recorded: what was said since the last one.
         let context = self.context().await;
-        let row = match self.record_turn(&text, &user).await {
-            Ok(row) => row,
-            Err(e) => {
-                // Not started: no longer busy (a retry counts itself again).
-                self.core.busy_add(-1);
-                return Err(e);
+        let row = if downloads {
+            Turn {
+                id: crate::store::new_id(),
+                conversation_id: self.conv.id.clone(),
+                seq: 0,
+                prompt: self.kept(&text).into_owned(),
+                requested_by: user.clone(),
+                status: "open".into(),
+                stop_reason: None,
+                end_cause: None,
+                answer: None,
+                started_at: now_ms(),
+                ended_at: None,
+            }
+        } else {
+            match self.record_turn(&text, &user).await {
+                Ok(row) => row,
+                Err(e) => {
+                    // Not started: no longer busy (a retry counts itself again).
+                    self.core.busy_add(-1);
+                    return Err(e);
+                }
             }
         };
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
@@ -201,8 +222,20 @@ impl Runner {
             // Downloads run beside the runner, which stays free for `/cancel` and follow-ups; the
             // prompt is sent when they are done (`on_files_ready`), unless the turn was cancelled.
             let stop = self.core.shutdown.child_token();
+            let events = q.events();
+            // Waiting, not failing: restarts meanwhile do not count against it (S4).
+            if let Ok(mut c) = self.core.store.conn().await {
+                for (platform, id) in &events {
+                    let _ = crate::store::inbound::taken(&mut c, platform, id).await;
+                }
+            }
             if let Some(turn) = self.state.turn.as_mut() {
-                turn.downloading = Some(stop.clone());
+                turn.downloading = Some(Unsent {
+                    stop: stop.clone(),
+                    events,
+                    text,
+                    user,
+                });
             }
             let tx = self.tx.clone();
             self.core.tasks.spawn(async move {
@@ -229,14 +262,36 @@ impl Runner {
         let Some(turn) = self.state.turn.as_mut().filter(|t| t.prompt_seq == seq) else {
             return Ok(());
         };
-        if turn.downloading.take().is_none() {
+        let Some(unsent) = turn.downloading.take() else {
             return Ok(());
-        }
+        };
         // The wait for the files was not the agent's silence (L1, L2 count from the prompt).
         turn.liveness = daemon_client::Liveness::new(
             self.core.cfg.liveness.clone(),
             tokio::time::Instant::now(),
         );
+        // Recorded now, with its inbox entries marked handled: from here it is a turn the agent
+        // may have got (D6).
+        for e in &unsent.events {
+            self.state.marks.add(Some(e.clone()));
+        }
+        match self.record_turn(&unsent.text, &unsent.user).await {
+            Ok(row) => {
+                tracing::info!(conversation = %self.conv.id, turn = %row.id, "its files are in; the prompt goes out");
+                if let Some(turn) = self.state.turn.as_mut() {
+                    turn.row = row;
+                }
+            }
+            Err(e) => {
+                // Not recorded: its message stays in the inbox for the next start.
+                for ev in &unsent.events {
+                    self.state.marks.take(ev);
+                }
+                self.state.turn = None;
+                self.core.busy_add(-1);
+                return Err(e);
+            }
+        }
         // A reconnect meanwhile: the session is loaded again on the new connection (L6).
         let session = match self.ensure_session().await {
             Ok(s) => s,
@@ -256,10 +311,14 @@ impl Runner {
     /// downloads stop, the turn ends cancelled here with `text` in the thread, and the daemon
     /// hears nothing. `false` when there is no such turn (its prompt was sent, or none runs).
     pub(super) async fn cancel_unsent(&mut self, text: &str) -> Result<bool> {
-        let Some(stop) = self.state.turn.as_mut().and_then(|t| t.downloading.take()) else {
+        let Some(unsent) = self.state.turn.as_mut().and_then(|t| t.downloading.take()) else {
             return Ok(false);
         };
-        stop.cancel();
+        unsent.stop.cancel();
+        // Handled: the turn's end marks its inbox entries.
+        for e in unsent.events {
+            self.state.marks.add(Some(e));
+        }
         tracing::info!(conversation = %self.conv.id, "a turn cancelled before its prompt was sent");
         self.state
             .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
