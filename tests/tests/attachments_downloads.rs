@@ -265,3 +265,62 @@ async fn d6_a_restart_while_files_download_runs_the_message_again_at_start() {
         .expect("join")
         .expect("clean shutdown");
 }
+
+/// `turns.while_busy = "steer"` while the running turn's files download: that turn ends before its
+/// prompt is sent, the steering message runs next, and the daemon hears no cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_while_files_download_cancels_nothing_at_the_daemon() {
+    let fake = FakeSlack::start().await;
+    let h = Heard::default();
+    let d = daemon(h.clone()).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = run_bridge(&fake, dir.path(), |cfg| {
+        cfg.daemon.url = Some(d.url.clone());
+        cfg.daemon.token = Some(d.token.clone().into());
+        cfg.turns.while_busy = chat_bridge::conversation::busy::WhileBusy::Steer;
+    })
+    .await;
+    fake.push(event_envelope(
+        "env-1",
+        "Ev1",
+        0,
+        mention_with_file(
+            "1700.000100",
+            "what broke?",
+            &fake.file_url("slow-build.log"),
+        ),
+    ));
+    fake.wait_for("the download to start", |f| f.file_gets() >= 1)
+        .await;
+    fake.push(event_envelope(
+        "env-2",
+        "Ev2",
+        0,
+        in_thread("1700.000200", "never mind, look here"),
+    ));
+    fake.wait_for("the steering message's answer", |f| said(f, "I saw it."))
+        .await;
+    assert!(
+        said(&fake, "cancelled before it reached the agent"),
+        "{:#?}",
+        fake.posted()
+    );
+    let got = heard(&h);
+    let prompts: Vec<&String> = got
+        .iter()
+        .filter(|m| m.starts_with("session/prompt"))
+        .collect();
+    assert_eq!(prompts.len(), 1, "{got:#?}");
+    assert!(prompts[0].contains("never mind, look here"), "{got:#?}");
+    assert!(!prompts[0].contains("what broke?"), "{got:#?}");
+    assert!(
+        !got.iter().any(|m| m.starts_with("session/cancel")),
+        "{got:#?}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("clean shutdown");
+}
