@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{Channel, ChatAction, DeliveryError};
+use crate::channel::{Channel, ChatAction, DeliveryError, Message, Target, Tone};
 use crate::clock::{Clock, SystemClock};
 use crate::store::outbox::{self, Failure, Retry, RetryPolicy};
 use crate::store::{Store, StoreError, message_map, now_ms};
@@ -267,6 +267,25 @@ pub async fn deliver_step(
         metrics::counter!("chatbridge_chat_api_errors_total", "platform" => channel.platform(), "method" => method, "error" => crate::metrics::delivery_error(e))
             .increment(1);
     }
+    // A file the platform will never take (too large, an upload address we refuse): the message
+    // still arrives, its file's text posted as messages instead.
+    let result = match result {
+        Err(DeliveryError::Permanent(why)) if method == "post" && message.file.is_some() => {
+            tracing::warn!(action = a.id, error = %why, "a file could not be uploaded; posting its text as messages");
+            post_instead_of_file(
+                store,
+                channel,
+                cx,
+                &a.conversation_id,
+                &key,
+                target,
+                message,
+                &why,
+            )
+            .await
+        }
+        r => r,
+    };
     if let (Some(ch), Err(DeliveryError::RateLimited(d))) = (&progress_channel, &result) {
         // A progress edit never waits in line ahead of results: drop it and rest the channel.
         cx.budget.back_off(ch, *d);
@@ -276,6 +295,111 @@ pub async fn deliver_step(
         return Ok(Step::Skipped);
     }
     finish(store, cx, a.id, &a.conversation_id, Some(&key), result).await
+}
+
+/// At most this many messages carry a file's text when its upload failed for good.
+pub const FALLBACK_PARTS: usize = 10;
+
+/// The messages that stand in for `message` when its file cannot be uploaded: a notice saying so (in
+/// `message`'s place), then the file's text split as an answer is (at most [`FALLBACK_PARTS`]
+/// messages; a non-Markdown file in a code block).
+#[must_use]
+pub fn fallback_messages(message: &Message, why: &str, part_len: usize) -> Vec<Message> {
+    let Some(file) = &message.file else {
+        return Vec::new();
+    };
+    let markdown = file.name.ends_with(".md");
+    let text = if markdown {
+        file.content.clone()
+    } else {
+        format!("```\n{}\n```", file.content.trim_end())
+    };
+    let parts = crate::channel::text::split_markdown(&text, part_len);
+    let n = parts.len();
+    let shown = n.min(FALLBACK_PARTS);
+    let why = crate::channel::text::truncate_chars(why, 300);
+    let follows = if shown < n {
+        format!("; the first {shown} of its {n} parts follow (the rest is too long for messages)")
+    } else if n == 1 {
+        ", so it follows as a message".to_owned()
+    } else {
+        format!(", so it follows in {n} messages")
+    };
+    let mut notice = message.clone();
+    notice.file = None;
+    notice.tone = Tone::Warning;
+    notice.markdown = false;
+    notice.code = None;
+    notice.body = Some(format!(
+        "⚠️ The file {} ({}) could not be uploaded ({why}){follows}.",
+        file.name,
+        crate::conversation::files::human_bytes(file.content.len() as u64)
+    ));
+    let mut out = vec![notice];
+    for (i, body) in parts.into_iter().take(shown).enumerate() {
+        let title = if n == 1 {
+            file.name.clone()
+        } else {
+            format!("{} ({}/{n})", file.name, i + 1)
+        };
+        let mut m = Message::text(Tone::Neutral, title);
+        m.body = Some(body);
+        m.markdown = true;
+        out.push(m);
+    }
+    out
+}
+
+/// Posts [`fallback_messages`] in order, each under its own key (`<key>#<n>`) with the same
+/// crash-safety as any post: its intent recorded first, and a post an interrupted attempt made found
+/// again by its idempotency key rather than posted twice. Returns the notice's platform id.
+#[allow(clippy::too_many_arguments)]
+async fn post_instead_of_file(
+    store: &Store,
+    channel: &dyn Channel,
+    cx: &StepContext<'_>,
+    conversation_id: &str,
+    key: &str,
+    target: &Target,
+    message: &Message,
+    why: &str,
+) -> Result<String, DeliveryError> {
+    let store_error = |e: StoreError| DeliveryError::Temporary(format!("the database: {e}"));
+    let mut first = None;
+    for (i, m) in fallback_messages(message, why, channel.capabilities().answer_len)
+        .iter()
+        .enumerate()
+    {
+        let part_key = format!("{key}#{i}");
+        let idempotency = idempotency_key(conversation_id, &part_key);
+        let known = {
+            let mut c = store.relaxed_conn().await.map_err(store_error)?;
+            message_map::get(&mut c, conversation_id, &part_key)
+                .await
+                .map_err(store_error)?
+        };
+        let id = match known {
+            Some(id) if !id.is_empty() => id,
+            Some(_) => match channel.find_posted(target, &idempotency).await? {
+                Some(id) => id,
+                None => channel.post_keyed(target, m, &idempotency).await?,
+            },
+            None => {
+                let mut c = store.conn().await.map_err(store_error)?;
+                message_map::put(&mut c, conversation_id, &part_key, "", cx.clock.now_ms())
+                    .await
+                    .map_err(store_error)?;
+                drop(c);
+                channel.post_keyed(target, m, &idempotency).await?
+            }
+        };
+        let mut c = store.relaxed_conn().await.map_err(store_error)?;
+        message_map::put(&mut c, conversation_id, &part_key, &id, cx.clock.now_ms())
+            .await
+            .map_err(store_error)?;
+        first.get_or_insert(id);
+    }
+    first.ok_or_else(|| DeliveryError::Permanent("nothing to post".into()))
 }
 
 /// The idempotency key of a logical message: stable across attempts and restarts, short enough for

@@ -442,6 +442,13 @@ impl DaemonClient {
         }
     }
 
+    /// What the latest `initialize` said — the one of the current connection, since the client
+    /// initializes again on every reconnect (a daemon may come back with other capabilities).
+    #[must_use]
+    pub fn agent_info(&self) -> Option<AgentInfo> {
+        lock(&self.shared.agent).clone()
+    }
+
     /// `initialize` with protocol version 1 and no client-side fs/terminal capabilities.
     ///
     /// # Errors

@@ -58,40 +58,75 @@ pub async fn daemon_with(images: bool, embedded: bool, prompts: Prompts) -> Scri
                     "promptCapabilities": {"image": images, "embeddedContext": embedded}}}),
             )
             .await;
-            while let Some(msg) = peer.recv().await {
-                match msg["method"].as_str() {
-                    Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
-                    Some("session/prompt") => {
-                        let blocks = msg["params"]["prompt"].clone();
-                        prompts.lock().expect("lock").push(blocks.clone());
-                        let text = blocks[0]["text"].as_str().unwrap_or("");
-                        if text.starts_with(STREAM) {
-                            peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
-                                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "The first half. "}}}}))
-                                .await;
-                            tokio::time::sleep(STREAM_GAP).await;
-                        }
-                        let answer = if text.starts_with(STREAM) {
-                            "The second half.".to_owned()
-                        } else if text.starts_with(LONG) {
-                            long_answer()
-                        } else if text.starts_with(MARKDOWN) {
-                            MARKDOWN_ANSWER.to_owned()
-                        } else {
-                            "I saw it.".to_owned()
-                        };
-                        peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
-                            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": answer}}}}))
-                            .await;
-                        peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
-                    }
-                    Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
-                    _ => {}
-                }
-            }
+            serve(peer, prompts).await;
         }
     })
     .await
+}
+
+/// A daemon that restarts with other capabilities: its first connection takes images and embedded
+/// context and ends right after `initialize` (the daemon went away); every later one takes neither
+/// and serves as [`daemon`] does. `inits` counts the `initialize` calls answered.
+pub async fn daemon_restarting_without_images(
+    prompts: Prompts,
+    inits: Arc<std::sync::atomic::AtomicUsize>,
+) -> ScriptedDaemon {
+    ScriptedDaemon::start(move |mut peer: Peer| {
+        let (prompts, inits) = (prompts.clone(), inits.clone());
+        async move {
+            let first = peer.number == 1;
+            let init = peer.expect("initialize").await;
+            peer.reply(
+                &init,
+                json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
+                    "promptCapabilities": {"image": first, "embeddedContext": first}}}),
+            )
+            .await;
+            inits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if first {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                peer.drop_connection();
+                return;
+            }
+            serve(peer, prompts).await;
+        }
+    })
+    .await
+}
+
+/// Records each prompt and answers it (see the module docs).
+async fn serve(mut peer: Peer, prompts: Prompts) {
+    while let Some(msg) = peer.recv().await {
+        match msg["method"].as_str() {
+            Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
+            Some("session/prompt") => {
+                let blocks = msg["params"]["prompt"].clone();
+                prompts.lock().expect("lock").push(blocks.clone());
+                let text = blocks[0]["text"].as_str().unwrap_or("");
+                if text.starts_with(STREAM) {
+                    peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
+                                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "The first half. "}}}}))
+                                .await;
+                    tokio::time::sleep(STREAM_GAP).await;
+                }
+                let answer = if text.starts_with(STREAM) {
+                    "The second half.".to_owned()
+                } else if text.starts_with(LONG) {
+                    long_answer()
+                } else if text.starts_with(MARKDOWN) {
+                    MARKDOWN_ANSWER.to_owned()
+                } else {
+                    "I saw it.".to_owned()
+                };
+                peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
+                            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": answer}}}}))
+                            .await;
+                peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
+            }
+            Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
+            _ => {}
+        }
+    }
 }
 
 /// A real PNG's signature and some bytes (the bridge checks the signature, the agent gets them all).

@@ -323,3 +323,132 @@ on_both! {
         assert_eq!(shares().await, 2, "uploaded once, after looking");
     }
 }
+
+/// A platform that refuses every file for good (Discord's 413 for a file past its size) and takes
+/// plain messages.
+struct NoFiles {
+    posted: Mutex<Vec<Message>>,
+}
+
+impl Channel for NoFiles {
+    fn platform(&self) -> &'static str {
+        "console"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_message_len: 2000,
+            answer_len: 1900,
+            output_cap: 1500,
+            can_edit: true,
+            has_buttons: false,
+            has_threads: true,
+            has_reactions: false,
+            takes_requests: false,
+        }
+    }
+    fn post<'a>(
+        &'a self,
+        _t: &'a Target,
+        m: &'a Message,
+    ) -> BoxFuture<'a, Result<String, DeliveryError>> {
+        Box::pin(async move {
+            if m.file.is_some() {
+                return Err(DeliveryError::Permanent(
+                    "Discord answered 413 (code 40005): Request entity too large".into(),
+                ));
+            }
+            let mut posted = self.posted.lock().expect("lock");
+            posted.push(m.clone());
+            Ok(format!("id-{}", posted.len()))
+        })
+    }
+    fn edit<'a>(
+        &'a self,
+        _t: &'a Target,
+        _id: &'a str,
+        _m: &'a Message,
+    ) -> BoxFuture<'a, Result<(), DeliveryError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A long answer as the core sends it: a preview carrying the whole text as `answer.md`.
+fn uploaded_answer(paragraphs: usize) -> (Message, String) {
+    let whole: String = (0..paragraphs)
+        .map(|i| format!("Paragraph {i} of the answer.\n\n"))
+        .collect();
+    let mut message = Message::text(Tone::Neutral, "💬 answer");
+    message.body = Some("A preview; the whole answer is in the file answer.md.".into());
+    message.markdown = true;
+    message.file = Some(chat_bridge::channel::OutFile {
+        name: "answer.md".into(),
+        content: whole.clone(),
+    });
+    (message, whole)
+}
+
+on_both! {
+    async fn an_answer_whose_file_upload_fails_for_good_still_arrives_as_messages_at_once(db) {
+        let conv = conversation(&db.store).await;
+        let (message, whole) = uploaded_answer(150);
+        let action = ChatAction::Post { target: target(), key: "answer:t1".into(), message };
+        queue(&db.store, &conv, &action, Kind::Post).await;
+        enqueue(&db.store, &conv, "later").await;
+        let channel = NoFiles { posted: Mutex::default() };
+        let policy = RetryPolicy::default();
+        let clock = ManualClock::at(now_ms());
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "not retried, not dead-lettered");
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "the thread is not held up");
+        let posted = channel.posted.lock().expect("lock").clone();
+        let notice = posted[0].body.as_deref().unwrap_or_default();
+        assert!(notice.contains("answer.md") && notice.contains("could not be uploaded") && notice.contains("413"), "{notice}");
+        assert_eq!(posted.last().map(|m| m.title.as_str()), Some("later"));
+        let parts = &posted[1..posted.len() - 1];
+        assert!(parts.len() > 1 && parts.iter().all(|m| m.file.is_none() && m.body.as_ref().is_some_and(|b| b.chars().count() <= 1900)));
+        let joined: String = parts.iter().filter_map(|m| m.body.as_deref()).collect::<Vec<_>>().join("\n\n");
+        assert_eq!(joined.split_whitespace().collect::<Vec<_>>(), whole.split_whitespace().collect::<Vec<_>>(), "the whole answer, in order");
+        let mut c = db.store.conn().await.expect("conn");
+        assert!(outbox::dead_letters(&mut c, 10).await.expect("dead").is_empty());
+        assert_eq!(chat_bridge::store::message_map::get(&mut c, &conv, "answer:t1").await.expect("get").as_deref(), Some("id-1"), "the notice stands for the answer");
+    }
+
+    async fn slack_an_upload_url_off_slacks_file_host_is_refused_once_and_the_answer_arrives_as_messages(db) {
+        use chat_bridge::channel::slack::Slack;
+        use chat_bridge::channel::slack::api::{SlackToken, WebApi};
+        use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
+        daemon_client::install_crypto_provider();
+        let emulator = match SlackEmulator::start().await {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("!!! SKIPPED: the Slack emulator (npm emulate) could not be installed: {e:?} !!!");
+                return;
+            }
+        };
+        let channel = emulator.channel("general").await;
+        let thread = emulator.post(&channel, None, "a thread").await;
+        // The bridge knows Slack as `localhost`; the emulator hands out upload URLs on `127.0.0.1`,
+        // another host — refused (SSRF), and refused again on any retry.
+        let base = emulator.api_base.replace("127.0.0.1", "localhost");
+        let slack = Slack::new(WebApi::new(&base, SlackToken::new(slack_emulate::TOKEN)).expect("api"));
+        let conv = conversation(&db.store).await;
+        let target = Target { workspace: "T1".into(), channel: channel.clone(), thread: thread.clone() };
+        let (message, whole) = uploaded_answer(1200);
+        let action = ChatAction::Post { target: target.clone(), key: "answer:t1".into(), message };
+        queue(&db.store, &conv, &action, Kind::Post).await;
+        let policy = RetryPolicy::default();
+        let clock = ManualClock::at(now_ms());
+        assert_eq!(step_at(&db.store, &slack, &policy, &clock).await, Step::Delivered, "a refusal that cannot succeed is not retried");
+        let replies = emulator.replies(&channel, &thread).await;
+        assert!(replies.iter().all(|m| m["files"].as_array().is_none_or(Vec::is_empty)), "nothing was uploaded");
+        let texts: Vec<String> = replies.iter().skip(1).map(|m| m.to_string()).collect();
+        assert!(texts[0].contains("could not be uploaded") && texts[0].contains("not on Slack") , "{}", texts[0]);
+        let all = texts.join("");
+        for i in [0, 599, 1199] {
+            assert!(all.contains(&format!("Paragraph {i} of the answer")), "paragraph {i} arrived");
+        }
+        assert!(texts.len() > 2, "split over several messages: {}", texts.len());
+        assert!(whole.len() > 30_000);
+        let mut c = db.store.conn().await.expect("conn");
+        assert!(outbox::dead_letters(&mut c, 10).await.expect("dead").is_empty());
+    }
+}

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use chat_bridge_tests::bridge::SLACK_SIGNING_SECRET;
-use chat_bridge_tests::rich::{LONG, MARKDOWN, Prompts, STREAM, daemon_with, long_answer, png};
+use chat_bridge_tests::rich::{
+    LONG, MARKDOWN, Prompts, STREAM, daemon_restarting_without_images, daemon_with, long_answer,
+    png,
+};
 use chat_bridge_tests::scripted::ScriptedDaemon;
 use chat_bridge_tests::slack_emulate::{self, SlackEmulator};
 use serde_json::{Value, json};
@@ -40,6 +43,17 @@ async fn rig_with(
     embedded: bool,
     tweak: impl FnOnce(&mut chat_bridge::config::Config),
 ) -> Option<Rig> {
+    let prompts = Prompts::default();
+    let daemon = daemon_with(images, embedded, prompts.clone()).await;
+    rig_on(daemon, prompts, tweak).await
+}
+
+/// The rig on `daemon`, which records its prompts in `prompts`.
+async fn rig_on(
+    daemon: ScriptedDaemon,
+    prompts: Prompts,
+    tweak: impl FnOnce(&mut chat_bridge::config::Config),
+) -> Option<Rig> {
     let slack = match SlackEmulator::start().await {
         Ok(s) => s,
         Err(e) => {
@@ -63,8 +77,6 @@ async fn rig_with(
         )
         .await
         .expect("invite alice");
-    let prompts = Prompts::default();
-    let daemon = daemon_with(images, embedded, prompts.clone()).await;
     let dir = tempfile::tempdir().expect("tmp");
     let port = chat_bridge_tests::free_port();
     let mut cfg = chat_bridge_tests::bridge::config(
@@ -335,6 +347,15 @@ async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_
         rig.slack.upload("two.png", &png(500)).await,
         rig.slack.upload("three.png", &png(500)).await,
         rig.slack.upload("tools.zip", b"PK\x03\x04zip").await,
+        // Declared text by its name, an executable by its bytes: refused by what it is.
+        rig.slack
+            .upload(
+                "notes.txt",
+                b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0>\0",
+            )
+            .await,
+        // Declared text, NULs inside: saved, but linked as binary, never embedded as text.
+        rig.slack.upload("dump.log", b"abc\0\0\0def\n").await,
     ];
     let thread = rig.say_with_files("look at these", &files).await;
     let notice = rig
@@ -357,20 +378,92 @@ async fn emulate_oversize_too_many_and_refused_files_are_each_explained_and_the_
         "{shown}"
     );
     assert!(
+        shown.contains("notes.txt: its content is an executable program"),
+        "{shown}"
+    );
+    assert!(
         shown.contains("The rest of your message was sent."),
         "{shown}"
     );
     assert!(
-        !shown.contains("one.png") && !shown.contains("two.png"),
+        !shown.contains("one.png") && !shown.contains("two.png") && !shown.contains("dump.log"),
         "{shown}"
     );
     let prompts = rig.wait_prompts(1).await;
     let blocks = prompts[0].as_array().expect("blocks");
-    assert_eq!(blocks[0]["text"], "look at these", "the text ran");
+    assert!(
+        blocks[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("look at these")),
+        "the text ran: {}",
+        blocks[0]
+    );
+    let dump = blocks
+        .iter()
+        .find(|b| b["uri"].as_str().is_some_and(|u| u.ends_with("dump.log")))
+        .expect("dump.log reached the agent");
+    assert_eq!(dump["type"], "resource_link", "{dump}");
+    assert_eq!(dump["mimeType"], "application/octet-stream", "{dump}");
+    assert!(
+        !blocks.iter().any(|b| b.to_string().contains("\\u0000")),
+        "no NUL embedded as text"
+    );
     assert_eq!(
         blocks.iter().filter(|b| b["type"] == "image").count(),
         2,
         "the two images within the budget went"
+    );
+    rig.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_a_daemon_back_without_images_is_sent_none_the_limits_follow_the_latest_initialize()
+{
+    let prompts = Prompts::default();
+    let inits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let daemon = daemon_restarting_without_images(prompts.clone(), inits.clone()).await;
+    let Some(rig) = rig_on(daemon, prompts, |_| {}).await else {
+        return;
+    };
+    // Start-up's `initialize` said images and embedded context; the daemon went away and came
+    // back saying neither.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while inits.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bridge reconnected and initialized again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let files = [
+        rig.slack.upload("screenshot.png", &png(800)).await,
+        rig.slack.upload("notes.txt", b"short notes\n").await,
+    ];
+    let thread = rig.say_with_files("look at this", &files).await;
+    let notice = rig
+        .slack
+        .wait_for(&rig.channel, &thread, "the notice", |m| {
+            text_of(m).contains("Not passed to the agent")
+        })
+        .await;
+    let shown = text_of(&notice);
+    assert!(
+        shown.contains("screenshot.png: the agent does not take images"),
+        "{shown}"
+    );
+    let prompts = rig.wait_prompts(1).await;
+    let blocks = prompts[0].as_array().expect("blocks");
+    assert!(
+        !blocks.iter().any(|b| b["type"] == "image"),
+        "no image block to a daemon that said image: false: {blocks:?}"
+    );
+    assert!(
+        !blocks.iter().any(|b| b["type"] == "resource"),
+        "no embedded resource to a daemon that said embeddedContext: false: {blocks:?}"
+    );
+    assert!(
+        blocks.iter().any(|b| b["type"] == "resource_link"),
+        "the text file goes as a link: {blocks:?}"
     );
     rig.finish().await;
 }

@@ -262,6 +262,7 @@ impl Config {
         if self.service.outbox_workers == 0 {
             problems.push("service.outbox_workers must be at least 1".into());
         }
+        self.check_render_and_attachments(&mut problems);
         let platforms = match crate::platform::select(self) {
             Ok(ps) => {
                 for p in &ps {
@@ -278,6 +279,68 @@ impl Config {
             Ok(platforms)
         } else {
             Err(ConfigError::Refused(problems))
+        }
+    }
+}
+
+/// Bounds on `[render]` and `[attachments]`: what lies outside them is a mistake, never a setting.
+const MIN_STREAM_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// The smallest `render.upload_over`: below it the file would be no longer than its own preview.
+const MIN_UPLOAD_OVER: usize = 2_000;
+/// The largest image (it travels inline, base64, in one prompt frame).
+const MAX_IMAGE_BYTES: u64 = 50 << 20;
+/// The largest `max_images_total`, `max_file_bytes` and `max_embedded_bytes` (a file is held in
+/// memory while it is downloaded and saved).
+const MAX_FILES_BYTES: u64 = 100 << 20;
+
+impl Config {
+    /// `render.*` and `attachments.*` that cannot be meant: each problem names its key, the value
+    /// and what is allowed.
+    fn check_render_and_attachments(&self, problems: &mut Vec<String>) {
+        let r = &self.render;
+        if r.stream_every < MIN_STREAM_EVERY {
+            problems.push(format!(
+                "render.stream_every must be at least 100ms (drafts are edited at most ten times a second), not {}ms",
+                r.stream_every.as_millis()
+            ));
+        }
+        if r.upload_over < MIN_UPLOAD_OVER {
+            problems.push(format!(
+                "render.upload_over must be at least {MIN_UPLOAD_OVER} bytes (shorter answers are posted as messages; an uploaded one comes with a preview of {} characters), not {}",
+                crate::core::render::PREVIEW_LEN,
+                r.upload_over
+            ));
+        }
+        let a = &self.attachments;
+        let mb = |n: u64| crate::conversation::files::human_bytes(n);
+        for (key, value, max) in [
+            (
+                "attachments.max_image_bytes",
+                a.max_image_bytes,
+                MAX_IMAGE_BYTES,
+            ),
+            (
+                "attachments.max_images_total",
+                a.max_images_total,
+                MAX_FILES_BYTES,
+            ),
+            (
+                "attachments.max_file_bytes",
+                a.max_file_bytes,
+                MAX_FILES_BYTES,
+            ),
+            (
+                "attachments.max_embedded_bytes",
+                a.max_embedded_bytes,
+                MAX_FILES_BYTES,
+            ),
+        ] {
+            if value > max {
+                problems.push(format!(
+                    "{key} must be at most {max} ({}), not {value}; set 0 to accept none",
+                    mb(max)
+                ));
+            }
         }
     }
 }

@@ -134,6 +134,46 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Whether `bytes` cannot be text a model reads as it is: a NUL byte, or not UTF-8.
+#[must_use]
+pub fn looks_binary(bytes: &[u8]) -> bool {
+    bytes.contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
+/// What a binary file's bytes say it is when that is a kind refused whatever its declared type
+/// (executables, archives): a file announced as `text/plain` is checked by its content.
+#[must_use]
+pub fn sniff_refused(bytes: &[u8]) -> Option<&'static str> {
+    if !looks_binary(bytes) {
+        return None;
+    }
+    const EXECUTABLES: &[&[u8]] = &[
+        b"\x7fELF",
+        b"MZ",
+        &[0xfe, 0xed, 0xfa, 0xce],
+        &[0xfe, 0xed, 0xfa, 0xcf],
+        &[0xce, 0xfa, 0xed, 0xfe],
+        &[0xcf, 0xfa, 0xed, 0xfe],
+        &[0xca, 0xfe, 0xba, 0xbe],
+        b"\0asm",
+    ];
+    const ARCHIVES: &[&[u8]] = &[
+        b"PK\x03\x04",
+        &[0x1f, 0x8b],
+        b"7z\xbc\xaf\x27\x1c",
+        b"Rar!\x1a\x07",
+        b"\xfd7zXZ\0",
+        b"BZh",
+    ];
+    if EXECUTABLES.iter().any(|m| bytes.starts_with(m)) {
+        Some("its content is an executable program, not text (executables are not accepted)")
+    } else if ARCHIVES.iter().any(|m| bytes.starts_with(m)) {
+        Some("its content is an archive, not text (archives are not accepted)")
+    } else {
+        None
+    }
+}
+
 /// The MIME type a saved file is announced with: the platform's (without parameters) when it says
 /// something useful, else one read from the extension; `None` when neither says.
 #[must_use]
@@ -198,8 +238,12 @@ pub fn file_block(
     embed_left: &mut u64,
 ) -> daemon_client::PromptBlock {
     let uri = file_uri(path);
-    let mime = mime_of(a);
+    let mut mime = mime_of(a);
     let size = bytes.len() as u64;
+    // A file announced as text is taken as text only when its bytes are.
+    if is_text_type(mime.as_deref()) && looks_binary(bytes) {
+        mime = Some("application/octet-stream".into());
+    }
     if limits.agent_embedded
         && size <= *embed_left
         && is_text_type(mime.as_deref())
@@ -372,6 +416,80 @@ pub fn saved_path(cwd: &Path, turn: &str, index: usize, name: &str) -> PathBuf {
     path
 }
 
+/// Writes a saved file at `path` (from [`saved_path`]) without following a symbolic link anywhere
+/// inside `cwd`: each of `.chat-bridge`, `attachments` and the turn's folder must be a real directory
+/// (a missing one is created with `create_dir`, never through a link), and the file itself is created
+/// with `O_CREAT|O_EXCL`, which refuses a link in its place. The agent can write in `cwd`; a link it
+/// planted there must not send a person's file somewhere else. A link is refused with
+/// [`std::io::ErrorKind::InvalidInput`] and a message saying so.
+///
+/// # Errors
+/// When a folder on the way is a link or not a directory, or the file cannot be created or written.
+pub fn save_file(cwd: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let link = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a folder or file on its path is a symbolic link",
+        )
+    };
+    let rel = path
+        .strip_prefix(cwd)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "outside the folder"))?;
+    let parts: Vec<_> = rel.components().collect();
+    let Some((_, dirs)) = parts.split_last() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "no file name",
+        ));
+    };
+    let mut dir = cwd.to_path_buf();
+    for c in dirs {
+        let Component::Normal(c) = c else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a plain path",
+            ));
+        };
+        dir.push(c);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => return Err(link()),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a folder on its path is a file",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                // Created meanwhile: looked at again, a link is still refused.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    if !std::fs::symlink_metadata(&dir)?.is_dir() {
+                        return Err(link());
+                    }
+                }
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+    // A turn written again (after a restart) replaces its own file, never a link in its place.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(link()),
+        Ok(m) if m.is_file() => std::fs::remove_file(path)?,
+        Ok(_) => return Err(link()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
 /// A file name as a person is shown it: no control characters (ESC, BEL, new lines), no bidi
 /// overrides or other invisible format characters, at most 100 characters; `file` when nothing is left.
 #[must_use]
@@ -539,6 +657,45 @@ mod tests {
     }
 
     #[test]
+    fn a_symlinked_attachments_folder_is_never_written_through() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let cwd = root.path().join("project");
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&cwd).expect("cwd");
+        std::fs::create_dir_all(&elsewhere).expect("elsewhere");
+        let path = saved_path(&cwd, "t", 0, "a.txt");
+        // A plain save works, and saving the same turn again replaces its own file.
+        save_file(&cwd, &path, b"one").expect("saved");
+        save_file(&cwd, &path, b"two").expect("saved again");
+        assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let refused = |what: &str| {
+            let p = saved_path(&cwd, "t2", 0, "a.txt");
+            let e = save_file(&cwd, &p, b"secret").expect_err(what);
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{what}: {e}");
+            assert!(e.to_string().contains("symbolic link"), "{what}: {e}");
+            assert_eq!(
+                std::fs::read_dir(&elsewhere).expect("ls").count(),
+                0,
+                "{what}: written through the link"
+            );
+        };
+        // The turn's folder, `attachments`, `.chat-bridge` and the file itself, each a link in turn.
+        let turn = cwd.join(".chat-bridge/attachments/t2");
+        std::os::unix::fs::symlink(&elsewhere, &turn).expect("link");
+        refused("turn folder");
+        std::fs::remove_file(&turn).expect("unlink");
+        std::fs::create_dir(&turn).expect("turn");
+        std::os::unix::fs::symlink(elsewhere.join("x"), turn.join("1-a.txt")).expect("link");
+        refused("the file");
+        std::fs::remove_dir_all(cwd.join(".chat-bridge/attachments")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, cwd.join(".chat-bridge/attachments")).expect("link");
+        refused("attachments");
+        std::fs::remove_dir_all(cwd.join(".chat-bridge")).expect("rm");
+        std::os::unix::fs::symlink(&elsewhere, cwd.join(".chat-bridge")).expect("link");
+        refused(".chat-bridge");
+    }
+
+    #[test]
     fn the_refusal_notice_names_each_file_and_whether_the_text_ran() {
         let r = crate::core::redact::Redactor::new(&[]).expect("redactor");
         assert_eq!(refusal_notice(&r, &[], true), None);
@@ -622,6 +779,45 @@ mod tests {
         assert_eq!(
             file_uri(Path::new("/w/é (1)#?.txt")),
             "file:///w/%C3%A9%20(1)%23%3F.txt"
+        );
+    }
+
+    #[test]
+    fn a_file_declared_text_is_taken_as_text_only_when_its_bytes_are() {
+        let limits = Limits {
+            agent_embedded: true,
+            ..Limits::default()
+        };
+        let path = Path::new("/w/.chat-bridge/attachments/t/1-notes.txt");
+        let a = file("notes.txt", Some("text/plain"), 0);
+        let block = |bytes: &[u8]| file_block(path, &a, bytes, &limits, &mut 1_000_000);
+        // Real text is embedded.
+        assert!(matches!(
+            block(b"hello\n"),
+            daemon_client::PromptBlock::Resource { .. }
+        ));
+        // NULs or bytes that are not UTF-8: linked as a binary file, never embedded.
+        for lying in [&b"abc\0\0\0def"[..], &[0xff, 0xfe, 0x41, 0x00][..]] {
+            match block(lying) {
+                daemon_client::PromptBlock::ResourceLink { mime_type, .. } => {
+                    assert_eq!(mime_type.as_deref(), Some("application/octet-stream"));
+                }
+                other => panic!("{lying:?} → {other:?}"),
+            }
+        }
+        // Executables and archives are refused by their bytes whatever they were announced as.
+        let elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0>\0";
+        assert!(sniff_refused(elf).is_some_and(|w| w.contains("executable")));
+        assert!(sniff_refused(b"PK\x03\x04\x14\0\0\0").is_some_and(|w| w.contains("archive")));
+        assert_eq!(
+            sniff_refused(b"MZ is how this text file starts\n"),
+            None,
+            "text stays text"
+        );
+        assert_eq!(
+            sniff_refused(b"abc\0def"),
+            None,
+            "binary but no refused kind: saved"
         );
     }
 

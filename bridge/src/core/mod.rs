@@ -352,6 +352,18 @@ impl Core {
         self.fetch.get().cloned()
     }
 
+    /// The file limits for a prompt now: `[attachments]`, with whether the agent takes images and
+    /// embedded context from the latest `initialize` (a daemon that came back after a reconnect may
+    /// say otherwise than at start-up).
+    pub(crate) fn file_limits(&self) -> crate::conversation::files::Limits {
+        let mut limits = self.cfg.files;
+        if let Some(info) = self.client.agent_info() {
+            limits.agent_images = info.images;
+            limits.agent_embedded = info.embedded_context;
+        }
+        limits
+    }
+
     /// Hands a progress write to the writer; `false` when its queue is full (keep the counts).
     pub(crate) fn queue_progress(&self, w: ProgressWrite) -> bool {
         self.progress_pending.fetch_add(1, Ordering::SeqCst);

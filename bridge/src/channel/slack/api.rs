@@ -54,6 +54,14 @@ pub enum SlackError {
         /// Slack's error code (`channel_not_found`, `invalid_auth`, …).
         error: String,
     },
+    /// We refused to go on: trying again cannot help (an upload URL off Slack's file host).
+    #[error("calling Slack {method} was refused: {reason}")]
+    Refused {
+        /// The method.
+        method: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The request did not get a usable answer.
     #[error("calling Slack {method} failed: {reason}")]
     Transport {
@@ -94,6 +102,7 @@ impl SlackError {
             Self::Api { ref error, .. } if PERMANENT.contains(&error.as_str()) => {
                 DeliveryError::Permanent(self.to_string())
             }
+            Self::Refused { .. } => DeliveryError::Permanent(self.to_string()),
             Self::Api { .. } | Self::Transport { .. } => DeliveryError::Temporary(self.to_string()),
         }
     }
@@ -337,7 +346,11 @@ impl WebApi {
             return Err(transport("no upload_url or file_id in the answer"));
         };
         if !self.file_origins().allow(url) {
-            return Err(transport("the upload URL is not on Slack's file host"));
+            // Our own refusal (SSRF): the same answer would be refused again.
+            return Err(SlackError::Refused {
+                method: "files.getUploadURLExternal",
+                reason: "the upload URL is not on Slack's file host".into(),
+            });
         }
         let resp = self
             .http

@@ -18,22 +18,28 @@ fn code_safe(s: &str) -> String {
 
 /// Slack's mrkdwn has no backslash escape: a `*`, `_`, `~` or `` ` `` that is text (a Markdown
 /// `\*`, or a mark CommonMark did not pair) is written as its fullwidth form (`＊ ＿ ～ ｀`), which
-/// Slack shows as the character and never as formatting. An underscore between two letters or digits
-/// (`snake_case`) stays outside italics; inside them every one is replaced, so none can end the
-/// italics early.
-fn literal_marks(s: &str, in_italics: bool) -> String {
+/// Slack shows as the character and never as formatting. Outside italics an underscore is replaced
+/// only where it could open italics (at the start, or after a space or an opening bracket or quote,
+/// before a non-space) or close them (after a non-space, before the end, a space or punctuation):
+/// `snake_case`, `/tmp/_cache` and `a_b_c` stay as they are. Inside italics every one is replaced, so
+/// none can end the italics early.
+/// `around` is the character before and after `s` in the source (`None`: the start or end).
+fn literal_marks(s: &str, in_italics: bool, around: (Option<char>, Option<char>)) -> String {
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len());
     for (i, &c) in chars.iter().enumerate() {
-        let inner = || {
-            !in_italics
-                && i > 0
-                && chars[i - 1].is_alphanumeric()
-                && chars.get(i + 1).is_some_and(|n| n.is_alphanumeric())
+        let prev = i.checked_sub(1).map(|p| chars[p]).or(if i == 0 { around.0 } else { None });
+        let next = chars.get(i + 1).copied().or(around.1);
+        let plain = || {
+            let opens = prev.is_none_or(|p| p.is_whitespace() || "([{\"'".contains(p))
+                && next.is_some_and(|n| !n.is_whitespace());
+            let closes = prev.is_some_and(|p| !p.is_whitespace())
+                && next.is_none_or(|n| n.is_whitespace() || ".,;:!?)]}\"'".contains(n));
+            !in_italics && !opens && !closes
         };
         out.push(match c {
             '*' => '\u{ff0a}',
-            '_' if !inner() => '\u{ff3f}',
+            '_' if !plain() => '\u{ff3f}',
             '~' => '\u{ff5e}',
             '`' => '\u{ff40}',
             other => other,
@@ -118,6 +124,12 @@ struct Writer {
     heading: bool,
     /// Open emphases (`_…_`).
     italics: usize,
+    /// Each open emphasis, strong or strikethrough: its Markdown delimiter when it touches a letter
+    /// or digit outside (`2*3*4`), where Slack would show the mark rather than format — then it is
+    /// kept as text.
+    marks: Vec<Option<String>>,
+    /// The source characters around the text being written (see [`literal_marks`]).
+    around: (Option<char>, Option<char>),
 }
 
 impl Writer {
@@ -127,7 +139,8 @@ impl Writer {
         } else if self.code_block {
             self.out.push_str(&code_safe(s));
         } else {
-            self.out.push_str(&literal_marks(&escape(s), self.italics > 0));
+            self.out
+                .push_str(&literal_marks(&escape(s), self.italics > 0, self.around));
         }
     }
 
@@ -220,11 +233,18 @@ impl Writer {
             }
             Tag::TableCell => self.cell = Some(String::new()),
             Tag::Emphasis => {
+                self.marks.push(None);
                 self.italics += 1;
                 self.inline_mark("_");
             }
-            Tag::Strong => self.inline_mark("*"),
-            Tag::Strikethrough => self.inline_mark("~"),
+            Tag::Strong => {
+                self.marks.push(None);
+                self.inline_mark("*");
+            }
+            Tag::Strikethrough => {
+                self.marks.push(None);
+                self.inline_mark("~");
+            }
             Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
                 let at = self.cell.as_ref().map_or(self.out.len(), String::len);
                 self.links.push((at, dest_url.to_string()));
@@ -294,12 +314,26 @@ impl Writer {
                     self.out.push_str("```\n");
                 }
             }
+            TagEnd::Emphasis | TagEnd::Strong | TagEnd::Strikethrough
+                if matches!(self.marks.last(), Some(Some(_))) =>
+            {
+                if let Some(Some(delimiter)) = self.marks.pop() {
+                    self.text(&delimiter);
+                }
+            }
             TagEnd::Emphasis => {
+                self.marks.pop();
                 self.italics = self.italics.saturating_sub(1);
                 self.inline_mark("_");
             }
-            TagEnd::Strong => self.inline_mark("*"),
-            TagEnd::Strikethrough => self.inline_mark("~"),
+            TagEnd::Strong => {
+                self.marks.pop();
+                self.inline_mark("*");
+            }
+            TagEnd::Strikethrough => {
+                self.marks.pop();
+                self.inline_mark("~");
+            }
             TagEnd::Link | TagEnd::Image => {
                 let Some((at, url)) = self.links.pop() else {
                     return;
@@ -335,16 +369,53 @@ impl Writer {
     }
 }
 
+/// Whether an emphasis spanning `range` touches a letter or digit outside it (`2*3*4`, `a**b**c`):
+/// Slack formats only marks at word edges, so it would show these.
+fn intraword(markdown: &str, range: &std::ops::Range<usize>) -> bool {
+    let before = markdown.get(..range.start).and_then(|s| s.chars().next_back());
+    let after = markdown.get(range.end..).and_then(|s| s.chars().next());
+    before.is_some_and(char::is_alphanumeric) || after.is_some_and(char::is_alphanumeric)
+}
+
+/// The delimiter run that opens the emphasis at `range` (`*`, `**`, `_`, `~~`): at most two of the
+/// same mark (three would be two emphases, each asking on its own).
+fn delimiter(markdown: &str, range: &std::ops::Range<usize>) -> String {
+    let text = markdown.get(range.clone()).unwrap_or_default();
+    let Some(mark) = text.chars().next() else {
+        return String::new();
+    };
+    text.chars().take_while(|c| *c == mark).take(2).collect()
+}
+
 /// CommonMark → Slack mrkdwn (see the module docs).
 #[must_use]
 pub fn to_mrkdwn(markdown: &str) -> String {
     let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH;
     let mut w = Writer::default();
-    for event in Parser::new_ext(markdown, options) {
+    for (event, range) in Parser::new_ext(markdown, options).into_offset_iter() {
         match event {
+            Event::Start(Tag::Emphasis | Tag::Strong | Tag::Strikethrough)
+                if intraword(markdown, &range) =>
+            {
+                let delimiter = delimiter(markdown, &range);
+                w.text(&delimiter);
+                w.marks.push(Some(delimiter));
+            }
             Event::Start(tag) => w.start(tag),
             Event::End(tag) => w.end(tag),
-            Event::Text(t) => w.text(&t),
+            Event::Text(t) => {
+                // Before: what Slack sees before it (the output so far); after: the source's
+                // next character, past a backslash escape.
+                w.around = (
+                    w.cell.as_ref().unwrap_or(&w.out).chars().next_back(),
+                    markdown
+                        .get(range.end..)
+                        .map(|s| s.strip_prefix('\\').unwrap_or(s))
+                        .and_then(|s| s.chars().next()),
+                );
+                w.text(&t);
+                w.around = (None, None);
+            }
             Event::Code(c) => {
                 if w.cell.is_some() {
                     w.raw(&c);
@@ -472,6 +543,16 @@ mod tests {
             ),
             ("snake_case stays", "call snake_case_name now", "call snake_case_name now"),
             ("a lone star", "2 * 3", "2 \u{ff0a} 3"),
+            ("stars between digits are not emphasis", "2*3*4", "2\u{ff0a}3\u{ff0a}4"),
+            ("nor inside a word", "foo**bar**baz", "foo\u{ff0a}\u{ff0a}bar\u{ff0a}\u{ff0a}baz"),
+            ("emphasis at word edges still is", "a *b* c", "a _b_ c"),
+            ("paths keep their underscores", "see /tmp/_cache/x_y and a_b_c", "see /tmp/_cache/x_y and a_b_c"),
+            ("an underscore that could close is escaped", "trailing_ and _leading", "trailing\u{ff3f} and \u{ff3f}leading"),
+            (
+                "a fence's language is not shown (mrkdwn has none), first part or reopened",
+                "```python\nx = 1\n```",
+                "```\nx = 1\n```",
+            ),
         ];
         for (name, md, want) in cases {
             assert_eq!(to_mrkdwn(md), *want, "{name}: {md:?}");

@@ -244,7 +244,7 @@ fn secret_keys_are_exactly_the_secret_typed_fields() {
 fn s3_check_config_refuses_what_startup_refuses() {
     // One path: `load` validates, and start-up and `check-config` both call it. Each bad
     // setting is refused with a message naming it.
-    let bad: [(&[(&str, &str)], &str); 19] = [
+    let bad: [(&[(&str, &str)], &str); 23] = [
         (&[("CHAT_BRIDGE_SLACK__MODE", "htp")], "slack.mode"),
         (
             &[("CHAT_BRIDGE_SERVICE__PLATFORM", "irc")],
@@ -323,6 +323,22 @@ fn s3_check_config_refuses_what_startup_refuses() {
         (
             &[("CHAT_BRIDGE_HTTP__UI_CLIENT_IP_HEADER", "not a header")],
             "http.ui_client_ip_header",
+        ),
+        (
+            &[("CHAT_BRIDGE_RENDER__STREAM_EVERY", "50ms")],
+            "render.stream_every must be at least 100ms",
+        ),
+        (
+            &[("CHAT_BRIDGE_RENDER__UPLOAD_OVER", "0")],
+            "render.upload_over must be at least 2000 bytes",
+        ),
+        (
+            &[("CHAT_BRIDGE_ATTACHMENTS__MAX_IMAGE_BYTES", "99999999999")],
+            "attachments.max_image_bytes must be at most 52428800 (50 MB), not 99999999999",
+        ),
+        (
+            &[("CHAT_BRIDGE_ATTACHMENTS__MAX_FILE_BYTES", "99999999999")],
+            "attachments.max_file_bytes must be at most",
         ),
     ];
     for (extra, names) in bad {

@@ -88,7 +88,8 @@ impl Runner {
         let (user, message_id) = (q.user.clone(), q.message_id.clone());
         let text = q.typed();
         let files = q.all_files();
-        let uses = files::plan(&files, &self.core.cfg.files);
+        let limits = self.core.file_limits();
+        let uses = files::plan(&files, &limits);
         if text.trim().is_empty() && uses.iter().all(|u| matches!(u, Use::Refuse(_))) {
             // Nothing to send: the person hears why each file was not used, and no turn starts.
             self.core.busy_add(-1);
@@ -211,7 +212,7 @@ impl Runner {
         let job = Downloads {
             conversation: self.conv.id.clone(),
             fetch: self.core.fetcher(),
-            limits: self.core.cfg.files,
+            limits,
             cwd: self.attachments_dir(),
             text: for_agent,
             attached: files,
@@ -683,13 +684,17 @@ async fn take_files(d: Downloads) -> (Vec<PromptBlock>, Vec<(String, String)>) {
                 });
             }
             Use::Save | Use::Refuse(_) => {
+                if let Some(why) = files::sniff_refused(&bytes) {
+                    refused.push((file.name.clone(), why.into()));
+                    continue;
+                }
                 let path = files::saved_path(&cwd, &turn, i, &file.name);
-                let written = match path.parent() {
-                    Some(dir) => match tokio::fs::create_dir_all(dir).await {
-                        Ok(()) => tokio::fs::write(&path, &bytes).await,
-                        Err(e) => Err(e),
-                    },
-                    None => Ok(()),
+                // Never through a symbolic link the agent may have planted in `cwd`.
+                let written = {
+                    let (cwd, path, bytes) = (cwd.clone(), path.clone(), bytes.clone());
+                    tokio::task::spawn_blocking(move || files::save_file(&cwd, &path, &bytes))
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                 };
                 match written {
                     Ok(()) => {
@@ -706,7 +711,11 @@ async fn take_files(d: Downloads) -> (Vec<PromptBlock>, Vec<(String, String)>) {
                         tracing::warn!(conversation = %conversation, error = %e, "an attached file could not be saved");
                         refused.push((
                             file.name.clone(),
-                            format!("it could not be saved ({})", e.kind()),
+                            if e.kind() == std::io::ErrorKind::InvalidInput {
+                                format!("it could not be saved ({e})")
+                            } else {
+                                format!("it could not be saved ({})", e.kind())
+                            },
                         ));
                     }
                 }
