@@ -50,6 +50,8 @@ struct Inner {
     redelivered: AtomicU64,
     sent: AtomicU64,
     sockets: std::sync::atomic::AtomicUsize,
+    /// Downloads of `/files/…` started.
+    file_gets: AtomicU64,
 }
 
 /// The running fake.
@@ -155,6 +157,27 @@ async fn handle(
     }
 }
 
+/// A file on the fake's own host (a Slack file host to the bridge): `slow-…` drips 10 bytes every
+/// 100 ms and never ends; any other name is `hello\n` at once.
+async fn file(State(inner): State<Arc<Inner>>, Path(name): Path<String>) -> Response {
+    inner.file_gets.fetch_add(1, Ordering::SeqCst);
+    if !name.starts_with("slow-") {
+        return ([("content-type", "text/plain")], "hello\n").into_response();
+    }
+    let drip = futures_util::stream::unfold((), |()| async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        Some((
+            Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"0123456789")),
+            (),
+        ))
+    });
+    (
+        [("content-type", "text/plain")],
+        axum::body::Body::from_stream(drip),
+    )
+        .into_response()
+}
+
 impl FakeSlack {
     /// Starts the fake on a free loopback port.
     ///
@@ -164,6 +187,7 @@ impl FakeSlack {
         let inner = Arc::new(Inner::default());
         let app = Router::new()
             .route("/api/{method}", axum::routing::post(handle))
+            .route("/files/{name}", axum::routing::get(file))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -307,6 +331,18 @@ impl FakeSlack {
     #[must_use]
     pub fn sent(&self) -> u64 {
         self.inner.sent.load(Ordering::SeqCst)
+    }
+
+    /// The address of a file `name` served by the fake (see [`file`]: `slow-…` never finishes).
+    #[must_use]
+    pub fn file_url(&self, name: &str) -> String {
+        format!("{}/files/{name}", self.base_url.trim_end_matches("/api"))
+    }
+
+    /// Downloads of the fake's files started so far.
+    #[must_use]
+    pub fn file_gets(&self) -> u64 {
+        self.inner.file_gets.load(Ordering::SeqCst)
     }
 
     /// Events delivered again because their connection ended before they were acknowledged.

@@ -509,6 +509,9 @@ pub struct Attachments {
     pub max_file_bytes: u64,
     /// Bytes of saved text files embedded in one prompt when the agent takes embedded context.
     pub max_embedded_bytes: u64,
+    /// Time the downloads of one message's files may take together.
+    #[serde(deserialize_with = "duration")]
+    pub download_timeout: Duration,
 }
 
 impl Default for Attachments {
@@ -521,6 +524,7 @@ impl Default for Attachments {
             max_files: l.max_files,
             max_file_bytes: l.max_file_bytes,
             max_embedded_bytes: l.max_embedded_bytes,
+            download_timeout: l.download_time,
         }
     }
 }
@@ -543,6 +547,7 @@ impl Attachments {
             max_images_total: self.max_images_total,
             max_files: self.max_files,
             max_file_bytes: self.max_file_bytes,
+            download_time: self.download_timeout,
         }
     }
 }

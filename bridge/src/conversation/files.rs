@@ -28,6 +28,9 @@ pub struct Limits {
     /// Bytes of saved text files of one prompt embedded in it; past them a file goes as a
     /// `resource_link` only.
     pub max_embedded_bytes: u64,
+    /// Time all downloads of one message may take together; what is not downloaded by then is
+    /// left out with a notice that says it took too long.
+    pub download_time: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_file_bytes: 10 << 20,
             agent_embedded: false,
             max_embedded_bytes: 128 << 10,
+            download_time: std::time::Duration::from_secs(30),
         }
     }
 }

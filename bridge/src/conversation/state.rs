@@ -366,7 +366,8 @@ impl State {
         let mut effects = Vec::new();
         if up {
             // The open turn's prompt went out on the old connection: bounded from now on (L7).
-            if let Some(turn) = self.turn.as_mut() {
+            // One still waiting for its files has sent nothing: it loads the session when they are in.
+            if let Some(turn) = self.turn.as_mut().filter(|t| t.downloading.is_none()) {
                 turn.orphan_by = Some(now + cfg.reconnect_grace);
             }
             self.held_noticed = false;

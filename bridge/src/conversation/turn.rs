@@ -53,6 +53,25 @@ pub struct TurnState {
     pub drafts: usize,
     /// Other people's messages merged into this turn's prompt (`collect`): they get its mark too.
     pub merged_messages: Vec<String>,
+    /// Its message's files are still downloading: no prompt has been sent yet, so a cancel ends
+    /// the turn here (stopping the downloads) and the daemon hears nothing.
+    pub downloading: Option<Unsent>,
+}
+
+/// A turn whose files are still downloading: not in the store yet (its row is recorded, and its
+/// inbox entries marked handled, when the prompt is sent), so a restart meanwhile takes its message
+/// again from the inbox — downloading its files again — instead of waiting on a prompt the agent
+/// never got (D3, D6).
+#[derive(Debug)]
+pub struct Unsent {
+    /// Stops the downloads.
+    pub stop: tokio_util::sync::CancellationToken,
+    /// The inbox entries of its message and those merged into it.
+    pub events: Vec<EventKey>,
+    /// What the history keeps as its prompt (typed).
+    pub text: String,
+    /// Who asked.
+    pub user: String,
 }
 
 /// A draft message the agent's text streams into, edited at most every `render.stream_every`.
@@ -92,6 +111,7 @@ impl TurnState {
             draft: None,
             drafts: 0,
             merged_messages: Vec::new(),
+            downloading: None,
         }
     }
 

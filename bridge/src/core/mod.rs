@@ -202,6 +202,8 @@ pub(crate) enum ConvMsg {
     Inbound(Inbound),
     Daemon(DaemonEvent),
     PromptDone(u64, Result<daemon_client::StopReason, daemon_client::Error>),
+    /// The files of prompt `seq` were downloaded: its blocks, and the files left out with why.
+    FilesReady(u64, Vec<daemon_client::PromptBlock>, Vec<(String, String)>),
     Resume(store::turns::Turn),
     /// The daemon connection went down (`false`) or came back (`true`) (L7).
     Connection(bool),

@@ -55,7 +55,9 @@ impl Runner {
     }
 
     pub(super) async fn cmd_new(&mut self) -> Result<()> {
-        if let (Some(s), Some(_)) = (&self.state.session, &self.state.turn) {
+        // A prompt still waiting for its files was never sent: nothing to cancel at the daemon.
+        let unsent = self.unsent();
+        if !unsent && let (Some(s), Some(_)) = (&self.state.session, &self.state.turn) {
             let _ = self.core.client.cancel(s).await;
         }
         if let Some(s) = self.state.session.take() {
@@ -67,6 +69,10 @@ impl Runner {
         conversations::forget_session(&mut c, &self.conv.id, now_ms()).await?;
         drop(c);
         self.conv.daemon_session = None;
+        if unsent {
+            self.cancel_unsent("The running turn was cancelled before it reached the agent.")
+                .await?;
+        }
         self.notice(
             Tone::Neutral,
             "Started over: the next message opens a new agent session.",
@@ -83,6 +89,22 @@ impl Runner {
             }
         }
         self.core.busy_add(-(n as isize));
+        let extra = if n > 0 {
+            format!(
+                " ({n} queued {} dropped)",
+                crate::conversation::turn::plural(n, "message", "messages")
+            )
+        } else {
+            String::new()
+        };
+        // Its files still downloading: the prompt was never sent, so the turn ends here and the
+        // daemon hears nothing.
+        if self
+            .cancel_unsent(&format!("Cancelled before it reached the agent{extra}."))
+            .await?
+        {
+            return Ok(());
+        }
         let session = self.state.session.clone();
         match (session, self.state.turn.is_some()) {
             (Some(s), true) => {
@@ -96,14 +118,6 @@ impl Runner {
                         )
                         .await;
                 }
-                let extra = if n > 0 {
-                    format!(
-                        " ({n} queued {} dropped)",
-                        crate::conversation::turn::plural(n, "message", "messages")
-                    )
-                } else {
-                    String::new()
-                };
                 self.notice(
                     Tone::Neutral,
                     &format!("Cancelling the running turn{extra}…"),
@@ -126,6 +140,12 @@ impl Runner {
     /// A steering prompt went ahead of the queue: the running turn is cancelled (its first cause
     /// stays if one came first, T2) and the thread is told.
     pub(super) async fn steer(&mut self) -> Result<()> {
+        if self
+            .cancel_unsent("Steering: the running turn was cancelled before it reached the agent; your message runs next.")
+            .await?
+        {
+            return Ok(());
+        }
         let Some(s) = self.state.session.clone() else {
             return Ok(());
         };

@@ -297,6 +297,13 @@ impl Runner {
         if interrupted {
             return self.end_turn(None, Some(TurnStatus::Interrupted)).await;
         }
+        if cancel
+            && self
+                .cancel_unsent("Cancelled (on_stall = cancel) before it reached the agent.")
+                .await?
+        {
+            return Ok(());
+        }
         if cancel && let Some(s) = self.state.session.clone() {
             if let Err(e) = self.core.client.cancel(&s).await {
                 tracing::warn!(error = %e, "cancel after stall failed");

@@ -8,11 +8,11 @@ use super::Runner;
 use crate::channel::{Attachment, Inbound, InboundKind, Tone};
 use crate::conversation::effects;
 use crate::conversation::event::Mark;
-use crate::conversation::event::{Event, Said};
+use crate::conversation::event::{Event, Said, TurnStatus};
 use crate::conversation::files::{self, Use};
 use crate::conversation::inbox::EventKey;
 use crate::conversation::speaker;
-use crate::conversation::turn::{Queued, TurnState};
+use crate::conversation::turn::{Queued, TurnState, Unsent};
 use crate::core::ConvMsg;
 use crate::core::access::{self, Act, Refusal};
 use crate::core::lock;
@@ -158,17 +158,38 @@ impl Runner {
                     .await;
             }
         };
-        for e in q.events() {
-            self.state.marks.add(Some(e));
+        // Files to download: the turn is recorded (and its inbox entries marked) when its prompt
+        // is sent, so a restart meanwhile takes the message again (`on_files_ready`).
+        let downloads = uses.iter().any(|u| !matches!(u, Use::Refuse(_)));
+        if !downloads {
+            for e in q.events() {
+                self.state.marks.add(Some(e));
+            }
         }
         // Read before the turn's prompt is recorded: what was said since the last one.
         let context = self.context().await;
-        let row = match self.record_turn(&text, &user).await {
-            Ok(row) => row,
-            Err(e) => {
-                // Not started: no longer busy (a retry counts itself again).
-                self.core.busy_add(-1);
-                return Err(e);
+        let row = if downloads {
+            Turn {
+                id: crate::store::new_id(),
+                conversation_id: self.conv.id.clone(),
+                seq: 0,
+                prompt: self.kept(&text).into_owned(),
+                requested_by: user.clone(),
+                status: "open".into(),
+                stop_reason: None,
+                end_cause: None,
+                answer: None,
+                started_at: now_ms(),
+                ended_at: None,
+            }
+        } else {
+            match self.record_turn(&text, &user).await {
+                Ok(row) => row,
+                Err(e) => {
+                    // Not started: no longer busy (a retry counts itself again).
+                    self.core.busy_add(-1);
+                    return Err(e);
+                }
             }
         };
         tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "turn started");
@@ -188,9 +209,141 @@ impl Runner {
         // Who said it goes along (several people may write in one thread); the history keeps
         // what they typed.
         let for_agent = self.for_agent(&q, &context).await;
-        let (blocks, refused) = self
-            .take_files(&for_agent, &files, &uses, &limits, &turn_id)
-            .await;
+        let job = Downloads {
+            conversation: self.conv.id.clone(),
+            fetch: self.core.fetcher(),
+            limits,
+            cwd: self.attachments_dir(),
+            text: for_agent,
+            attached: files,
+            uses,
+            turn: turn_id,
+        };
+        if job.uses.iter().any(|u| !matches!(u, Use::Refuse(_))) {
+            // Downloads run beside the runner, which stays free for `/cancel` and follow-ups; the
+            // prompt is sent when they are done (`on_files_ready`), unless the turn was cancelled.
+            let stop = self.core.shutdown.child_token();
+            let events = q.events();
+            // Waiting, not failing: restarts meanwhile do not count against it (S4).
+            if let Ok(mut c) = self.core.store.conn().await {
+                for (platform, id) in &events {
+                    let _ = crate::store::inbound::taken(&mut c, platform, id).await;
+                }
+            }
+            if let Some(turn) = self.state.turn.as_mut() {
+                turn.downloading = Some(Unsent {
+                    stop: stop.clone(),
+                    events,
+                    text,
+                    user,
+                });
+            }
+            let tx = self.tx.clone();
+            self.core.tasks.spawn(async move {
+                let (blocks, refused) = tokio::select! {
+                    r = take_files(job) => r,
+                    () = stop.cancelled() => return,
+                };
+                let _ = tx.send(ConvMsg::FilesReady(seq, blocks, refused)).await;
+            });
+            return Ok(());
+        }
+        let (blocks, refused) = take_files(job).await;
+        self.send_prompt(session, seq, blocks, refused).await
+    }
+
+    /// The files of prompt `seq` were downloaded: its prompt is sent, unless its turn ended
+    /// meanwhile (`/cancel`: then nothing goes to the daemon).
+    pub(super) async fn on_files_ready(
+        &mut self,
+        seq: u64,
+        blocks: Vec<PromptBlock>,
+        refused: Vec<(String, String)>,
+    ) -> Result<()> {
+        let Some(turn) = self.state.turn.as_mut().filter(|t| t.prompt_seq == seq) else {
+            return Ok(());
+        };
+        let Some(unsent) = turn.downloading.take() else {
+            return Ok(());
+        };
+        // The wait for the files was not the agent's silence (L1, L2 count from the prompt).
+        turn.liveness = daemon_client::Liveness::new(
+            self.core.cfg.liveness.clone(),
+            tokio::time::Instant::now(),
+        );
+        // Recorded now, with its inbox entries marked handled: from here it is a turn the agent
+        // may have got (D6).
+        for e in &unsent.events {
+            self.state.marks.add(Some(e.clone()));
+        }
+        match self.record_turn(&unsent.text, &unsent.user).await {
+            Ok(row) => {
+                tracing::info!(conversation = %self.conv.id, turn = %row.id, "its files are in; the prompt goes out");
+                if let Some(turn) = self.state.turn.as_mut() {
+                    turn.row = row;
+                }
+            }
+            Err(e) => {
+                // Not recorded: its message stays in the inbox for the next start.
+                for ev in &unsent.events {
+                    self.state.marks.take(ev);
+                }
+                self.state.turn = None;
+                self.core.busy_add(-1);
+                return Err(e);
+            }
+        }
+        // A reconnect meanwhile: the session is loaded again on the new connection (L6).
+        let session = match self.ensure_session().await {
+            Ok(s) => s,
+            Err(e) => {
+                self.notice(
+                    Tone::Error,
+                    &format!("Cannot reach the agent: {e}. Your message was not sent; try again."),
+                )
+                .await?;
+                return self.end_turn(None, Some(TurnStatus::Failed)).await;
+            }
+        };
+        self.send_prompt(session, seq, blocks, refused).await
+    }
+
+    /// A cancel of a turn whose prompt has not been sent (its files are downloading): the
+    /// downloads stop, the turn ends cancelled here with `text` in the thread, and the daemon
+    /// hears nothing. `false` when there is no such turn (its prompt was sent, or none runs).
+    pub(super) async fn cancel_unsent(&mut self, text: &str) -> Result<bool> {
+        let Some(unsent) = self.state.turn.as_mut().and_then(|t| t.downloading.take()) else {
+            return Ok(false);
+        };
+        unsent.stop.cancel();
+        // Handled: the turn's end marks its inbox entries.
+        for e in unsent.events {
+            self.state.marks.add(Some(e));
+        }
+        tracing::info!(conversation = %self.conv.id, "a turn cancelled before its prompt was sent");
+        self.state
+            .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
+        self.notice(Tone::Neutral, text).await?;
+        self.end_turn(None, Some(TurnStatus::Cancelled)).await?;
+        Ok(true)
+    }
+
+    /// Whether the running turn's prompt waits for its files (nothing was sent to the daemon).
+    pub(super) fn unsent(&self) -> bool {
+        self.state
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.downloading.is_some())
+    }
+
+    /// The refusal notice, then the prompt call (its completion comes back as `PromptDone`).
+    async fn send_prompt(
+        &mut self,
+        session: SessionId,
+        seq: u64,
+        blocks: Vec<PromptBlock>,
+        refused: Vec<(String, String)>,
+    ) -> Result<()> {
         let refused: Vec<(&str, &str)> = refused
             .iter()
             .map(|(n, w)| (n.as_str(), w.as_str()))
@@ -211,127 +364,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Downloads the files [`files::plan`] accepted: images become `image` blocks, other files are
-    /// saved under the session's directory, named in the prompt text and given to the agent as
-    /// [`files::file_block`] says (a `resource_link`, or their text embedded). Returns the prompt's
-    /// blocks and the files not used, each with why.
-    async fn take_files(
-        &self,
-        text: &str,
-        attached: &[Attachment],
-        uses: &[Use],
-        limits: &files::Limits,
-        turn: &str,
-    ) -> (Vec<PromptBlock>, Vec<(String, String)>) {
-        let limits = *limits;
-        let mut refused = refusals(attached, uses);
-        let mut images = Vec::new();
-        let mut image_bytes = 0u64;
-        let mut saved = Vec::new();
-        let mut resources = Vec::new();
-        let mut embed_left = limits.max_embedded_bytes;
+    /// Where saved attachments go: under the session's directory (absolute: a `file://` URI
+    /// names an absolute path).
+    fn attachments_dir(&self) -> std::path::PathBuf {
         let cwd = if self.conv.cwd.is_empty() {
             self.core.cfg.cwd.clone()
         } else {
             std::path::PathBuf::from(&self.conv.cwd)
         };
-        // A `file://` URI names an absolute path.
-        let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
-        let fetch = self.core.fetcher();
-        for (i, (file, u)) in attached.iter().zip(uses).enumerate() {
-            let max = match u {
-                Use::Refuse(_) => continue,
-                Use::Image(_) => limits.max_image_bytes,
-                Use::Save => limits.max_file_bytes,
-            };
-            let Some(fetch) = &fetch else {
-                refused.push((
-                    file.name.clone(),
-                    "this channel cannot download files".into(),
-                ));
-                continue;
-            };
-            let bytes = match fetch.fetch(file, max).await {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(conversation = %self.conv.id, file = %file.id, error = %e, "an attached file was not fetched");
-                    refused.push((file.name.clone(), e.to_string()));
-                    continue;
-                }
-            };
-            match u {
-                Use::Image(_) => {
-                    let Some(mime) = files::sniff_image(&bytes) else {
-                        refused.push((
-                            file.name.clone(),
-                            "its content is not a PNG, JPEG, GIF or WebP image".into(),
-                        ));
-                        continue;
-                    };
-                    // The announced sizes were checked; the real ones are checked again.
-                    image_bytes += bytes.len() as u64;
-                    if image_bytes > limits.max_images_total {
-                        refused.push((
-                            file.name.clone(),
-                            format!(
-                                "the images of one message may add up to at most {}",
-                                files::human_bytes(limits.max_images_total)
-                            ),
-                        ));
-                        continue;
-                    }
-                    images.push(PromptBlock::Image {
-                        mime_type: mime.to_owned(),
-                        data: base64::engine::general_purpose::STANDARD.encode(&bytes),
-                    });
-                }
-                Use::Save | Use::Refuse(_) => {
-                    if let Some(why) = files::sniff_refused(&bytes) {
-                        refused.push((file.name.clone(), why.into()));
-                        continue;
-                    }
-                    let path = files::saved_path(&cwd, turn, i, &file.name);
-                    // Never through a symbolic link the agent may have planted in `cwd`.
-                    let written = {
-                        let (cwd, path, bytes) = (cwd.clone(), path.clone(), bytes.clone());
-                        tokio::task::spawn_blocking(move || files::save_file(&cwd, &path, &bytes))
-                            .await
-                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-                    };
-                    match written {
-                        Ok(()) => {
-                            resources.push(files::file_block(
-                                &path,
-                                file,
-                                &bytes,
-                                &limits,
-                                &mut embed_left,
-                            ));
-                            saved.push(path);
-                        }
-                        Err(e) => {
-                            tracing::warn!(conversation = %self.conv.id, error = %e, "an attached file could not be saved");
-                            refused.push((
-                                file.name.clone(),
-                                if e.kind() == std::io::ErrorKind::InvalidInput {
-                                    format!("it could not be saved ({e})")
-                                } else {
-                                    format!("it could not be saved ({})", e.kind())
-                                },
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        let text = files::prompt_text(text, &saved);
-        let mut blocks = Vec::with_capacity(images.len() + resources.len() + 1);
-        if !text.is_empty() || images.is_empty() {
-            blocks.push(PromptBlock::Text(text));
-        }
-        blocks.extend(images);
-        blocks.extend(resources);
-        (blocks, refused)
+        std::path::absolute(&cwd).unwrap_or(cwd)
     }
 
     /// The prompt as the agent receives it: each part with its speaker's name (when
@@ -548,4 +589,145 @@ fn refusals(attached: &[Attachment], uses: &[Use]) -> Vec<(String, String)> {
             _ => None,
         })
         .collect()
+}
+
+/// What [`take_files`] needs, owned: it runs beside the runner.
+struct Downloads {
+    conversation: String,
+    fetch: Option<std::sync::Arc<dyn crate::channel::Fetch>>,
+    limits: files::Limits,
+    cwd: std::path::PathBuf,
+    text: String,
+    attached: Vec<Attachment>,
+    uses: Vec<Use>,
+    turn: String,
+}
+
+/// Downloads the files [`files::plan`] accepted, all within `limits.download_time`: images become
+/// `image` blocks, other files are saved under the session's directory, named in the prompt text
+/// and given to the agent as [`files::file_block`] says (a `resource_link`, or their text
+/// embedded). Returns the prompt's blocks and the files not used, each with why.
+async fn take_files(d: Downloads) -> (Vec<PromptBlock>, Vec<(String, String)>) {
+    let Downloads {
+        conversation,
+        fetch,
+        limits,
+        cwd,
+        text,
+        attached,
+        uses,
+        turn,
+    } = d;
+    let mut refused = refusals(&attached, &uses);
+    let mut images = Vec::new();
+    let mut image_bytes = 0u64;
+    let mut saved = Vec::new();
+    let mut resources = Vec::new();
+    let mut embed_left = limits.max_embedded_bytes;
+    let deadline = tokio::time::Instant::now() + limits.download_time;
+    for (i, (file, u)) in attached.iter().zip(&uses).enumerate() {
+        let max = match u {
+            Use::Refuse(_) => continue,
+            Use::Image(_) => limits.max_image_bytes,
+            Use::Save => limits.max_file_bytes,
+        };
+        let Some(fetch) = &fetch else {
+            refused.push((
+                file.name.clone(),
+                "this channel cannot download files".into(),
+            ));
+            continue;
+        };
+        let bytes = match tokio::time::timeout_at(deadline, fetch.fetch(file, max)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                tracing::warn!(conversation = %conversation, file = %file.id, error = %e, "an attached file was not fetched");
+                refused.push((file.name.clone(), e.to_string()));
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(conversation = %conversation, file = %file.id, "an attached file took too long to download");
+                refused.push((
+                    file.name.clone(),
+                    format!(
+                        "it took too long to download (the files of one message get {} together)",
+                        daemon_client::liveness::human_duration(limits.download_time)
+                    ),
+                ));
+                continue;
+            }
+        };
+        match u {
+            Use::Image(_) => {
+                let Some(mime) = files::sniff_image(&bytes) else {
+                    refused.push((
+                        file.name.clone(),
+                        "its content is not a PNG, JPEG, GIF or WebP image".into(),
+                    ));
+                    continue;
+                };
+                // The announced sizes were checked; the real ones are checked again.
+                image_bytes += bytes.len() as u64;
+                if image_bytes > limits.max_images_total {
+                    refused.push((
+                        file.name.clone(),
+                        format!(
+                            "the images of one message may add up to at most {}",
+                            files::human_bytes(limits.max_images_total)
+                        ),
+                    ));
+                    continue;
+                }
+                images.push(PromptBlock::Image {
+                    mime_type: mime.to_owned(),
+                    data: base64::engine::general_purpose::STANDARD.encode(&bytes),
+                });
+            }
+            Use::Save | Use::Refuse(_) => {
+                if let Some(why) = files::sniff_refused(&bytes) {
+                    refused.push((file.name.clone(), why.into()));
+                    continue;
+                }
+                let path = files::saved_path(&cwd, &turn, i, &file.name);
+                // Never through a symbolic link the agent may have planted in `cwd`.
+                let written = {
+                    let (cwd, path, bytes) = (cwd.clone(), path.clone(), bytes.clone());
+                    tokio::task::spawn_blocking(move || files::save_file(&cwd, &path, &bytes))
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                };
+                match written {
+                    Ok(()) => {
+                        resources.push(files::file_block(
+                            &path,
+                            file,
+                            &bytes,
+                            &limits,
+                            &mut embed_left,
+                        ));
+                        saved.push(path);
+                    }
+                    Err(e) => {
+                        tracing::warn!(conversation = %conversation, error = %e, "an attached file could not be saved");
+                        refused.push((
+                            file.name.clone(),
+                            if e.kind() == std::io::ErrorKind::InvalidInput {
+                                format!("it could not be saved ({e})")
+                            } else {
+                                format!("it could not be saved ({})", e.kind())
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let text = files::prompt_text(&text, &saved);
+    let mut blocks = Vec::with_capacity(images.len() + resources.len() + 1);
+    if !text.is_empty() || images.is_empty() {
+        blocks.push(PromptBlock::Text(text));
+    }
+    blocks.extend(images);
+    blocks.extend(resources);
+    (blocks, refused)
 }

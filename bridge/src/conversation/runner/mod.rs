@@ -151,6 +151,9 @@ pub(crate) async fn run(
             ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
             ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
             ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
+            ConvMsg::FilesReady(seq, blocks, refused) => {
+                r.on_files_ready(seq, blocks, refused).await
+            }
             ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
             ConvMsg::Connection(up) => r.on_connection(up).await,
             ConvMsg::Expire(before) => {
