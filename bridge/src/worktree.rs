@@ -347,7 +347,8 @@ impl Worktrees {
     }
 
     /// What changed in the worktree at `root` since its `HEAD`, untracked files included (read
-    /// through a temporary index: the worktree's own index is not touched).
+    /// through a temporary index: the worktree's own index is not touched, and untracked files are
+    /// only marked as intended, so no object is written).
     ///
     /// # Errors
     /// Git refusing, or the temporary index that cannot be written.
@@ -359,9 +360,12 @@ impl Worktrees {
         let r = async {
             let idx = Some(index.as_path());
             git(root, ["read-tree", "HEAD"], idx).await?;
-            git(root, ["add", "--all"], idx).await?;
-            let stat = git(root, ["diff", "--cached", "--stat", "HEAD"], idx).await?;
-            let patch = git(root, ["diff", "--cached", "HEAD"], idx).await?;
+            // Intent to add: new files are listed, but none is written into the repository's
+            // object store (a `/diff` of many large untracked files costs no disk).
+            git(root, ["add", "--all", "--intent-to-add"], idx).await?;
+            let diff = ["diff", "--no-ext-diff", "--no-textconv"];
+            let stat = git(root, [&diff[..], &["--stat", "HEAD"]].concat(), idx).await?;
+            let patch = git(root, [&diff[..], &["HEAD"]].concat(), idx).await?;
             Ok::<_, GitError>((stat, patch))
         }
         .await;
@@ -411,8 +415,27 @@ impl Worktrees {
     }
 }
 
-/// Runs `git -C dir args…` (no shell, no prompt, no inherited repository variables), with
-/// `index` as `GIT_INDEX_FILE` when given; its standard output (capped at [`OUTPUT_CAP`]).
+/// Environment variables of the bridge that git (and anything git starts) never inherits: its
+/// configuration and secrets (chat tokens, the database URL) (S2).
+const PRIVATE_ENV_PREFIX: &str = "CHAT_BRIDGE_";
+
+/// Settings given to every git call, above any in the repository's own configuration: a
+/// repository's hooks and its file-system monitor are programs an agent can set
+/// (`git config core.fsmonitor …`, `.git/hooks/post-checkout`), and the bridge runs none of them;
+/// nothing waits on a pager.
+const SAFE_CONFIG: [&str; 6] = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.pager=cat",
+];
+
+/// Runs `git -C dir args…` (no shell, no prompt, no pager, no hooks, no inherited repository
+/// variables and none of the bridge's `CHAT_BRIDGE_*` variables), with `index` as
+/// `GIT_INDEX_FILE` when given; its standard output (capped at [`OUTPUT_CAP`]). Git runs in its
+/// own process group, which is killed as a whole when the call times out or is dropped.
 async fn git<I, S>(dir: &Path, args: I, index: Option<&Path>) -> Result<String, GitError>
 where
     I: IntoIterator<Item = S>,
@@ -426,27 +449,39 @@ where
         .collect::<Vec<_>>()
         .join(" ");
     let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
+    cmd.args(SAFE_CONFIG)
+        .arg("-C")
         .arg(dir)
         .args(&args)
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
         .env_remove("GIT_COMMON_DIR")
+        .env_remove("GIT_EXTERNAL_DIFF")
         .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat")
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with(PRIVATE_ENV_PREFIX) {
+            cmd.env_remove(key);
+        }
+    }
     if let Some(index) = index {
         cmd.env("GIT_INDEX_FILE", index);
     }
     let child = cmd.spawn().map_err(GitError::Spawn)?;
+    // Kills git's whole group (a hook or filter it started included) unless it ended by itself.
+    let mut group = Group(child.id());
     let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
         .await
         .map_err(|_| GitError::TimedOut(what.clone()))?
         .map_err(GitError::Io)?;
+    group.0 = None;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let stderr: String = stderr.trim().chars().take(500).collect();
@@ -455,6 +490,21 @@ where
     let mut stdout = out.stdout;
     stdout.truncate(OUTPUT_CAP);
     Ok(String::from_utf8_lossy(&stdout).into_owned())
+}
+
+/// The process group of a running git call; killed when dropped before the call ended.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // ESRCH (the group is already gone) is the expected race, not an error.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

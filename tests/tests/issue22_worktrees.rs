@@ -239,6 +239,12 @@ on_both! {
         // The worktree's own index is untouched: the new file is still untracked there.
         let wt = checkout_of(&conversation(&app, "t1").await);
         assert!(git(&wt, &["status", "--porcelain"]).contains("?? numbers.txt"));
+        // And `/diff` wrote nothing into the repository's object store: not the untracked file,
+        // not the changed one (a `/diff` of many large files costs no disk).
+        for file in ["numbers.txt", "README"] {
+            let id = git(&wt, &["hash-object", "--", file]);
+            assert!(!git_ok(&root, &["cat-file", "-e", id.trim()]), "{file} is no object after /diff");
+        }
         app.shutdown().await;
     }
 
@@ -257,4 +263,92 @@ on_both! {
         assert!(titles(&rec).iter().any(|t| t.starts_with("This thread has no checkout of its own: sessions share")), "{:#?}", titles(&rec));
         app.shutdown().await;
     }
+}
+
+/// Where the repository's hooks write what they saw (set by the test that runs
+/// [`git_in_a_bridge_with_a_secret_in_its_environment`] in a process of its own).
+const HOOK_REPO: &str = "ISSUE22_HOOK_REPO";
+
+/// S2: the bridge's own git calls (the worktree made for a thread, `/diff`, `/done`) run none of
+/// the repository's programs — an agent can set `core.fsmonitor` or write a `post-checkout` hook —
+/// and pass none of the bridge's `CHAT_BRIDGE_*` variables to git. The bridge runs in a process of
+/// its own (this test binary again), whose environment alone holds a fake secret.
+#[test]
+fn s2_the_bridges_git_runs_no_repository_hook_and_passes_on_no_chat_bridge_variable() {
+    let repo = repo();
+    let root = std::fs::canonicalize(repo.path()).expect("canonical");
+    let seen = root.join("hook-saw.txt");
+    let hook = root.join(".git/hooks/post-checkout");
+    let script = format!("#!/bin/sh\nenv >> '{}'\nexit 0\n", seen.display());
+    std::fs::write(&hook, &script).expect("hook");
+    let monitor = root.join(".git/fsmonitor.sh");
+    std::fs::write(&monitor, &script).expect("fsmonitor");
+    for f in [&hook, &monitor] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    git(
+        &root,
+        &["config", "core.fsmonitor", &monitor.to_string_lossy()],
+    );
+    std::fs::write(root.join(".git/info/exclude"), "hook-saw.txt\n").expect("exclude");
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "git_in_a_bridge_with_a_secret_in_its_environment",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("CHAT_BRIDGE_TEST_CANARY", "canary-secret-value")
+        .env(HOOK_REPO, &root)
+        .output()
+        .expect("the bridge's process runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    let saw = std::fs::read_to_string(&seen).unwrap_or_default();
+    assert!(
+        !saw.contains("CHAT_BRIDGE_") && !saw.contains("canary-secret-value"),
+        "a hook saw the bridge's secret:\n{saw}"
+    );
+    assert!(
+        !seen.exists(),
+        "no hook nor file-system monitor ran:\n{saw}"
+    );
+    // The bridge did make (and remove) a worktree on a thread branch.
+    assert!(
+        git(&root, &["for-each-ref", "refs/heads/chat/"]).contains("chat/console-"),
+        "a thread's branch"
+    );
+}
+
+/// The bridge's side of the test above: a thread in a worktree, `/diff`, `/done force`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in a process of its own by s2_the_bridges_git_runs_no_repository_hook_and_passes_on_no_chat_bridge_variable"]
+async fn git_in_a_bridge_with_a_secret_in_its_environment() {
+    let root = PathBuf::from(std::env::var_os(HOOK_REPO).expect("started by the S2 test"));
+    assert!(std::env::var_os("CHAT_BRIDGE_TEST_CANARY").is_some());
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await;
+    let mut cfg = config(&db.url, &root);
+    cfg.workspace.isolation = Isolation::Worktree;
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(said("t1", "echo x > f"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    let wt = checkout_of(&conversation(&app, "t1").await);
+    assert!(wt.join("f").exists(), "the turn ran in its worktree");
+    app.core.accept(said("t1", "/diff")).await.expect("accept");
+    settle(&app).await;
+    assert_eq!(diffs(&rec).len(), 1, "{:#?}", rec.latest());
+    app.core
+        .accept(said("t1", "/done force"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    assert!(!wt.exists(), "removed");
+    app.shutdown().await;
+    db.cleanup().await;
 }

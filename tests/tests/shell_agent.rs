@@ -406,7 +406,12 @@ async fn git_log_prints_and_ends_instead_of_waiting_in_a_pager() {
         kill_grace: Duration::from_millis(100),
     };
     let r = shell_agent::runner::run(spec, tokio_util::sync::CancellationToken::new(), tx).await;
-    assert_eq!(r.outcome, shell_agent::runner::RunOutcome::Completed, "{}", r.output);
+    assert_eq!(
+        r.outcome,
+        shell_agent::runner::RunOutcome::Completed,
+        "{}",
+        r.output
+    );
     assert!(r.output.contains("commit number 0"), "{}", r.output);
 }
 
