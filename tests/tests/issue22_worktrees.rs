@@ -352,3 +352,32 @@ async fn git_in_a_bridge_with_a_secret_in_its_environment() {
     app.shutdown().await;
     db.cleanup().await;
 }
+
+on_both! {
+    async fn a_daemon_that_refuses_a_session_in_the_worktree_is_not_called_unreachable(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let daemon = chat_bridge_tests::scripted::ScriptedDaemon::start(|mut peer: chat_bridge_tests::scripted::Peer| async move {
+            peer.handshake().await;
+            while let Some(msg) = peer.recv().await {
+                if msg["method"] == "session/new" {
+                    peer.send(serde_json::json!({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602,
+                        "message": "Workspace mismatch: runtime is bound to \"/ws\" but request asked for another directory"}})).await;
+                }
+            }
+        })
+        .await;
+        let mut cfg = config(&db.url, &root);
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "hello")).await.expect("accept");
+        settle(&app).await;
+        let t = titles(&rec);
+        assert!(t.iter().any(|t| t.starts_with("The agent would not open a session for this thread") && t.contains("Workspace mismatch")), "{t:#?}");
+        assert!(!t.iter().any(|t| t.contains("Cannot reach the agent")), "{t:#?}");
+        app.shutdown().await;
+    }
+}
