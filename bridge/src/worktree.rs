@@ -106,10 +106,17 @@ pub fn short_id(conversation: &str) -> Option<String> {
 /// What removing a worktree came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {
-    /// Removed (or already gone); the branch stays.
-    Removed,
+    /// Removed (or already gone); the branch stays. `saved`: the branch made for a commit that was
+    /// on no branch (a detached `HEAD`, forced).
+    Removed {
+        /// The branch made at the detached `HEAD`, when one was.
+        saved: Option<String>,
+    },
     /// Kept: it has uncommitted changes (`git status --porcelain` lines).
     Dirty(Vec<String>),
+    /// Kept: its `HEAD` is detached at a commit no branch holds (its short id); removing the
+    /// worktree would lose it.
+    Unbranched(String),
 }
 
 /// A thread's uncommitted work, as `/diff` shows it.
@@ -386,22 +393,69 @@ impl Worktrees {
         })
     }
 
-    /// Removes the worktree at `root` — not when it has uncommitted changes, unless `force`. The
-    /// branch is kept.
+    /// The short id of the worktree's `HEAD` when it is detached at a commit no branch holds
+    /// (removing the worktree would lose it).
+    async fn unbranched(&self, root: &Path) -> Result<Option<String>, GitError> {
+        if self.current_branch(root).await?.is_some() {
+            return Ok(None);
+        }
+        let holders = git(
+            root,
+            [
+                "for-each-ref",
+                "--contains",
+                "HEAD",
+                "--format=%(refname)",
+                "refs/heads",
+            ],
+            None,
+        )
+        .await?;
+        if !holders.trim().is_empty() {
+            return Ok(None);
+        }
+        let short = git(root, ["rev-parse", "--short=12", "HEAD"], None).await?;
+        Ok(Some(short.trim().to_owned()))
+    }
+
+    /// Removes the worktree at `root` — not when it has uncommitted changes or its `HEAD` is
+    /// detached at a commit no branch holds, unless `force`: then that commit gets the branch
+    /// `<branch>-detached-<short id>` first (`branch`: the thread's). The branches are kept; no
+    /// commit is ever lost.
     ///
     /// # Errors
     /// Git refusing.
-    pub async fn remove(&self, root: &Path, force: bool) -> Result<Removal, GitError> {
+    pub async fn remove(
+        &self,
+        root: &Path,
+        force: bool,
+        branch: &str,
+    ) -> Result<Removal, GitError> {
         let _one = self.lock.lock().await;
         if !root.join(".git").exists() {
             git(&self.repo, ["worktree", "prune"], None).await?;
-            return Ok(Removal::Removed);
+            return Ok(Removal::Removed { saved: None });
         }
         if !force {
             let changes = self.changes(root).await?;
             if !changes.is_empty() {
                 return Ok(Removal::Dirty(changes));
             }
+        }
+        let mut saved = None;
+        if let Some(short) = self.unbranched(root).await? {
+            if !force {
+                return Ok(Removal::Unbranched(short));
+            }
+            let base = if branch.is_empty() {
+                "chat/thread"
+            } else {
+                branch
+            };
+            let name = format!("{base}-detached-{short}");
+            git(root, ["branch", "--", &name, "HEAD"], None).await?;
+            tracing::info!(branch = %name, "kept a detached HEAD's commit on a branch");
+            saved = Some(name);
         }
         let mut args = vec![OsStr::new("worktree"), OsStr::new("remove")];
         if force {
@@ -411,7 +465,7 @@ impl Worktrees {
         args.extend([OsStr::new("--"), root.as_os_str()]);
         git(&self.repo, args, None).await?;
         tracing::info!("removed a thread's worktree");
-        Ok(Removal::Removed)
+        Ok(Removal::Removed { saved })
     }
 }
 

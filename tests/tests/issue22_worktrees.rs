@@ -381,3 +381,35 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn done_never_loses_a_commit_on_a_detached_head(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "git checkout -q --detach && echo kept > g && git add g && git commit -q -m detached")).await.expect("accept");
+        settle(&app).await;
+        let conv = conversation(&app, "t1").await;
+        let wt = checkout_of(&conv);
+        let sha = git(&wt, &["rev-parse", "--short=12", "HEAD"]).trim().to_owned();
+        assert_eq!(git(&wt, &["status", "--porcelain"]), "", "nothing uncommitted");
+
+        app.core.accept(said("t1", "/done")).await.expect("accept");
+        settle(&app).await;
+        let t = titles(&rec);
+        assert!(t.iter().any(|t| t.starts_with("This thread's checkout is on a detached HEAD at commit") && t.contains(&sha)), "{t:#?}");
+        assert!(wt.join("g").exists(), "kept");
+        assert_eq!(conversation(&app, "t1").await.status, "active");
+
+        app.core.accept(said("t1", "/done force")).await.expect("accept");
+        settle(&app).await;
+        assert!(!wt.exists(), "removed when forced");
+        let saved = format!("{}-detached-{sha}", branch_of(&conv));
+        assert_eq!(git(&root, &["show", &format!("{saved}:g")]).trim(), "kept", "the commit is on a branch");
+        assert!(titles(&rec).iter().any(|t| t.starts_with("Done: this thread's checkout was removed") && t.contains(&format!("`{saved}`"))), "{:#?}", titles(&rec));
+        app.shutdown().await;
+    }
+}
