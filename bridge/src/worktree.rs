@@ -431,11 +431,13 @@ impl Worktrees {
         force: bool,
         branch: &str,
     ) -> Result<Removal, GitError> {
-        let _one = self.lock.lock().await;
         if !root.join(".git").exists() {
+            let _one = self.lock.lock().await;
             git(&self.repo, ["worktree", "prune"], None).await?;
             return Ok(Removal::Removed { saved: None });
         }
+        // The looks at this worktree run outside the lock: only adding and removing worktrees
+        // (git's shared files) wait for each other, never for another thread's `git status`.
         if !force {
             let changes = self.changes(root).await?;
             if !changes.is_empty() {
@@ -457,6 +459,7 @@ impl Worktrees {
             tracing::info!(branch = %name, "kept a detached HEAD's commit on a branch");
             saved = Some(name);
         }
+        let _one = self.lock.lock().await;
         let mut args = vec![OsStr::new("worktree"), OsStr::new("remove")];
         if force {
             // Twice: also a worktree git has marked locked.

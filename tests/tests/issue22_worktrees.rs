@@ -413,3 +413,38 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn the_sweep_hands_a_thread_on_once_until_it_answered_and_warns_once(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        cfg.workspace.retain = Duration::from_secs(3600);
+        cfg.workspace.sweep_every = Duration::from_secs(86_400);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        for t in ["d1", "d2", "d3"] {
+            app.core.accept(said(t, "echo wip > notes.txt")).await.expect("accept");
+        }
+        settle(&app).await;
+        let clock = ManualClock::at(chat_bridge::store::now_ms());
+        clock.advance(Duration::from_secs(2 * 3600));
+        // Sweeps come faster than the runners answer (their git takes a while): each thread is
+        // handed on once.
+        let mut handed = Vec::new();
+        for _ in 0..3 {
+            handed.push(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"));
+        }
+        settle(&app).await;
+        assert_eq!(handed, vec![3, 0, 0], "handed on once each");
+        let warned = titles(&rec).into_iter().filter(|t| t.contains("but its checkout has uncommitted changes")).count();
+        assert_eq!(warned, 3, "one notice per thread: {:#?}", titles(&rec));
+        // Answered: the next look is another `retain` later.
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 0);
+        clock.advance(Duration::from_secs(3600 + 1));
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 3);
+        settle(&app).await;
+        app.shutdown().await;
+    }
+}
