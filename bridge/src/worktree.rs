@@ -55,7 +55,7 @@ pub enum GitError {
         stderr: String,
     },
     /// A file the bridge writes around git (the exclude list, a temporary index).
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -158,12 +158,41 @@ impl Worktrees {
             Err(e) => return Err(e),
         };
         let repo = tokio::fs::canonicalize(&top).await?;
+        // A repository without a commit (just `git init`) has no `HEAD` to make a worktree of.
+        if git(
+            &repo,
+            ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+            None,
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!(repository = %repo.display(), "the repository has no commit yet, so threads cannot get worktrees of it");
+            return Ok(None);
+        }
         let sub = cwd.strip_prefix(&repo).unwrap_or(Path::new("")).to_owned();
         let dir = match dir {
             Some(d) if d.is_absolute() => d.to_owned(),
             Some(d) => repo.join(d),
             None => repo.join(".chat-bridge").join("worktrees"),
         };
+        // Inside the repository, every folder on the way must be a real directory: a symlink (or
+        // a file) committed as `.chat-bridge` would put the worktrees somewhere else.
+        if let Ok(rel) = dir.strip_prefix(&repo) {
+            let mut at = repo.clone();
+            for part in rel.components() {
+                at.push(part);
+                match tokio::fs::symlink_metadata(&at).await {
+                    Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
+                        return Err(GitError::Io(std::io::Error::other(format!(
+                            "{} is not a directory (a symlink or a file, perhaps committed to the repository): the threads' worktrees cannot go there; remove it or set workspace.dir",
+                            at.display()
+                        ))));
+                    }
+                    _ => {}
+                }
+            }
+        }
         tokio::fs::create_dir_all(&dir).await?;
         let dir = tokio::fs::canonicalize(&dir).await?;
         let me = Self {

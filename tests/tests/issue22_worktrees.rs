@@ -448,3 +448,37 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+on_both! {
+    async fn a_repository_without_a_commit_falls_back_to_the_shared_directory(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        git(&root, &["init", "-q"]);
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "echo here > f")).await.expect("accept");
+        settle(&app).await;
+        assert_eq!(std::fs::read_to_string(root.join("f")).expect("the message ran").trim(), "here");
+        assert!(!titles(&rec).iter().any(|t| t.contains("invalid reference")), "{:#?}", titles(&rec));
+        app.shutdown().await;
+    }
+
+    async fn a_committed_chat_bridge_symlink_is_refused_naming_the_path_once(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let elsewhere = tempfile::tempdir().expect("tmp");
+        std::os::unix::fs::symlink(elsewhere.path(), root.join(".chat-bridge")).expect("symlink");
+        git(&root, &["add", ".chat-bridge"]);
+        git(&root, &["commit", "-q", "-m", "a symlink"]);
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let err = Application::build(&cfg, Arc::new(Recorder::default())).await.expect_err("refused");
+        let text = format!("{err:#}");
+        let path = root.join(".chat-bridge").display().to_string();
+        assert_eq!(text.matches(&path).count(), 1, "{text}");
+        assert!(text.contains("not a directory") && text.contains("workspace.dir"), "{text}");
+        assert_eq!(std::fs::read_dir(elsewhere.path()).expect("read").count(), 0, "nothing made outside the repository");
+    }
+}

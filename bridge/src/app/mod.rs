@@ -792,7 +792,7 @@ impl Shared<'_> {
                         tracing::info!(project = %project.name, repository = %w.repo().display(), dir = %w.dir().display(), "each thread works in its own git worktree")
                     }
                     None => {
-                        tracing::warn!(project = %project.name, cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository (or git is not installed): threads share it")
+                        tracing::warn!(project = %project.name, cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository with a commit (or git is not installed): threads share it")
                     }
                 }
                 found
