@@ -6,6 +6,10 @@ use std::time::Duration;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// The longest interval `/every` takes (a year and a day): a longer one is refused, not stored as
+/// something else.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
 /// What a schedule command asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
@@ -38,6 +42,11 @@ pub fn every(rest: &str, now: i64, min: Duration) -> Result<Asked, String> {
         return Err(format!(
             "Schedules repeat at most every {} here.",
             daemon_client::liveness::human_duration(min)
+        ));
+    }
+    if every > MAX_INTERVAL {
+        return Err(format!(
+            "`{when}` is longer than a schedule may repeat: at most every 366 days (`366d`)."
         ));
     }
     Ok(Asked {
@@ -106,3 +115,18 @@ pub const EVERY_USAGE: &str =
 /// `/at` without what it needs.
 pub const AT_USAGE: &str =
     "Usage: `/at <HH:MM> <prompt>` (UTC, once), like `/at 09:00 make report`.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_longer_than_a_year_and_a_day_is_refused_not_stored_as_another() {
+        let min = Duration::from_secs(60);
+        let err = every("99999999999999d echo hi", 0, min).expect_err("refused");
+        assert!(err.contains("366 days"), "{err}");
+        assert!(every("367d echo hi", 0, min).is_err());
+        let ok = every("366d echo hi", 0, min).expect("a year and a day");
+        assert_eq!(ok.every, Some(MAX_INTERVAL));
+    }
+}
