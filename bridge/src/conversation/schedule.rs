@@ -76,16 +76,21 @@ pub fn at(rest: &str, now: i64) -> Result<Asked, String> {
     })
 }
 
-/// The run after the one due at `was`, for a schedule repeating every `every` ms, seen at `now`:
-/// the first multiple after `now` — runs missed meanwhile are not made up (they ran once now).
+/// The run after the one due at `was`, for a schedule repeating every `every` ms, seen at `now`.
+/// On time (late by less than a tenth of the interval: the scheduler's own delay), the next
+/// interval on the schedule's grid, so it does not drift. Later than that — runs missed while no
+/// replica was active, made up once now — one whole interval after `now`, so a catch-up run is
+/// not followed by the regular one moments later.
 #[must_use]
 pub fn next_run(was: i64, every: i64, now: i64) -> i64 {
     let every = every.max(1);
     if was > now {
         return was;
     }
-    let missed = (now - was) / every + 1;
-    was.saturating_add(missed.saturating_mul(every))
+    if now - was > every / 10 {
+        return now.saturating_add(every);
+    }
+    was.saturating_add(every)
 }
 
 /// `HH:MM` (24 h) as minutes after midnight.
