@@ -612,6 +612,49 @@ mod tests {
         }
     }
 
+    /// A git call dropped (its thread gone, or timed out) takes everything it started with it: git
+    /// runs in its own process group, killed as a whole.
+    #[tokio::test]
+    async fn a_dropped_git_call_kills_what_it_started() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let pid_file = dir.path().join("child.pid");
+        let alias = format!(
+            "alias.slow=!sleep 300 & echo $! > '{}'; wait",
+            pid_file.display()
+        );
+        let call = tokio::spawn({
+            let d = dir.path().to_owned();
+            async move { git(&d, ["-c", alias.as_str(), "slow"], None).await }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "the alias ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        call.abort();
+        let _ = call.await;
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Gone (or a zombie of its killed parent: signal 0 then fails once it is reaped; a
+        // zombie's state in /proc is `Z`).
+        while nix::sys::signal::kill(pid, None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleep git started is still running"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     #[test]
     fn a_session_directory_belongs_to_the_worktree_it_is_in() {
         let w = Worktrees {
