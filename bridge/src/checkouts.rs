@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::core::{ConvMsg, Core};
+use crate::core::{ConvMsg, Core, lock};
 use crate::store::{self, conversations};
 
 /// Conversations taken per sweep at most (the rest wait for the next).
@@ -32,7 +32,8 @@ pub async fn run(core: Arc<Core>, clock: Arc<dyn Clock>, every: Duration, stop: 
 
 /// Hands each conversation idle past `workspace.retain` at the clock's now to its runner, which
 /// removes its worktree unless it is busy, was active since, or has uncommitted changes. Returns
-/// how many were handed on; [`Core::wait_idle`] returns once they are handled.
+/// how many were handed on (one its runner has not answered yet is not handed again);
+/// [`Core::wait_idle`] returns once they are handled.
 ///
 /// # Errors
 /// Store errors.
@@ -46,11 +47,18 @@ pub async fn sweep(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store::
         let mut c = core.store.conn().await?;
         conversations::idle_under(&mut c, &w.prefix(), before, BATCH).await?
     };
-    let n = idle.len();
+    let mut n = 0;
     for conv in idle {
+        // Handed on once: not again until its runner has answered (a busy runner would otherwise
+        // get it at every sweep, and answer each).
+        if !lock(&core.expiring).insert(conv.id.clone()) {
+            continue;
+        }
+        n += 1;
         // Busy until its runner has handled it.
         core.busy_add(1);
         if !core.send_to(&conv, ConvMsg::Expire(before)).await {
+            lock(&core.expiring).remove(&conv.id);
             core.busy_add(-1);
         }
     }

@@ -55,7 +55,7 @@ pub enum GitError {
         stderr: String,
     },
     /// A file the bridge writes around git (the exclude list, a temporary index).
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -106,10 +106,17 @@ pub fn short_id(conversation: &str) -> Option<String> {
 /// What removing a worktree came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {
-    /// Removed (or already gone); the branch stays.
-    Removed,
+    /// Removed (or already gone); the branch stays. `saved`: the branch made for a commit that was
+    /// on no branch (a detached `HEAD`, forced).
+    Removed {
+        /// The branch made at the detached `HEAD`, when one was.
+        saved: Option<String>,
+    },
     /// Kept: it has uncommitted changes (`git status --porcelain` lines).
     Dirty(Vec<String>),
+    /// Kept: its `HEAD` is detached at a commit no branch holds (its short id); removing the
+    /// worktree would lose it.
+    Unbranched(String),
 }
 
 /// A thread's uncommitted work, as `/diff` shows it.
@@ -151,12 +158,41 @@ impl Worktrees {
             Err(e) => return Err(e),
         };
         let repo = tokio::fs::canonicalize(&top).await?;
+        // A repository without a commit (just `git init`) has no `HEAD` to make a worktree of.
+        if git(
+            &repo,
+            ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+            None,
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!(repository = %repo.display(), "the repository has no commit yet, so threads cannot get worktrees of it");
+            return Ok(None);
+        }
         let sub = cwd.strip_prefix(&repo).unwrap_or(Path::new("")).to_owned();
         let dir = match dir {
             Some(d) if d.is_absolute() => d.to_owned(),
             Some(d) => repo.join(d),
             None => repo.join(".chat-bridge").join("worktrees"),
         };
+        // Inside the repository, every folder on the way must be a real directory: a symlink (or
+        // a file) committed as `.chat-bridge` would put the worktrees somewhere else.
+        if let Ok(rel) = dir.strip_prefix(&repo) {
+            let mut at = repo.clone();
+            for part in rel.components() {
+                at.push(part);
+                match tokio::fs::symlink_metadata(&at).await {
+                    Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
+                        return Err(GitError::Io(std::io::Error::other(format!(
+                            "{} is not a directory (a symlink or a file, perhaps committed to the repository): the threads' worktrees cannot go there; remove it or set workspace.dir",
+                            at.display()
+                        ))));
+                    }
+                    _ => {}
+                }
+            }
+        }
         tokio::fs::create_dir_all(&dir).await?;
         let dir = tokio::fs::canonicalize(&dir).await?;
         let me = Self {
@@ -347,7 +383,8 @@ impl Worktrees {
     }
 
     /// What changed in the worktree at `root` since its `HEAD`, untracked files included (read
-    /// through a temporary index: the worktree's own index is not touched).
+    /// through a temporary index: the worktree's own index is not touched, and untracked files are
+    /// only marked as intended, so no object is written).
     ///
     /// # Errors
     /// Git refusing, or the temporary index that cannot be written.
@@ -359,9 +396,12 @@ impl Worktrees {
         let r = async {
             let idx = Some(index.as_path());
             git(root, ["read-tree", "HEAD"], idx).await?;
-            git(root, ["add", "--all"], idx).await?;
-            let stat = git(root, ["diff", "--cached", "--stat", "HEAD"], idx).await?;
-            let patch = git(root, ["diff", "--cached", "HEAD"], idx).await?;
+            // Intent to add: new files are listed, but none is written into the repository's
+            // object store (a `/diff` of many large untracked files costs no disk).
+            git(root, ["add", "--all", "--intent-to-add"], idx).await?;
+            let diff = ["diff", "--no-ext-diff", "--no-textconv"];
+            let stat = git(root, [&diff[..], &["--stat", "HEAD"]].concat(), idx).await?;
+            let patch = git(root, [&diff[..], &["HEAD"]].concat(), idx).await?;
             Ok::<_, GitError>((stat, patch))
         }
         .await;
@@ -382,23 +422,73 @@ impl Worktrees {
         })
     }
 
-    /// Removes the worktree at `root` — not when it has uncommitted changes, unless `force`. The
-    /// branch is kept.
+    /// The short id of the worktree's `HEAD` when it is detached at a commit no branch holds
+    /// (removing the worktree would lose it).
+    async fn unbranched(&self, root: &Path) -> Result<Option<String>, GitError> {
+        if self.current_branch(root).await?.is_some() {
+            return Ok(None);
+        }
+        let holders = git(
+            root,
+            [
+                "for-each-ref",
+                "--contains",
+                "HEAD",
+                "--format=%(refname)",
+                "refs/heads",
+            ],
+            None,
+        )
+        .await?;
+        if !holders.trim().is_empty() {
+            return Ok(None);
+        }
+        let short = git(root, ["rev-parse", "--short=12", "HEAD"], None).await?;
+        Ok(Some(short.trim().to_owned()))
+    }
+
+    /// Removes the worktree at `root` — not when it has uncommitted changes or its `HEAD` is
+    /// detached at a commit no branch holds, unless `force`: then that commit gets the branch
+    /// `<branch>-detached-<short id>` first (`branch`: the thread's). The branches are kept; no
+    /// commit is ever lost.
     ///
     /// # Errors
     /// Git refusing.
-    pub async fn remove(&self, root: &Path, force: bool) -> Result<Removal, GitError> {
-        let _one = self.lock.lock().await;
+    pub async fn remove(
+        &self,
+        root: &Path,
+        force: bool,
+        branch: &str,
+    ) -> Result<Removal, GitError> {
         if !root.join(".git").exists() {
+            let _one = self.lock.lock().await;
             git(&self.repo, ["worktree", "prune"], None).await?;
-            return Ok(Removal::Removed);
+            return Ok(Removal::Removed { saved: None });
         }
+        // The looks at this worktree run outside the lock: only adding and removing worktrees
+        // (git's shared files) wait for each other, never for another thread's `git status`.
         if !force {
             let changes = self.changes(root).await?;
             if !changes.is_empty() {
                 return Ok(Removal::Dirty(changes));
             }
         }
+        let mut saved = None;
+        if let Some(short) = self.unbranched(root).await? {
+            if !force {
+                return Ok(Removal::Unbranched(short));
+            }
+            let base = if branch.is_empty() {
+                "chat/thread"
+            } else {
+                branch
+            };
+            let name = format!("{base}-detached-{short}");
+            git(root, ["branch", "--", &name, "HEAD"], None).await?;
+            tracing::info!(branch = %name, "kept a detached HEAD's commit on a branch");
+            saved = Some(name);
+        }
+        let _one = self.lock.lock().await;
         let mut args = vec![OsStr::new("worktree"), OsStr::new("remove")];
         if force {
             // Twice: also a worktree git has marked locked.
@@ -407,12 +497,31 @@ impl Worktrees {
         args.extend([OsStr::new("--"), root.as_os_str()]);
         git(&self.repo, args, None).await?;
         tracing::info!("removed a thread's worktree");
-        Ok(Removal::Removed)
+        Ok(Removal::Removed { saved })
     }
 }
 
-/// Runs `git -C dir args…` (no shell, no prompt, no inherited repository variables), with
-/// `index` as `GIT_INDEX_FILE` when given; its standard output (capped at [`OUTPUT_CAP`]).
+/// Environment variables of the bridge that git (and anything git starts) never inherits: its
+/// configuration and secrets (chat tokens, the database URL) (S2).
+const PRIVATE_ENV_PREFIX: &str = "CHAT_BRIDGE_";
+
+/// Settings given to every git call, above any in the repository's own configuration: a
+/// repository's hooks and its file-system monitor are programs an agent can set
+/// (`git config core.fsmonitor …`, `.git/hooks/post-checkout`), and the bridge runs none of them;
+/// nothing waits on a pager.
+const SAFE_CONFIG: [&str; 6] = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.pager=cat",
+];
+
+/// Runs `git -C dir args…` (no shell, no prompt, no pager, no hooks, no inherited repository
+/// variables and none of the bridge's `CHAT_BRIDGE_*` variables), with `index` as
+/// `GIT_INDEX_FILE` when given; its standard output (capped at [`OUTPUT_CAP`]). Git runs in its
+/// own process group, which is killed as a whole when the call times out or is dropped.
 async fn git<I, S>(dir: &Path, args: I, index: Option<&Path>) -> Result<String, GitError>
 where
     I: IntoIterator<Item = S>,
@@ -426,27 +535,39 @@ where
         .collect::<Vec<_>>()
         .join(" ");
     let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
+    cmd.args(SAFE_CONFIG)
+        .arg("-C")
         .arg(dir)
         .args(&args)
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE")
         .env_remove("GIT_COMMON_DIR")
+        .env_remove("GIT_EXTERNAL_DIFF")
         .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat")
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with(PRIVATE_ENV_PREFIX) {
+            cmd.env_remove(key);
+        }
+    }
     if let Some(index) = index {
         cmd.env("GIT_INDEX_FILE", index);
     }
     let child = cmd.spawn().map_err(GitError::Spawn)?;
+    // Kills git's whole group (a hook or filter it started included) unless it ended by itself.
+    let mut group = Group(child.id());
     let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
         .await
         .map_err(|_| GitError::TimedOut(what.clone()))?
         .map_err(GitError::Io)?;
+    group.0 = None;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let stderr: String = stderr.trim().chars().take(500).collect();
@@ -455,6 +576,21 @@ where
     let mut stdout = out.stdout;
     stdout.truncate(OUTPUT_CAP);
     Ok(String::from_utf8_lossy(&stdout).into_owned())
+}
+
+/// The process group of a running git call; killed when dropped before the call ended.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // ESRCH (the group is already gone) is the expected race, not an error.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -473,6 +609,49 @@ mod tests {
             ("", "3f2504e0-4f89-11d3-9a0c-0305e82c3301"),
         ] {
             assert!(Branch::of(platform, id).is_none(), "{platform} {id}");
+        }
+    }
+
+    /// A git call dropped (its thread gone, or timed out) takes everything it started with it: git
+    /// runs in its own process group, killed as a whole.
+    #[tokio::test]
+    async fn a_dropped_git_call_kills_what_it_started() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let pid_file = dir.path().join("child.pid");
+        let alias = format!(
+            "alias.slow=!sleep 300 & echo $! > '{}'; wait",
+            pid_file.display()
+        );
+        let call = tokio::spawn({
+            let d = dir.path().to_owned();
+            async move { git(&d, ["-c", alias.as_str(), "slow"], None).await }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "the alias ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        call.abort();
+        let _ = call.await;
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Gone (or a zombie of its killed parent: signal 0 then fails once it is reaped; a
+        // zombie's state in /proc is `Z`).
+        while nix::sys::signal::kill(pid, None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleep git started is still running"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

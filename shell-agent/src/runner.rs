@@ -125,6 +125,12 @@ fn spawn(spec: &RunSpec, output: Arc<Output>) -> Result<Spawned, String> {
     cmd.cwd(&spec.cwd);
     cmd.env("TERM", "dumb");
     cmd.env("NO_COLOR", "1");
+    // No output is read interactively: `git log`, `man` and the like must not wait in a pager.
+    for pager in ["PAGER", "GIT_PAGER"] {
+        if std::env::var_os(pager).is_none() {
+            cmd.env(pager, "cat");
+        }
+    }
     // The bridge's own settings and secrets (`CHAT_BRIDGE_*`: chat tokens, the database URL, API
     // tokens) are not the command's business: a chat user's `env` must not print them (S2).
     for (key, _) in std::env::vars_os() {

@@ -506,7 +506,7 @@ on_both! {
         assert_eq!(ticks(&rec), 3, "each run a normal turn with its result");
         app.core.accept(console::inbound("/schedules")).await.expect("accept");
         settle(&app).await;
-        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("1 schedules in this thread:") && m.title.contains("every 2s")), "{:#?}", rec.latest());
+        assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("1 schedule in this thread:") && m.title.contains("every 2s")), "{:#?}", rec.latest());
         app.shutdown().await;
 
         // Down for a minute: the missed runs are made up once, then it keeps its interval.
@@ -514,7 +514,10 @@ on_both! {
         clock.advance(Duration::from_secs(60));
         assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1, "missed runs once");
         assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0);
-        clock.advance(Duration::from_secs(2));
+        // Not again a second after the catch-up run: one whole interval after it.
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 0, "no second run right after the catch-up");
+        clock.advance(Duration::from_secs(1));
         assert_eq!(chat_bridge::schedules::run_due(&again.core, &clock).await.expect("run"), 1);
         settle(&again).await;
         assert_eq!(ticks(&rec), 5);

@@ -154,6 +154,32 @@ async fn l6_a_daemon_cwd_outside_the_daemons_workspace_is_a_start_up_error() {
     );
 }
 
+/// A daemon bound to one workspace (`qwen serve --workspace`) refuses a session in any other
+/// directory, a thread's worktree included: `workspace.isolation = "worktree"` stops start-up with a
+/// message naming the key and the agents that can, instead of failing every thread's first message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worktree_isolation_with_a_daemon_bound_to_one_workspace_is_a_start_up_error() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(&peer, &dir);
+    cfg.workspace.isolation = chat_bridge::worktree::Isolation::Worktree;
+    let err = Application::build(&cfg, Arc::new(Recorder::default()))
+        .await
+        .expect_err("refused");
+    let text = format!("{err:#}");
+    assert!(text.contains("workspace.isolation"), "{text}");
+    assert!(
+        text.contains("--acp") && text.contains("agent-host"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&peer.workspace().display().to_string()),
+        "{text}"
+    );
+}
+
 /// L6 item 2: after the bridge itself restarts (same database, same daemon), the thread's session is
 /// loaded again in `daemon.mode = yolo`: its next command runs with no approval asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

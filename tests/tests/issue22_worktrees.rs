@@ -239,6 +239,12 @@ on_both! {
         // The worktree's own index is untouched: the new file is still untracked there.
         let wt = checkout_of(&conversation(&app, "t1").await);
         assert!(git(&wt, &["status", "--porcelain"]).contains("?? numbers.txt"));
+        // And `/diff` wrote nothing into the repository's object store: not the untracked file,
+        // not the changed one (a `/diff` of many large files costs no disk).
+        for file in ["numbers.txt", "README"] {
+            let id = git(&wt, &["hash-object", "--", file]);
+            assert!(!git_ok(&root, &["cat-file", "-e", id.trim()]), "{file} is no object after /diff");
+        }
         app.shutdown().await;
     }
 
@@ -256,5 +262,223 @@ on_both! {
         assert_eq!(PathBuf::from(conversation(&app, "t1").await.cwd), root);
         assert!(titles(&rec).iter().any(|t| t.starts_with("This thread has no checkout of its own: sessions share")), "{:#?}", titles(&rec));
         app.shutdown().await;
+    }
+}
+
+/// Where the repository's hooks write what they saw (set by the test that runs
+/// [`git_in_a_bridge_with_a_secret_in_its_environment`] in a process of its own).
+const HOOK_REPO: &str = "ISSUE22_HOOK_REPO";
+
+/// S2: the bridge's own git calls (the worktree made for a thread, `/diff`, `/done`) run none of
+/// the repository's programs — an agent can set `core.fsmonitor` or write a `post-checkout` hook —
+/// and pass none of the bridge's `CHAT_BRIDGE_*` variables to git. The bridge runs in a process of
+/// its own (this test binary again), whose environment alone holds a fake secret.
+#[test]
+fn s2_the_bridges_git_runs_no_repository_hook_and_passes_on_no_chat_bridge_variable() {
+    let repo = repo();
+    let root = std::fs::canonicalize(repo.path()).expect("canonical");
+    let seen = root.join("hook-saw.txt");
+    let hook = root.join(".git/hooks/post-checkout");
+    let script = format!("#!/bin/sh\nenv >> '{}'\nexit 0\n", seen.display());
+    std::fs::write(&hook, &script).expect("hook");
+    let monitor = root.join(".git/fsmonitor.sh");
+    std::fs::write(&monitor, &script).expect("fsmonitor");
+    for f in [&hook, &monitor] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    git(
+        &root,
+        &["config", "core.fsmonitor", &monitor.to_string_lossy()],
+    );
+    std::fs::write(root.join(".git/info/exclude"), "hook-saw.txt\n").expect("exclude");
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "git_in_a_bridge_with_a_secret_in_its_environment",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("CHAT_BRIDGE_TEST_CANARY", "canary-secret-value")
+        .env(HOOK_REPO, &root)
+        .output()
+        .expect("the bridge's process runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    let saw = std::fs::read_to_string(&seen).unwrap_or_default();
+    assert!(
+        !saw.contains("CHAT_BRIDGE_") && !saw.contains("canary-secret-value"),
+        "a hook saw the bridge's secret:\n{saw}"
+    );
+    assert!(
+        !seen.exists(),
+        "no hook nor file-system monitor ran:\n{saw}"
+    );
+    // The bridge did make (and remove) a worktree on a thread branch.
+    assert!(
+        git(&root, &["for-each-ref", "refs/heads/chat/"]).contains("chat/console-"),
+        "a thread's branch"
+    );
+}
+
+/// The bridge's side of the test above: a thread in a worktree, `/diff`, `/done force`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in a process of its own by s2_the_bridges_git_runs_no_repository_hook_and_passes_on_no_chat_bridge_variable"]
+async fn git_in_a_bridge_with_a_secret_in_its_environment() {
+    let root = PathBuf::from(std::env::var_os(HOOK_REPO).expect("started by the S2 test"));
+    assert!(std::env::var_os("CHAT_BRIDGE_TEST_CANARY").is_some());
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await;
+    let mut cfg = config(&db.url, &root);
+    cfg.workspace.isolation = Isolation::Worktree;
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(said("t1", "echo x > f"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    let wt = checkout_of(&conversation(&app, "t1").await);
+    assert!(wt.join("f").exists(), "the turn ran in its worktree");
+    app.core.accept(said("t1", "/diff")).await.expect("accept");
+    settle(&app).await;
+    assert_eq!(diffs(&rec).len(), 1, "{:#?}", rec.latest());
+    app.core
+        .accept(said("t1", "/done force"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    assert!(!wt.exists(), "removed");
+    app.shutdown().await;
+    db.cleanup().await;
+}
+
+on_both! {
+    async fn a_daemon_that_refuses_a_session_in_the_worktree_is_not_called_unreachable(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let daemon = chat_bridge_tests::scripted::ScriptedDaemon::start(|mut peer: chat_bridge_tests::scripted::Peer| async move {
+            peer.handshake().await;
+            while let Some(msg) = peer.recv().await {
+                if msg["method"] == "session/new" {
+                    peer.send(serde_json::json!({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602,
+                        "message": "Workspace mismatch: runtime is bound to \"/ws\" but request asked for another directory"}})).await;
+                }
+            }
+        })
+        .await;
+        let mut cfg = config(&db.url, &root);
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "hello")).await.expect("accept");
+        settle(&app).await;
+        let t = titles(&rec);
+        assert!(t.iter().any(|t| t.starts_with("The agent would not open a session for this thread") && t.contains("Workspace mismatch")), "{t:#?}");
+        assert!(!t.iter().any(|t| t.contains("Cannot reach the agent")), "{t:#?}");
+        app.shutdown().await;
+    }
+}
+
+on_both! {
+    async fn done_never_loses_a_commit_on_a_detached_head(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "git checkout -q --detach && echo kept > g && git add g && git commit -q -m detached")).await.expect("accept");
+        settle(&app).await;
+        let conv = conversation(&app, "t1").await;
+        let wt = checkout_of(&conv);
+        let sha = git(&wt, &["rev-parse", "--short=12", "HEAD"]).trim().to_owned();
+        assert_eq!(git(&wt, &["status", "--porcelain"]), "", "nothing uncommitted");
+
+        app.core.accept(said("t1", "/done")).await.expect("accept");
+        settle(&app).await;
+        let t = titles(&rec);
+        assert!(t.iter().any(|t| t.starts_with("This thread's checkout is on a detached HEAD at commit") && t.contains(&sha)), "{t:#?}");
+        assert!(wt.join("g").exists(), "kept");
+        assert_eq!(conversation(&app, "t1").await.status, "active");
+
+        app.core.accept(said("t1", "/done force")).await.expect("accept");
+        settle(&app).await;
+        assert!(!wt.exists(), "removed when forced");
+        let saved = format!("{}-detached-{sha}", branch_of(&conv));
+        assert_eq!(git(&root, &["show", &format!("{saved}:g")]).trim(), "kept", "the commit is on a branch");
+        assert!(titles(&rec).iter().any(|t| t.starts_with("Done: this thread's checkout was removed") && t.contains(&format!("`{saved}`"))), "{:#?}", titles(&rec));
+        app.shutdown().await;
+    }
+}
+
+on_both! {
+    async fn the_sweep_hands_a_thread_on_once_until_it_answered_and_warns_once(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        cfg.workspace.retain = Duration::from_secs(3600);
+        cfg.workspace.sweep_every = Duration::from_secs(86_400);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        for t in ["d1", "d2", "d3"] {
+            app.core.accept(said(t, "echo wip > notes.txt")).await.expect("accept");
+        }
+        settle(&app).await;
+        let clock = ManualClock::at(chat_bridge::store::now_ms());
+        clock.advance(Duration::from_secs(2 * 3600));
+        // Sweeps come faster than the runners answer (their git takes a while): each thread is
+        // handed on once.
+        let mut handed = Vec::new();
+        for _ in 0..3 {
+            handed.push(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"));
+        }
+        settle(&app).await;
+        assert_eq!(handed, vec![3, 0, 0], "handed on once each");
+        let warned = titles(&rec).into_iter().filter(|t| t.contains("but its checkout has uncommitted changes")).count();
+        assert_eq!(warned, 3, "one notice per thread: {:#?}", titles(&rec));
+        // Answered: the next look is another `retain` later.
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 0);
+        clock.advance(Duration::from_secs(3600 + 1));
+        assert_eq!(chat_bridge::checkouts::sweep(&app.core, &clock).await.expect("sweep"), 3);
+        settle(&app).await;
+        app.shutdown().await;
+    }
+}
+
+on_both! {
+    async fn a_repository_without_a_commit_falls_back_to_the_shared_directory(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        git(&root, &["init", "-q"]);
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(said("t1", "echo here > f")).await.expect("accept");
+        settle(&app).await;
+        assert_eq!(std::fs::read_to_string(root.join("f")).expect("the message ran").trim(), "here");
+        assert!(!titles(&rec).iter().any(|t| t.contains("invalid reference")), "{:#?}", titles(&rec));
+        app.shutdown().await;
+    }
+
+    async fn a_committed_chat_bridge_symlink_is_refused_naming_the_path_once(db) {
+        let repo = repo();
+        let root = std::fs::canonicalize(repo.path()).expect("canonical");
+        let elsewhere = tempfile::tempdir().expect("tmp");
+        std::os::unix::fs::symlink(elsewhere.path(), root.join(".chat-bridge")).expect("symlink");
+        git(&root, &["add", ".chat-bridge"]);
+        git(&root, &["commit", "-q", "-m", "a symlink"]);
+        let mut cfg = config(&db.url, &root);
+        cfg.workspace.isolation = Isolation::Worktree;
+        let err = Application::build(&cfg, Arc::new(Recorder::default())).await.expect_err("refused");
+        let text = format!("{err:#}");
+        let path = root.join(".chat-bridge").display().to_string();
+        assert_eq!(text.matches(&path).count(), 1, "{text}");
+        assert!(text.contains("not a directory") && text.contains("workspace.dir"), "{text}");
+        assert_eq!(std::fs::read_dir(elsewhere.path()).expect("read").count(), 0, "nothing made outside the repository");
     }
 }

@@ -364,6 +364,57 @@ async fn t3_the_runner_never_spawns_for_an_already_cancelled_token() {
     assert!(!marker.exists());
 }
 
+/// A command's output goes to a PTY that nobody reads interactively: `git log` must print and end,
+/// not wait in a pager until its timeout.
+#[tokio::test]
+async fn git_log_prints_and_ends_instead_of_waiting_in_a_pager() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p = dir.path();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(p)
+            .args(args)
+            .output()
+            .expect("git runs")
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    for i in 0..80 {
+        git(&[
+            "-c",
+            "user.name=A",
+            "-c",
+            "user.email=a@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            &format!("commit number {i}"),
+        ]);
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let spec = shell_agent::runner::RunSpec {
+        command: "git log".to_owned(),
+        cwd: p.to_owned(),
+        timeout: Some(Duration::from_secs(10)),
+        heartbeat: None,
+        output_cap: 1 << 20,
+        kill_grace: Duration::from_millis(100),
+    };
+    let r = shell_agent::runner::run(spec, tokio_util::sync::CancellationToken::new(), tx).await;
+    assert_eq!(
+        r.outcome,
+        shell_agent::runner::RunOutcome::Completed,
+        "{}",
+        r.output
+    );
+    assert!(r.output.contains("commit number 0"), "{}", r.output);
+}
+
 #[tokio::test]
 async fn t4_output_over_the_cap_keeps_the_tail_with_a_notice() {
     let agent = start(AgentConfig {

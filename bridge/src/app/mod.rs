@@ -771,6 +771,16 @@ impl Shared<'_> {
             }
         };
         let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
+        if let (crate::worktree::Isolation::Worktree, Some(served)) =
+            (cfg.workspace.isolation, &info.workspace)
+        {
+            // It would refuse every thread's `session/new` in its worktree.
+            client.close();
+            anyhow::bail!(
+                "workspace.isolation = \"worktree\" needs an agent that opens sessions in any directory, but the agent daemon serves the one workspace {} and refuses sessions in the threads' worktrees: set workspace.isolation = \"shared\", or use an agent that can (the built-in shell agent, a stdio agent such as daemon.command = [\"qwen\", \"--acp\"], or one served by chat-bridge agent-host)",
+                served.display()
+            );
+        }
         let worktrees = match cfg.workspace.isolation {
             crate::worktree::Isolation::Shared => None,
             crate::worktree::Isolation::Worktree => {
@@ -782,7 +792,7 @@ impl Shared<'_> {
                         tracing::info!(project = %project.name, repository = %w.repo().display(), dir = %w.dir().display(), "each thread works in its own git worktree")
                     }
                     None => {
-                        tracing::warn!(project = %project.name, cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository (or git is not installed): threads share it")
+                        tracing::warn!(project = %project.name, cwd = %cwd.display(), "workspace.isolation is \"worktree\" but the sessions' directory is not in a git repository with a commit (or git is not installed): threads share it")
                     }
                 }
                 found

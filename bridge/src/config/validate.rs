@@ -237,6 +237,21 @@ impl Config {
                 "workspace.retain and workspace.sweep_every must be longer than zero (retain: how long an idle thread keeps its worktree, e.g. 7d; sweep_every: how often that is checked, e.g. 1h)".into(),
             );
         }
+        if self.schedules.check_every.is_zero() || self.schedules.min_interval.is_zero() {
+            problems.push(
+                "schedules.check_every and schedules.min_interval must be longer than zero (check_every: how often due schedules are looked for, e.g. 1s; min_interval: the shortest interval /every takes, e.g. 1m)".into(),
+            );
+        }
+        if let Some(dir) = &self.workspace.dir
+            && !dir
+                .components()
+                .any(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            problems.push(format!(
+                "workspace.dir {:?} cannot hold the threads' worktrees: give a directory of their own (unset: <repository>/.chat-bridge/worktrees)",
+                dir.display().to_string()
+            ));
+        }
         match (&self.daemon.url, &self.daemon.command) {
             (Some(_), Some(_)) => problems.push(
                 "daemon.url and daemon.command are exclusive: set daemon.url for an agent reached over WebSocket, or daemon.command for one the bridge runs over stdio".into(),

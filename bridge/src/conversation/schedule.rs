@@ -6,6 +6,10 @@ use std::time::Duration;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// The longest interval `/every` takes (a year and a day): a longer one is refused, not stored as
+/// something else.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
 /// What a schedule command asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
@@ -40,6 +44,11 @@ pub fn every(rest: &str, now: i64, min: Duration) -> Result<Asked, String> {
             daemon_client::liveness::human_duration(min)
         ));
     }
+    if every > MAX_INTERVAL {
+        return Err(format!(
+            "`{when}` is longer than a schedule may repeat: at most every 366 days (`366d`)."
+        ));
+    }
     Ok(Asked {
         every: Some(every),
         first: now.saturating_add(ms(every)),
@@ -67,16 +76,21 @@ pub fn at(rest: &str, now: i64) -> Result<Asked, String> {
     })
 }
 
-/// The run after the one due at `was`, for a schedule repeating every `every` ms, seen at `now`:
-/// the first multiple after `now` — runs missed meanwhile are not made up (they ran once now).
+/// The run after the one due at `was`, for a schedule repeating every `every` ms, seen at `now`.
+/// On time (late by less than a tenth of the interval: the scheduler's own delay), the next
+/// interval on the schedule's grid, so it does not drift. Later than that — runs missed while no
+/// replica was active, made up once now — one whole interval after `now`, so a catch-up run is
+/// not followed by the regular one moments later.
 #[must_use]
 pub fn next_run(was: i64, every: i64, now: i64) -> i64 {
     let every = every.max(1);
     if was > now {
         return was;
     }
-    let missed = (now - was) / every + 1;
-    was.saturating_add(missed.saturating_mul(every))
+    if now - was > every / 10 {
+        return now.saturating_add(every);
+    }
+    was.saturating_add(every)
 }
 
 /// `HH:MM` (24 h) as minutes after midnight.
@@ -106,3 +120,18 @@ pub const EVERY_USAGE: &str =
 /// `/at` without what it needs.
 pub const AT_USAGE: &str =
     "Usage: `/at <HH:MM> <prompt>` (UTC, once), like `/at 09:00 make report`.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_longer_than_a_year_and_a_day_is_refused_not_stored_as_another() {
+        let min = Duration::from_secs(60);
+        let err = every("99999999999999d echo hi", 0, min).expect_err("refused");
+        assert!(err.contains("366 days"), "{err}");
+        assert!(every("367d echo hi", 0, min).is_err());
+        let ok = every("366d echo hi", 0, min).expect("a year and a day");
+        assert_eq!(ok.every, Some(MAX_INTERVAL));
+    }
+}

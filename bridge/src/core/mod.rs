@@ -233,6 +233,9 @@ pub struct Core {
     pub(crate) wake_outbox: Arc<Notify>,
     actors: Mutex<HashMap<String, mpsc::Sender<ConvMsg>>>,
     pub(crate) sessions: Mutex<HashMap<SessionId, String>>,
+    /// Conversations the idle sweep handed on whose runner has not answered yet (not handed again
+    /// until it has).
+    pub(crate) expiring: Mutex<std::collections::HashSet<String>>,
     /// Turns open or queued, across conversations (the console waits for zero before exiting).
     pub(crate) busy: AtomicUsize,
     pub(crate) idle: Notify,
@@ -279,6 +282,7 @@ impl Core {
             wake_outbox,
             actors: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            expiring: Mutex::new(std::collections::HashSet::new()),
             busy: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown,

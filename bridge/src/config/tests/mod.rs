@@ -646,3 +646,30 @@ fn s_ui_start_up_refuses_client_sent_auth_headers_open_allow_lists_and_a_ui_url_
         load_file(&format!("[http]\nui_url = \"{u}\"\n"), &[]).expect(u);
     }
 }
+
+#[test]
+fn careless_workspace_and_schedule_settings_are_refused_naming_the_key() {
+    for (extra, name) in [
+        (&[("CHAT_BRIDGE_WORKSPACE__DIR", "")][..], "workspace.dir"),
+        (&[("CHAT_BRIDGE_WORKSPACE__DIR", "/")][..], "workspace.dir"),
+        (&[("CHAT_BRIDGE_WORKSPACE__DIR", ".")][..], "workspace.dir"),
+        (
+            &[("CHAT_BRIDGE_SCHEDULES__CHECK_EVERY", "0s")][..],
+            "schedules.check_every",
+        ),
+        (
+            &[("CHAT_BRIDGE_SCHEDULES__MIN_INTERVAL", "0s")][..],
+            "schedules.min_interval",
+        ),
+    ] {
+        let err = load_with(&SLACK, extra).expect_err(name);
+        assert!(err.to_string().contains(name), "{name}: {err}");
+    }
+    for good in ["/srv/worktrees", "wt", ".chat-bridge/worktrees"] {
+        let cfg = load_with(&SLACK, &[("CHAT_BRIDGE_WORKSPACE__DIR", good)]).expect(good);
+        assert_eq!(
+            cfg.workspace.dir.as_deref(),
+            Some(std::path::Path::new(good))
+        );
+    }
+}

@@ -203,9 +203,31 @@ impl Runner {
         let retain = self.core.cfg.retain;
         let branch = self.branch().map(|b| b.to_string()).unwrap_or_default();
         let mut removed = false;
+        let mut saved = None;
         if let Some((w, root)) = self.own_checkout() {
-            match w.remove(&root, force).await {
-                Ok(Removal::Removed) => removed = true,
+            match w.remove(&root, force, &branch).await {
+                Ok(Removal::Removed { saved: s }) => {
+                    removed = true;
+                    saved = s;
+                }
+                Ok(Removal::Unbranched(short)) => {
+                    let text = match idle {
+                        Some(_) => format!(
+                            "This thread has been idle for {}, but its checkout is on a detached HEAD at commit `{short}`, which no branch holds, so it is kept. Put it on a branch (`git switch -c NAME`), or `/done force` to keep it on a new branch and remove the checkout.",
+                            idle_for(retain)
+                        ),
+                        None => format!(
+                            "This thread's checkout is on a detached HEAD at commit `{short}`, which no branch holds, so it is kept and the thread stays open. Put it on a branch (`git switch -c NAME`), or `/done force` to keep it on a new branch and remove the checkout."
+                        ),
+                    };
+                    if let Some(before) = idle {
+                        let at = before
+                            .saturating_add(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX));
+                        let mut c = self.core.store.conn().await?;
+                        conversations::touch(&mut c, &self.conv.id, "active", at).await?;
+                    }
+                    return self.notice(Tone::Warning, &text).await;
+                }
                 Ok(Removal::Dirty(changes)) => {
                     let mut files: Vec<String> = changes
                         .iter()
@@ -274,6 +296,10 @@ impl Runner {
                 dropped += 1;
             }
         }
+        let text = match saved {
+            Some(b) => format!("{text} Its detached HEAD's commit is kept on the branch `{b}`."),
+            None => text,
+        };
         let text = match dropped {
             0 => text,
             1 => format!("{text} Its schedule was removed."),

@@ -148,14 +148,16 @@ impl Runner {
                 for e in q.events() {
                     self.state.marks.add(Some(e));
                 }
-                return self
-                    .notice(
-                        Tone::Error,
-                        &format!(
-                            "Cannot reach the agent: {e}. Your message was not sent; try again."
-                        ),
+                // The daemon answered, but no: not a connection problem (e.g. it refuses a
+                // session in this directory).
+                let text = if matches!(e, daemon_client::Error::Rpc { .. }) {
+                    format!(
+                        "The agent would not open a session for this thread: {e}. Your message was not sent."
                     )
-                    .await;
+                } else {
+                    format!("Cannot reach the agent: {e}. Your message was not sent; try again.")
+                };
+                return self.notice(Tone::Error, &text).await;
             }
         };
         // Files to download: the turn is recorded (and its inbox entries marked) when its prompt

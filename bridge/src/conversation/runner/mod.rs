@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use super::state::State;
 use crate::channel::Target;
 use crate::core::live::{LiveTool, LiveTurn};
-use crate::core::{AfterFailure, ConvMsg, Core};
+use crate::core::{AfterFailure, ConvMsg, Core, lock};
 use crate::store::Result;
 use crate::store::conversations::Conversation;
 
@@ -158,6 +158,7 @@ pub(crate) async fn run(
             ConvMsg::Connection(up) => r.on_connection(up).await,
             ConvMsg::Expire(before) => {
                 let done = r.on_expire(before).await;
+                lock(&r.core.expiring).remove(&r.conv.id);
                 r.core.busy_add(-1);
                 done
             }

@@ -78,7 +78,10 @@ impl Runner {
                 .notice(Tone::Neutral, "No schedules in this thread.")
                 .await;
         }
-        let mut text = format!("{} schedules in this thread:", all.len());
+        let mut text = match all.len() {
+            1 => "1 schedule in this thread:".to_owned(),
+            n => format!("{n} schedules in this thread:"),
+        };
         for s in &all {
             let when = match s.every_ms {
                 Some(ms) => format!(

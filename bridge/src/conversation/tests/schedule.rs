@@ -83,10 +83,16 @@ fn runs_missed_while_no_replica_was_active_run_once_not_once_per_interval() {
         12_000,
         "on time: the next interval"
     );
-    assert_eq!(next_run(10_000, every, 10_500), 12_000);
-    // Down for an hour: one run now, then on the grid again after now.
+    assert_eq!(
+        next_run(10_000, every, 10_150),
+        12_000,
+        "a little late (the scheduler's delay): on the grid, no drift"
+    );
+    // Down for an hour: one run now, then one whole interval later — never moments after the
+    // catch-up run.
     assert_eq!(next_run(10_000, every, 3_610_000), 3_612_000);
-    assert_eq!(next_run(10_000, every, 3_611_999), 3_612_000);
+    assert_eq!(next_run(10_000, every, 3_611_999), 3_613_999);
+    assert_eq!(next_run(10_000, every, 11_000), 13_000);
     assert_eq!(
         next_run(20_000, every, 10_000),
         20_000,
