@@ -310,6 +310,27 @@ impl Config {
                     ));
                 }
             }
+            match (&p.daemon.url, &p.daemon.command) {
+                (Some(_), Some(_)) => problems.push(format!(
+                    "{key}.daemon.url and {key}.daemon.command are exclusive: set url for an agent reached over WebSocket, or command for one the bridge runs over stdio"
+                )),
+                (None, Some(argv)) => {
+                    if argv.first().is_none_or(|p| p.trim().is_empty()) {
+                        problems.push(format!(
+                            "{key}.daemon.command is empty: give the agent's program and its arguments, e.g. [\"qwen\", \"--acp\"]"
+                        ));
+                    }
+                    if p.daemon.token_file.is_some() {
+                        problems.push(format!(
+                            "{key}.daemon.token_file is for daemon.url; an agent run with daemon.command needs none: unset it"
+                        ));
+                    }
+                }
+                (_, None) if !p.daemon.env.is_empty() => problems.push(format!(
+                    "{key}.daemon.env is the environment of a daemon.command agent; without daemon.command it has no effect: unset it"
+                )),
+                _ => {}
+            }
             if p.daemon.token.is_some() && p.daemon.token_file.is_none() {
                 // Only reachable from code: the file's `token` is refused at load.
                 problems.push(format!(
