@@ -85,6 +85,22 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         page["items"].as_array().map_or(0, Vec::len)
     };
     assert_eq!(count(&["history", "list", "--json", "--since", "1h"]), 1);
+    // The table names each conversation's project (issue 17).
+    let table = bridge(dir.path(), &["history", "list"])
+        .output()
+        .expect("history list");
+    let table = String::from_utf8_lossy(&table.stdout);
+    let mut lines = table.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.contains("PLATFORM  PROJECT")),
+        "{table}"
+    );
+    assert!(
+        lines
+            .next()
+            .is_some_and(|row| row.split_whitespace().nth(2) == Some("default")),
+        "{table}"
+    );
     assert_eq!(
         count(&["history", "list", "--json", "--until", "2000-01-01"]),
         0
