@@ -92,7 +92,9 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
     let table = String::from_utf8_lossy(&table.stdout);
     let mut lines = table.lines();
     assert!(
-        lines.next().is_some_and(|h| h.contains("PLATFORM  PROJECT")),
+        lines
+            .next()
+            .is_some_and(|h| h.contains("PLATFORM  PROJECT")),
         "{table}"
     );
     assert!(

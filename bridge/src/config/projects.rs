@@ -253,15 +253,24 @@ impl Config {
             return;
         }
         let top = &self.daemon;
-        if top.url.is_some()
-            || top.token.is_some()
-            || top.token_file.is_some()
-            || top.mode.is_some()
-            || top.cwd.is_some()
-        {
-            problems.push(
-                "[daemon] is set alongside [[projects]]: each project has its own [projects.daemon]; move the settings there".into(),
-            );
+        let set: Vec<String> = [
+            ("url", top.url.is_some()),
+            ("token", top.token.is_some()),
+            ("token_file", top.token_file.is_some()),
+            ("mode", top.mode.is_some()),
+            ("cwd", top.cwd.is_some()),
+            ("command", top.command.is_some()),
+            ("env", !top.env.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(key, _)| format!("daemon.{key} ({})", super::load::env_name("daemon", key)))
+        .collect();
+        if !set.is_empty() {
+            problems.push(format!(
+                "[daemon] is set alongside [[projects]] — {}, from the file or the environment: each project has its own [projects.daemon]; move the settings there",
+                set.join(", ")
+            ));
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut bound: HashMap<ChannelRef, &str> = HashMap::new();

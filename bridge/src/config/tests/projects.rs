@@ -370,3 +370,40 @@ env = { A = "1" }
         "{err}"
     );
 }
+
+#[test]
+fn default_project_has_its_variable_and_a_stray_daemon_variable_is_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[projects]]\nname = \"api\"\nchannels = [\"console\"]\n[projects.daemon]\ncwd = {:?}\n",
+            dir.path().display().to_string()
+        ),
+    )
+    .expect("write");
+    let c = Config::load(
+        Some(&path),
+        env(&[("CHAT_BRIDGE_DEFAULT_PROJECT", "api")]),
+        &Flags::default(),
+    )
+    .expect("loads");
+    assert_eq!(c.default_project.as_deref(), Some("api"));
+    let err = Config::load(
+        Some(&path),
+        env(&[
+            ("CHAT_BRIDGE_DEFAULT_PROJECT", "api"),
+            ("CHAT_BRIDGE_DAEMON__TOKEN", "t0ken-value"),
+        ]),
+        &Flags::default(),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(
+        err.contains("[daemon] is set alongside [[projects]]")
+            && err.contains("CHAT_BRIDGE_DAEMON__TOKEN")
+            && !err.contains("t0ken-value"),
+        "{err}"
+    );
+}
