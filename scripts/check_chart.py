@@ -637,7 +637,8 @@ with tempfile.TemporaryDirectory() as mounted:
         os.makedirs(os.path.join(mounted, name))
         with open(os.path.join(mounted, name, "token"), "w") as f:
             f.write(f"token-of-{name}-daemon\n")
-    out = check_config(text.replace(tokens, mounted),
+    os.makedirs(os.path.join(mounted, "web-repo"))
+    out = check_config(text.replace(tokens, mounted).replace("/work/web", os.path.join(mounted, "web-repo")),
                        {**slack_tokens, "CHAT_BRIDGE_DISCORD__TOKEN": "x"})
     check(out.returncode == 0 and "platforms slack, discord" in out.stdout
           and "projects api (wss://api-daemon.internal:8080/acp), mobile (ws://mobile-agent:4000/acp), web (the built-in shell agent)" in out.stdout,
@@ -648,6 +649,16 @@ check("CHAT_BRIDGE_DISCORD__TOKEN" in notes and "CHAT_BRIDGE_SLACK__APP_TOKEN" i
 clash = copy.deepcopy(team)
 clash["config"]["daemon"] = {"url": "ws://one-daemon:4000/acp"}
 render_fails(clash, "projects with config.daemon.url", "config.daemon.url is set alongside projects")
+twice = copy.deepcopy(team)
+twice["projects"][1]["name"] = "api"
+render_fails(twice, "two projects named api", '"api" is the name of two projects')
+nosuch = copy.deepcopy(team)
+nosuch["config"]["default_project"] = "nosuch"
+render_fails(nosuch, "default_project naming no project", 'config.default_project "nosuch" names no project',
+             "api, mobile, web")
+alone = copy.deepcopy(with_users)
+alone["config"]["default_project"] = "api"
+render_fails(alone, "default_project without projects", 'config.default_project "api" but projects is empty')
 in_config = copy.deepcopy(team)
 in_config["projects"][0]["daemon"]["token"] = "hunter2"
 try:

@@ -101,16 +101,17 @@ pub async fn list(store: &Store, filter: &Filter, json: bool) -> anyhow::Result<
         return Ok(serde_json::to_string_pretty(&page)?);
     }
     let mut out = format!(
-        "{:<36}  {:<8}  {:<12}  {:<12}  {:<7}  {:<20}  {}\n",
-        "ID", "PLATFORM", "CHANNEL", "USER", "STATUS", "STARTED", "TITLE"
+        "{:<36}  {:<8}  {:<12}  {:<12}  {:<12}  {:<7}  {:<20}  {}\n",
+        "ID", "PLATFORM", "PROJECT", "CHANNEL", "USER", "STATUS", "STARTED", "TITLE"
     );
     for c in &page.items {
         let title: String = c.title.chars().take(40).collect();
         let _ = writeln!(
             out,
-            "{:<36}  {:<8}  {:<12}  {:<12}  {:<7}  {:<20}  {title}",
+            "{:<36}  {:<8}  {:<12}  {:<12}  {:<12}  {:<7}  {:<20}  {title}",
             c.id,
             c.platform,
+            c.project,
             c.channel,
             c.started_by,
             c.status,

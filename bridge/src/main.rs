@@ -353,6 +353,15 @@ fn check_config(cfg: &Config) -> anyhow::Result<()> {
         c.cwd.clone_from(&cfg.daemon.cwd);
         daemon_client::stdio::check(&c).context("daemon.command")?;
     }
+    for (i, p) in cfg.projects.iter().enumerate() {
+        if let Some(argv) = &p.daemon.command {
+            // The same check for every project's agent.
+            let key = format!("projects[{i}].daemon.command");
+            let mut c = daemon_client::AgentCommand::new(argv.clone()).context(key.clone())?;
+            c.cwd.clone_from(&p.daemon.cwd);
+            daemon_client::stdio::check(&c).context(key)?;
+        }
+    }
     let (label, names, access) = match platforms.as_slice() {
         [one] => ("platform", one.name().to_owned(), one.access(cfg)),
         many => (

@@ -306,10 +306,14 @@ pub fn select(cfg: &Config) -> Result<Vec<&'static dyn Platform>, String> {
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
+    // `console.enabled` adds the console next to the platforms listed.
     Ok(REGISTRY
         .iter()
         .copied()
-        .filter(|p| named.contains(&p.name()))
+        .filter(|p| {
+            named.contains(&p.name())
+                || (key == "service.platforms" && p.input_ends() && p.configured(cfg))
+        })
         .collect())
 }
 
@@ -367,6 +371,16 @@ mod tests {
         cfg.service.platform = "slack".parse().expect("a name");
         let err = names_of(&cfg).expect_err("both keys");
         assert!(err.contains("both set"), "{err}");
+    }
+
+    #[test]
+    fn console_enabled_adds_the_console_to_an_explicit_platforms_list() {
+        let mut cfg = Config::default();
+        cfg.slack_mut().bot_token = Some("s".into());
+        cfg.service.platforms = vec!["slack".into()];
+        assert_eq!(names_of(&cfg), Ok(vec!["slack"]));
+        cfg.console_mut().enabled = true;
+        assert_eq!(names_of(&cfg), Ok(vec!["console", "slack"]));
     }
 
     #[test]

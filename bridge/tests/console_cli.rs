@@ -85,6 +85,24 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
         page["items"].as_array().map_or(0, Vec::len)
     };
     assert_eq!(count(&["history", "list", "--json", "--since", "1h"]), 1);
+    // The table names each conversation's project (issue 17).
+    let table = bridge(dir.path(), &["history", "list"])
+        .output()
+        .expect("history list");
+    let table = String::from_utf8_lossy(&table.stdout);
+    let mut lines = table.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|h| h.contains("PLATFORM  PROJECT")),
+        "{table}"
+    );
+    assert!(
+        lines
+            .next()
+            .is_some_and(|row| row.split_whitespace().nth(2) == Some("default")),
+        "{table}"
+    );
     assert_eq!(
         count(&["history", "list", "--json", "--until", "2000-01-01"]),
         0
@@ -403,4 +421,62 @@ fn history_list_filters_by_project() {
     );
     assert_eq!(listed("web"), [(ids[1].clone(), "web".to_owned())]);
     assert!(listed("default").is_empty());
+}
+
+/// Issue 17: a project's daemon gets `[daemon]`'s checks — check-config refuses a `command` whose
+/// program is not there and a `cwd` that is no directory, naming the project's key.
+#[test]
+fn issue17_check_config_checks_every_projects_daemon_like_daemon() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cwd = dir.path().display().to_string();
+    let write = |daemon: &str| {
+        let path = dir.path().join("projects.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[service]\nplatforms = [\"console\"]\n[[projects]]\nname = \"alpha\"\nchannels = [\"console\"]\n[projects.daemon]\n{daemon}\n"
+            ),
+        )
+        .expect("write");
+        path.display().to_string()
+    };
+    let ok = write(&format!("cwd = {cwd:?}"));
+    let out = bridge(dir.path(), &["check-config", "--config", &ok])
+        .output()
+        .expect("check-config");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (daemon, says) in [
+        (
+            format!("command = [\"/nonexistent/agent\"]\ncwd = {cwd:?}"),
+            "projects[0].daemon.command",
+        ),
+        (
+            "cwd = \"/nonexistent/dir\"".to_owned(),
+            "projects[0].daemon.cwd /nonexistent/dir is not a directory",
+        ),
+    ] {
+        let path = write(&daemon);
+        let out = bridge(dir.path(), &["check-config", "--config", &path])
+            .output()
+            .expect("check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{daemon}: {err}"
+        );
+        // Start-up refuses the same.
+        let out = bridge(dir.path(), &["--config", &path])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert!(
+            !out.status.success(),
+            "{daemon}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

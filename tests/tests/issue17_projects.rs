@@ -423,3 +423,225 @@ async fn issue17_an_unbound_channel_without_default_project_is_ignored_and_a_pro
         .expect("join")
         .expect("clean shutdown");
 }
+
+/// One bridge run of `cfg` on the fake Slack: its API base and what stops it.
+async fn slack_run(
+    slack: &FakeSlack,
+    mut cfg: Config,
+) -> (
+    String,
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    cfg.service.platforms = vec!["slack".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let sockets = slack.sockets();
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("build")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > sockets)
+        .await;
+    (base, stop, run)
+}
+
+async fn stop_run(stop: CancellationToken, run: tokio::task::JoinHandle<anyhow::Result<()>>) {
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+}
+
+fn slack_reply(n: u32, channel: &str, thread: &str, text: &str) -> Value {
+    let ts = format!("1700.{n:06}");
+    event_envelope(
+        &format!("env-gone-{n}"),
+        &format!("Ev-gone-{n}"),
+        0,
+        json!({"type": "message", "user": "U1", "channel": channel, "ts": ts,
+               "thread_ts": thread, "text": text}),
+    )
+}
+
+/// What was posted to `channel` (each channel below has one thread) after `after` calls.
+fn slack_in_thread(slack: &FakeSlack, channel: &str, after: usize) -> Vec<String> {
+    slack
+        .calls()
+        .into_iter()
+        .skip(after)
+        .filter(|c| c.body["channel"] == channel)
+        .map(|c| c.body.to_string())
+        .collect()
+}
+
+/// A thread whose project is no longer configured goes where its channel is bound now: a thread
+/// of the one-project configuration (project `default`) whose channel is then bound to `beta`
+/// (listed second, after `alpha`) runs in beta's directory — not on the first-listed project's
+/// daemon — is stored as beta's (`/status`, the API), and is told once that it continues there
+/// without the earlier context. A thread of a project removed since, whose channel serves no
+/// project and with no `default_project`, is not run anywhere and is told once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue17_a_thread_of_a_project_no_longer_configured_goes_where_its_channel_goes_now() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("gone.db").display());
+    let old = dir(&root, "old");
+    let alpha = dir(&root, "alpha");
+    let beta = dir(&root, "beta");
+    let qwen = dir(&root, "qwen");
+
+    // 1. One project: a thread in C1 (project `default`); a second run with project `qwen` on C2.
+    let (_, stop, run) = slack_run(&slack, config(&db, &old)).await;
+    slack.push(event_envelope(
+        "env-gone-0",
+        "Ev-gone-0",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000001",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000001"}),
+    ));
+    slack
+        .wait_for("pwd in the one-project thread", |f| {
+            slack_pwd(f, "C1").is_some()
+        })
+        .await;
+    stop_run(stop, run).await;
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    let with_qwen = |cfg: &mut Config| {
+        cfg.projects = vec![
+            project(
+                "alpha",
+                &["slack:C9"],
+                Daemon {
+                    cwd: Some(alpha.clone()),
+                    ..Daemon::default()
+                },
+            ),
+            project(
+                "qwen",
+                &["slack:C2"],
+                Daemon {
+                    cwd: Some(qwen.clone()),
+                    ..Daemon::default()
+                },
+            ),
+        ];
+    };
+    with_qwen(&mut cfg);
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(event_envelope(
+        "env-gone-q",
+        "Ev-gone-q",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C2", "ts": "1700.000002",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000002"}),
+    ));
+    slack
+        .wait_for("pwd in qwen's thread", |f| slack_pwd(f, "C2").is_some())
+        .await;
+    stop_run(stop, run).await;
+
+    // 2. alpha (listed first, C9) and beta (C1); qwen removed, C2 bound to nothing, no default.
+    cfg.projects = vec![
+        project(
+            "alpha",
+            &["slack:C9"],
+            Daemon {
+                cwd: Some(alpha.clone()),
+                ..Daemon::default()
+            },
+        ),
+        project(
+            "beta",
+            &["slack:C1"],
+            Daemon {
+                cwd: Some(beta.clone()),
+                ..Daemon::default()
+            },
+        ),
+    ];
+    let (base, stop, run) = slack_run(&slack, cfg).await;
+    let mark = slack.calls().len();
+    slack.push(slack_reply(10, "C1", "1700.000001", "pwd"));
+    let beta_s = beta.display().to_string();
+    slack
+        .wait_for("pwd in beta's directory", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains(&beta_s))
+        })
+        .await;
+    slack.push(slack_reply(11, "C1", "1700.000001", "/status"));
+    slack
+        .wait_for("/status naming beta", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("Project: beta."))
+        })
+        .await;
+    let c1 = slack_in_thread(&slack, "C1", mark);
+    let alpha_s = alpha.display().to_string();
+    assert!(
+        c1.iter().all(|b| !b.contains(&alpha_s)),
+        "nothing ran on the first-listed project's daemon: {c1:?}"
+    );
+    let moved: Vec<_> = c1
+        .iter()
+        .filter(|b| b.contains("continues in project beta"))
+        .collect();
+    assert_eq!(moved.len(), 1, "told once: {c1:?}");
+    assert!(moved[0].contains("project default"), "{moved:?}");
+    let page = get(&base, "/api/v1/conversations?project=beta").await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["channel"], "C1", "{page}");
+
+    // qwen's thread: its channel serves no project now; twice, told once, nothing run.
+    slack.push(slack_reply(12, "C2", "1700.000002", "echo first"));
+    slack.push(slack_reply(13, "C2", "1700.000002", "echo second"));
+    // A mention in C1 after them (one queue): once it is answered, both were taken.
+    slack.push(slack_reply(14, "C1", "1700.000001", "echo after"));
+    slack
+        .wait_for("the later answer in beta's thread", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo after") && b.contains('✅'))
+        })
+        .await;
+    slack
+        .wait_for("qwen's thread told", |f| {
+            slack_in_thread(f, "C2", mark)
+                .iter()
+                .any(|b| b.contains("project qwen is no longer served here"))
+        })
+        .await;
+    let c2 = slack_in_thread(&slack, "C2", mark);
+    assert_eq!(
+        c2.iter()
+            .filter(|b| b.contains("no longer served here"))
+            .count(),
+        1,
+        "told once: {c2:?}"
+    );
+    assert!(
+        c2.iter()
+            .all(|b| !b.contains("echo first") && !b.contains("echo second")),
+        "nothing ran: {c2:?}"
+    );
+    let page = get(&base, "/api/v1/conversations?project=qwen").await;
+    assert_eq!(page["items"].as_array().expect("items").len(), 1, "{page}");
+    stop_run(stop, run).await;
+}

@@ -77,13 +77,19 @@ struct Projects {
     channel: Arc<dyn Channel>,
     /// `[projects.access] allowed_users`, for the projects that have one.
     allowed: std::collections::HashMap<String, Vec<String>>,
+    /// Conversations of a project no longer configured, whose channel serves no project, told so
+    /// in this run (each is told once).
+    told: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Projects {
     /// The core that takes `m`: in the one-project configuration the one core; otherwise the core
-    /// owning the conversation `m` belongs to (so a conversation has one runner, in one core), else
-    /// of the project its channel (a thread's parent channel) is bound to, else of
-    /// `default_project`; `None`: nobody's.
+    /// of the project the conversation `m` belongs to (so a conversation has one runner, in one
+    /// core), else of the project its channel (a thread's parent channel) is bound to, else of
+    /// `default_project`; `None`: nobody's. A conversation whose project is no longer configured
+    /// goes where its channel goes now: it is moved to that project (a new daemon session, the
+    /// thread told once), or, when its channel serves no project, the thread is told once that it
+    /// is not served here.
     async fn core_for(&self, store: &Store, m: &crate::channel::Inbound) -> Option<Arc<Core>> {
         if let [only] = self.cores.as_slice()
             && only.cfg.project.is_none()
@@ -100,27 +106,65 @@ impl Projects {
             Ok(mut c) => crate::store::conversations::find(&mut c, &key).await,
             Err(e) => Err(e),
         };
-        match found {
+        let gone = match found {
             Ok(Some(conv)) => {
-                let owner = self
-                    .cores
-                    .iter()
-                    .find(|c| c.project() == conv.project)
-                    .or_else(|| self.cores.iter().find(|c| c.serves(&conv.project)));
-                if let Some(core) = owner {
+                if let Some(core) = self.cores.iter().find(|c| c.project() == conv.project) {
                     return Some(core.clone());
                 }
+                Some(conv)
             }
-            Ok(None) => {}
+            Ok(None) => None,
             // The channel's project then: the core retries the store itself.
-            Err(e) => tracing::warn!(error = %e, "could not look up a chat event's conversation"),
-        }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look up a chat event's conversation");
+                None
+            }
+        };
         let channel = self
             .channel
             .parent_channel(&m.platform, &m.target.channel)
             .unwrap_or_else(|| m.target.channel.clone());
-        let name = self.routes.project_for(&m.platform, Some(&channel))?;
-        self.cores.iter().find(|c| c.project() == name).cloned()
+        let to = self
+            .routes
+            .project_for(&m.platform, Some(&channel))
+            .and_then(|name| self.cores.iter().find(|c| c.project() == name).cloned());
+        if let Some(conv) = gone
+            && !self.project_gone(&conv, to.as_ref()).await
+        {
+            // Not moved: its old session must not run on another project's daemon.
+            return None;
+        }
+        to
+    }
+
+    /// A conversation of a project no longer configured: moved to `to`'s project, or (no project
+    /// takes its channel) its thread told, once per run, that it is not served here.
+    /// `false` when it could not be moved.
+    async fn project_gone(
+        &self,
+        conv: &crate::store::conversations::Conversation,
+        to: Option<&Arc<Core>>,
+    ) -> bool {
+        let Some(teller) = to.or_else(|| self.cores.first()) else {
+            return false;
+        };
+        if to.is_none() && !crate::core::lock(&self.told).insert(conv.id.clone()) {
+            return false;
+        }
+        tracing::info!(
+            conversation = %conv.id,
+            from = %conv.project,
+            to = to.map(|c| c.project()),
+            "a conversation of a project no longer configured"
+        );
+        if let Err(e) = teller.project_gone(conv, to.map(|c| c.project())).await {
+            tracing::warn!(error = %e, conversation = %conv.id, "could not move a conversation of a project no longer configured");
+            if to.is_none() {
+                crate::core::lock(&self.told).remove(&conv.id);
+            }
+            return false;
+        }
+        true
     }
 }
 
@@ -134,8 +178,6 @@ struct Shared<'a> {
     stop: &'a CancellationToken,
     /// The board every project's conversations publish their open turns on (the live view).
     live: &'a Arc<crate::core::live::Board>,
-    /// The project whose core takes the conversations of projects not configured.
-    adopter: String,
 }
 
 /// One project, connected: its core, its daemon connection and (when it runs one) its built-in
@@ -283,7 +325,6 @@ impl Application {
             )
         });
         let shared = Shared {
-            adopter: default_name.clone(),
             cfg,
             channel: &channel,
             store: &store,
@@ -367,6 +408,7 @@ impl Application {
             routes,
             channel,
             allowed,
+            told: std::sync::Mutex::default(),
         };
         let mut resumed = 0;
         for core in &projects.cores {
@@ -851,11 +893,6 @@ impl Shared<'_> {
             retain: cfg.workspace.retain,
             require_mention_in_threads: cfg.access.require_mention_in_threads,
             project: named.then(|| project.name.clone()),
-            adopts_all_but: if named && self.adopter == project.name {
-                cfg.projects.iter().map(|p| p.name.clone()).collect()
-            } else {
-                Vec::new()
-            },
             ..CoreConfig::default()
         };
         let core = Core::new(

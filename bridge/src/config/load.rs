@@ -47,6 +47,9 @@ pub const OTHER_VARIABLES: [&str; 7] = [
     "CHAT_BRIDGE_CHART_VENV",
 ];
 
+/// The top-level key `default_project` (it has no section).
+pub const DEFAULT_PROJECT_VARIABLE: &str = "CHAT_BRIDGE_DEFAULT_PROJECT";
+
 /// `("slack", "allowed_users")` → `CHAT_BRIDGE_SLACK__ALLOWED_USERS`.
 pub(super) fn env_name(section: &str, key: &str) -> String {
     format!(
@@ -122,7 +125,7 @@ pub(super) fn unknown_variable(
     keys: &BTreeMap<(String, String), serde_json::Value>,
 ) -> Option<String> {
     let rest = name.strip_prefix(ENV_PREFIX)?;
-    if OTHER_VARIABLES.contains(&name) {
+    if OTHER_VARIABLES.contains(&name) || name == DEFAULT_PROJECT_VARIABLE {
         return None;
     }
     if let Some((section, key)) = rest.split_once("__")
@@ -134,6 +137,7 @@ pub(super) fn unknown_variable(
     keys.keys()
         .map(|(s, k)| env_name(s, k))
         .chain(OTHER_VARIABLES.iter().map(|v| (*v).to_owned()))
+        .chain(std::iter::once(DEFAULT_PROJECT_VARIABLE.to_owned()))
         .min_by_key(|candidate| distance(&upper, candidate))
 }
 
@@ -205,6 +209,10 @@ impl Config {
             }
             if let Some(nearest) = unknown_variable(&name, &keys) {
                 return Err(ConfigError::UnknownVariable { name, nearest });
+            }
+            if name == DEFAULT_PROJECT_VARIABLE {
+                table.insert("default_project".into(), toml::Value::String(value));
+                continue;
             }
             let Some((section, key)) = name[ENV_PREFIX.len()..].split_once("__") else {
                 continue;

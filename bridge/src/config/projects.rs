@@ -253,15 +253,24 @@ impl Config {
             return;
         }
         let top = &self.daemon;
-        if top.url.is_some()
-            || top.token.is_some()
-            || top.token_file.is_some()
-            || top.mode.is_some()
-            || top.cwd.is_some()
-        {
-            problems.push(
-                "[daemon] is set alongside [[projects]]: each project has its own [projects.daemon]; move the settings there".into(),
-            );
+        let set: Vec<String> = [
+            ("url", top.url.is_some()),
+            ("token", top.token.is_some()),
+            ("token_file", top.token_file.is_some()),
+            ("mode", top.mode.is_some()),
+            ("cwd", top.cwd.is_some()),
+            ("command", top.command.is_some()),
+            ("env", !top.env.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(key, _)| format!("daemon.{key} ({})", super::load::env_name("daemon", key)))
+        .collect();
+        if !set.is_empty() {
+            problems.push(format!(
+                "[daemon] is set alongside [[projects]] — {}, from the file or the environment: each project has its own [projects.daemon]; move the settings there",
+                set.join(", ")
+            ));
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut bound: HashMap<ChannelRef, &str> = HashMap::new();
@@ -309,6 +318,27 @@ impl Config {
                         super::mask_url(url)
                     ));
                 }
+            }
+            match (&p.daemon.url, &p.daemon.command) {
+                (Some(_), Some(_)) => problems.push(format!(
+                    "{key}.daemon.url and {key}.daemon.command are exclusive: set url for an agent reached over WebSocket, or command for one the bridge runs over stdio"
+                )),
+                (None, Some(argv)) => {
+                    if argv.first().is_none_or(|p| p.trim().is_empty()) {
+                        problems.push(format!(
+                            "{key}.daemon.command is empty: give the agent's program and its arguments, e.g. [\"qwen\", \"--acp\"]"
+                        ));
+                    }
+                    if p.daemon.token_file.is_some() {
+                        problems.push(format!(
+                            "{key}.daemon.token_file is for daemon.url; an agent run with daemon.command needs none: unset it"
+                        ));
+                    }
+                }
+                (_, None) if !p.daemon.env.is_empty() => problems.push(format!(
+                    "{key}.daemon.env is the environment of a daemon.command agent; without daemon.command it has no effect: unset it"
+                )),
+                _ => {}
             }
             if p.daemon.token.is_some() && p.daemon.token_file.is_none() {
                 // Only reachable from code: the file's `token` is refused at load.

@@ -375,6 +375,7 @@ impl Config {
                 for p in &ps {
                     p.check(self, &mut problems);
                 }
+                self.check_bindings_served(&ps, &mut problems);
                 ps
             }
             Err(e) => {
@@ -386,6 +387,57 @@ impl Config {
             Ok(platforms)
         } else {
             Err(ConfigError::Refused(problems))
+        }
+    }
+
+    /// With `[[projects]]`: every project's `daemon.cwd` is a directory, every channel bound is on a
+    /// platform served (else it would never be answered), and without `default_project` every
+    /// platform served has a channel bound (else nothing on it would be answered).
+    fn check_bindings_served(
+        &self,
+        served: &[&'static dyn crate::platform::Platform],
+        problems: &mut Vec<String>,
+    ) {
+        if self.projects.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = served.iter().map(|p| p.name()).collect();
+        let mut bound = std::collections::BTreeSet::new();
+        for (i, project) in self.projects.iter().enumerate() {
+            if let Some(cwd) = &project.daemon.cwd
+                && !cwd.is_dir()
+            {
+                problems.push(format!(
+                    "projects[{i}].daemon.cwd {} is not a directory: the sessions of project {} work there",
+                    cwd.display(),
+                    project.name
+                ));
+            }
+            for channel in &project.channels {
+                let Ok(c) = super::projects::ChannelRef::parse(channel) else {
+                    continue;
+                };
+                if !names.contains(&c.platform.as_str()) {
+                    problems.push(format!(
+                        "projects[{i}].channels binds {channel:?} but {} is not served (served: {}); add it to service.platforms{}",
+                        c.platform,
+                        names.join(", "),
+                        if c.platform == "console" {
+                            " or set console.enabled = true"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                bound.insert(c.platform);
+            }
+        }
+        if self.default_project.is_none() {
+            for name in names.iter().filter(|n| !bound.contains(**n)) {
+                problems.push(format!(
+                    "{name} is served but no project binds a channel on it and default_project is not set: nothing on {name} would be answered"
+                ));
+            }
         }
     }
 }

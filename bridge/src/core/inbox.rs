@@ -300,6 +300,74 @@ impl Core {
         Ok(Some(conv))
     }
 
+    /// A conversation whose project is no longer configured: with `to` (the project its channel is
+    /// bound to now, or `default_project`) it is moved there — stored with that project and without
+    /// its old daemon session, which this core's daemon never had — and the thread is told it
+    /// continues without the earlier context; without, it is only told that it is not served here.
+    /// Either way one notice, keyed by the conversation, so a retry posts it once.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn project_gone(
+        &self,
+        conv: &conversations::Conversation,
+        to: Option<&str>,
+    ) -> Result<(), store::StoreError> {
+        let text = match to {
+            Some(to) => {
+                format!(
+                    "This thread's project {} is no longer served here; it continues in project {to}, without the earlier context.",
+                    conv.project
+                )
+            }
+            None => format!(
+                "This thread's project {} is no longer served here.",
+                conv.project
+            ),
+        };
+        let now = now_ms();
+        let mut tx = self.store.begin().await?;
+        if let Some(to) = to {
+            conversations::move_to_project(tx.conn(), &conv.id, to, now).await?;
+        }
+        store::transcript::append(
+            tx.conn(),
+            &conv.id,
+            &store::transcript::NewEntry {
+                turn_id: None,
+                kind: "notice",
+                actor: Some("bridge"),
+                body: &text,
+                tool_call_id: None,
+            },
+            now,
+        )
+        .await?;
+        let key = MessageKey::DeadLetter(format!("project:{}:{}", conv.id, to.unwrap_or("")));
+        let action = effects::post(
+            &Self::target(conv),
+            &key,
+            render::notice(&self.redactor, crate::channel::Tone::Warning, &text),
+        );
+        let json = serde_json::to_string(&action)
+            .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
+        let (kind, coalesce_key) = effects::outbox_row(&action);
+        store::outbox::enqueue(
+            tx.conn(),
+            &store::outbox::NewAction {
+                conversation_id: &conv.id,
+                kind,
+                coalesce_key,
+                action: &json,
+            },
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        self.wake_outbox.notify_one();
+        Ok(())
+    }
+
     /// After a restart: events recorded but never acted on — the process died between recording an
     /// event and its turn, or while a message waited behind a running turn — are handed to their
     /// conversations again, oldest first. Returns how many. One event never fails the start: its

@@ -142,10 +142,6 @@ pub struct CoreConfig {
     /// conversations are [`conversations::DEFAULT_PROJECT`]'s, it takes every conversation, and
     /// metrics carry no `project` label).
     pub project: Option<String>,
-    /// The default project's core also takes the conversations of projects no longer configured
-    /// (those before `[[projects]]`, or of a project removed since): every configured name is
-    /// listed here. Empty for the other cores.
-    pub adopts_all_but: Vec<String>,
 }
 
 impl Default for CoreConfig {
@@ -187,7 +183,6 @@ impl Default for CoreConfig {
             retain: Duration::from_secs(7 * 86_400),
             require_mention_in_threads: false,
             project: None,
-            adopts_all_but: Vec::new(),
         }
     }
 }
@@ -318,18 +313,12 @@ impl Core {
     }
 
     /// Whether a conversation of `project` is this core's: every one in the one-project
-    /// configuration, else those of its own project (and, for the default project's core, those of
-    /// projects not configured).
+    /// configuration, else those of its own project. A conversation of a project no longer
+    /// configured is nobody's until a message in its thread moves it to the project its channel
+    /// goes to now (its old daemon session is never loaded on another project's daemon).
     #[must_use]
     pub fn serves(&self, project: &str) -> bool {
-        match self.cfg.project.as_deref() {
-            None => true,
-            Some(p) if p == project => true,
-            Some(_) => {
-                !self.cfg.adopts_all_but.is_empty()
-                    && !self.cfg.adopts_all_but.iter().any(|n| n == project)
-            }
-        }
+        self.cfg.project.as_deref().is_none_or(|p| p == project)
     }
 
     /// `labels` plus `project` when projects are configured (in the one-project configuration the

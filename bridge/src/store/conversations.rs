@@ -193,6 +193,29 @@ pub async fn forget_session(c: &mut AnyConnection, id: &str, now: i64) -> Result
     Ok(())
 }
 
+/// Moves a conversation to `project` (its project is no longer configured and its channel is now
+/// another project's): its daemon session is let go with it, so the new project's daemon opens a
+/// new one instead of loading a session it never had.
+///
+/// # Errors
+/// Database errors.
+pub async fn move_to_project(
+    c: &mut AnyConnection,
+    id: &str,
+    project: &str,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE conversations SET project = $2, daemon_session = NULL, updated_at = $3 WHERE id = $1",
+    )
+    .arg(id)
+    .arg(project)
+    .arg(now)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
 /// Titles a conversation that has no title yet (one opened with a command, not a prompt).
 ///
 /// # Errors

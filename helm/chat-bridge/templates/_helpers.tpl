@@ -169,6 +169,21 @@ with the reason instead of rendering a release whose pods crash-loop. */}}
 {{- if .Values.agent.enabled }}
 {{- fail "agent.enabled wires one sidecar agent for the one-project configuration; with projects, give each project its daemon.url" }}
 {{- end }}
+{{- /* Names are unique (each is a token path <name>/token and a route target). */}}
+{{- $names := list }}
+{{- range .Values.projects }}
+{{- if has .name $names }}
+{{- fail (printf "projects: %q is the name of two projects: project names are unique" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- with $config.default_project }}
+{{- if not (has . $names) }}
+{{- fail (printf "config.default_project %q names no project: the projects are %s" . (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- else if $config.default_project }}
+{{- fail (printf "config.default_project %q but projects is empty: add the project or remove default_project" $config.default_project) }}
 {{- end }}
 {{- /* SIGTERM drains the outbox for drain_timeout; the shutdown then needs up to 3 s more. */}}
 {{- $drain := dig "service" "drain_timeout" "20s" $config }}

@@ -278,3 +278,132 @@ fn the_worked_example_in_docs_configuration_is_valid() {
         Duration::from_secs(300)
     );
 }
+
+/// The refusals of `validate` (start-up and `check-config`), in one string.
+fn refused(cfg: &Config) -> String {
+    match cfg.validate() {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_channel_bound_on_a_platform_not_served_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = parse(&format!(
+        "[[projects]]\nname = \"api\"\nchannels = [\"slack:C1\", \"console\", \"discord:9\"]\n[projects.daemon]\ncwd = {:?}\n",
+        dir.path().display().to_string()
+    ));
+    cfg.slack_mut().bot_token = Some("xoxb".into());
+    cfg.slack_mut().app_token = Some("xapp-1".into());
+    cfg.access.open = true;
+    cfg.service.platforms = vec!["slack".into()];
+    let err = refused(&cfg);
+    assert!(
+        err.contains("binds \"console\" but console is not served")
+            && err.contains("console.enabled = true")
+            && err.contains("binds \"discord:9\" but discord is not served"),
+        "{err}"
+    );
+    // console.enabled adds the console next to the platforms listed.
+    cfg.console_mut().enabled = true;
+    cfg.projects[0].channels.pop();
+    assert_eq!(refused(&cfg), "", "served");
+}
+
+#[test]
+fn the_console_alone_bound_to_nothing_without_default_project_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = parse(&format!(
+        "[[projects]]\nname = \"api\"\nchannels = [\"slack:C1\"]\n[projects.daemon]\ncwd = {:?}\n",
+        dir.path().display().to_string()
+    ));
+    cfg.service.platforms = vec!["console".into()];
+    let err = refused(&cfg);
+    assert!(
+        err.contains("console is served but no project binds a channel on it")
+            && err.contains("nothing on console would be answered"),
+        "{err}"
+    );
+    cfg.default_project = Some("api".into());
+    assert!(
+        !refused(&cfg).contains("nothing on console"),
+        "{}",
+        refused(&cfg)
+    );
+}
+
+#[test]
+fn a_projects_daemon_gets_the_checks_of_daemon() {
+    let cfg = parse(
+        r#"
+[[projects]]
+name = "a"
+channels = ["console"]
+[projects.daemon]
+url = "ws://a:1/acp"
+command = ["agent"]
+cwd = "/nonexistent/dir/of/a"
+[[projects]]
+name = "b"
+channels = ["slack:C1"]
+[projects.daemon]
+command = [" "]
+[[projects]]
+name = "c"
+channels = ["slack:C2"]
+[projects.daemon]
+env = { A = "1" }
+"#,
+    );
+    let p = problems(&cfg).join("\n");
+    for needle in [
+        "projects[0].daemon.url and projects[0].daemon.command are exclusive",
+        "projects[1].daemon.command is empty",
+        "projects[2].daemon.env is the environment of a daemon.command agent",
+    ] {
+        assert!(p.contains(needle), "missing {needle:?} in:\n{p}");
+    }
+    let err = refused(&cfg);
+    assert!(
+        err.contains("projects[0].daemon.cwd /nonexistent/dir/of/a is not a directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn default_project_has_its_variable_and_a_stray_daemon_variable_is_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[projects]]\nname = \"api\"\nchannels = [\"console\"]\n[projects.daemon]\ncwd = {:?}\n",
+            dir.path().display().to_string()
+        ),
+    )
+    .expect("write");
+    let c = Config::load(
+        Some(&path),
+        env(&[("CHAT_BRIDGE_DEFAULT_PROJECT", "api")]),
+        &Flags::default(),
+    )
+    .expect("loads");
+    assert_eq!(c.default_project.as_deref(), Some("api"));
+    let err = Config::load(
+        Some(&path),
+        env(&[
+            ("CHAT_BRIDGE_DEFAULT_PROJECT", "api"),
+            ("CHAT_BRIDGE_DAEMON__TOKEN", "t0ken-value"),
+        ]),
+        &Flags::default(),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(
+        err.contains("[daemon] is set alongside [[projects]]")
+            && err.contains("CHAT_BRIDGE_DAEMON__TOKEN")
+            && !err.contains("t0ken-value"),
+        "{err}"
+    );
+}
