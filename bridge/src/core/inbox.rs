@@ -261,36 +261,12 @@ impl Core {
         };
         if let Some(conv) = &conv {
             let text = format!("A message could not be handled and was set aside: {reason}.");
-            store::transcript::append(
-                tx.conn(),
-                &conv.id,
-                &store::transcript::NewEntry {
-                    turn_id: None,
-                    kind: "notice",
-                    actor: Some("bridge"),
-                    body: &text,
-                    tool_call_id: None,
-                },
-                now_ms(),
-            )
-            .await?;
-            let key = MessageKey::DeadLetter(msg.event_id.clone());
-            let action = effects::post(
-                &Self::target(conv),
-                &key,
-                render::notice(&self.redactor, crate::channel::Tone::Error, &text),
-            );
-            let json = serde_json::to_string(&action)
-                .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
-            let (kind, coalesce_key) = effects::outbox_row(&action);
-            store::outbox::enqueue(
-                tx.conn(),
-                &store::outbox::NewAction {
-                    conversation_id: &conv.id,
-                    kind,
-                    coalesce_key,
-                    action: &json,
-                },
+            self.queue_notice(
+                &mut tx,
+                conv,
+                MessageKey::DeadLetter(msg.event_id.clone()),
+                crate::channel::Tone::Error,
+                &text,
                 now_ms(),
             )
             .await?;
@@ -298,6 +274,52 @@ impl Core {
         tx.commit().await?;
         self.wake_outbox.notify_one();
         Ok(Some(conv))
+    }
+
+    /// A notice from the bridge in `conv`'s thread, in the same transaction as what caused it: kept
+    /// in the transcript and queued for the outbox under `key` (so a retry posts it once).
+    async fn queue_notice(
+        &self,
+        tx: &mut store::Tx,
+        conv: &conversations::Conversation,
+        key: MessageKey,
+        tone: crate::channel::Tone,
+        text: &str,
+        now: i64,
+    ) -> Result<(), store::StoreError> {
+        store::transcript::append(
+            tx.conn(),
+            &conv.id,
+            &store::transcript::NewEntry {
+                turn_id: None,
+                kind: "notice",
+                actor: Some("bridge"),
+                body: text,
+                tool_call_id: None,
+            },
+            now,
+        )
+        .await?;
+        let action = effects::post(
+            &Self::target(conv),
+            &key,
+            render::notice(&self.redactor, tone, text),
+        );
+        let json = serde_json::to_string(&action)
+            .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
+        let (kind, coalesce_key) = effects::outbox_row(&action);
+        store::outbox::enqueue(
+            tx.conn(),
+            &store::outbox::NewAction {
+                conversation_id: &conv.id,
+                kind,
+                coalesce_key,
+                action: &json,
+            },
+            now,
+        )
+        .await?;
+        Ok(())
     }
 
     /// A conversation whose project is no longer configured: with `to` (the project its channel is
@@ -330,36 +352,13 @@ impl Core {
         if let Some(to) = to {
             conversations::move_to_project(tx.conn(), &conv.id, to, now).await?;
         }
-        store::transcript::append(
-            tx.conn(),
-            &conv.id,
-            &store::transcript::NewEntry {
-                turn_id: None,
-                kind: "notice",
-                actor: Some("bridge"),
-                body: &text,
-                tool_call_id: None,
-            },
-            now,
-        )
-        .await?;
         let key = MessageKey::DeadLetter(format!("project:{}:{}", conv.id, to.unwrap_or("")));
-        let action = effects::post(
-            &Self::target(conv),
-            &key,
-            render::notice(&self.redactor, crate::channel::Tone::Warning, &text),
-        );
-        let json = serde_json::to_string(&action)
-            .map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
-        let (kind, coalesce_key) = effects::outbox_row(&action);
-        store::outbox::enqueue(
-            tx.conn(),
-            &store::outbox::NewAction {
-                conversation_id: &conv.id,
-                kind,
-                coalesce_key,
-                action: &json,
-            },
+        self.queue_notice(
+            &mut tx,
+            conv,
+            key,
+            crate::channel::Tone::Warning,
+            &text,
             now,
         )
         .await?;
