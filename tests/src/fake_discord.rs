@@ -650,7 +650,11 @@ async fn gateway_connection(
                     _ => return,
                 };
                 let Ok(frame) = serde_json::from_str::<Value>(&text) else { continue };
-                inner.frames.lock().expect("lock").push(frame.clone());
+                // An IDENTIFY is recorded once its READY is queued (below): a test that dispatches as
+                // soon as it sees the IDENTIFY must not have its events wiped by the session's reset.
+                if frame["op"].as_u64() != Some(2) {
+                    inner.frames.lock().expect("lock").push(frame.clone());
+                }
                 match frame["op"].as_u64() {
                     Some(1) => {
                         let ack = json!({"op": 11, "s": null, "t": null, "d": null});
@@ -658,6 +662,7 @@ async fn gateway_connection(
                     }
                     Some(2) => {
                         if frame["d"]["token"].as_str() != Some(TOKEN) && frame["d"]["token"].as_str() != Some(&format!("Bot {TOKEN}")) {
+                            inner.frames.lock().expect("lock").push(frame.clone());
                             let _ = ws.send(Message::Close(Some(CloseFrame { code: 4004.into(), reason: "Authentication failed.".into() }))).await;
                             return;
                         }
@@ -671,6 +676,8 @@ async fn gateway_connection(
                         let mut gw = inner.gateway.lock().expect("lock");
                         gw.session = Some(session);
                         gw.log = vec![(1, json!({"op": 0, "s": 1, "t": "READY", "d": ready}))];
+                        drop(gw);
+                        inner.frames.lock().expect("lock").push(frame.clone());
                         sent = Some(0);
                     }
                     Some(6) => {
