@@ -501,10 +501,6 @@ impl Worktrees {
     }
 }
 
-/// Environment variables of the bridge that git (and anything git starts) never inherits: its
-/// configuration and secrets (chat tokens, the database URL) (S2).
-const PRIVATE_ENV_PREFIX: &str = "CHAT_BRIDGE_";
-
 /// Settings given to every git call, above any in the repository's own configuration: a
 /// repository's hooks and its file-system monitor are programs an agent can set
 /// (`git config core.fsmonitor …`, `.git/hooks/post-checkout`), and the bridge runs none of them;
@@ -552,10 +548,9 @@ where
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with(PRIVATE_ENV_PREFIX) {
-            cmd.env_remove(key);
-        }
+    // Git (and anything git starts) never sees the bridge's configuration and secrets (S2).
+    for key in daemon_client::stdio::private_env() {
+        cmd.env_remove(key);
     }
     if let Some(index) = index {
         cmd.env("GIT_INDEX_FILE", index);

@@ -24,6 +24,14 @@ use crate::error::Error;
 /// secrets (chat tokens, the database URL), which an agent has no use for.
 const PRIVATE_ENV_PREFIX: &str = "CHAT_BRIDGE_";
 
+/// The names of this process's environment variables that a child it starts must not inherit: the
+/// bridge's `CHAT_BRIDGE_*` configuration and secrets (S2).
+pub fn private_env() -> impl Iterator<Item = std::ffi::OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.to_string_lossy().starts_with(PRIVATE_ENV_PREFIX))
+}
+
 /// How long a child gets to exit after `SIGTERM` before its process group is killed.
 const TERM_GRACE: Duration = Duration::from_secs(3);
 
@@ -121,10 +129,8 @@ pub fn spawn(cmd: &AgentCommand, max_line: usize) -> Result<StdioLink, Error> {
         .stderr(StdStdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with(PRIVATE_ENV_PREFIX) {
-            c.env_remove(name);
-        }
+    for name in private_env() {
+        c.env_remove(name);
     }
     c.envs(cmd.env.iter().map(|(k, v)| (k, v)));
     if let Some(dir) = &cmd.cwd {
