@@ -645,3 +645,247 @@ async fn issue17_a_thread_of_a_project_no_longer_configured_goes_where_its_chann
     assert_eq!(page["items"].as_array().expect("items").len(), 1, "{page}");
     stop_run(stop, run).await;
 }
+
+/// A port nothing listens on yet (the daemon started on it later).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A shell-agent server on `port` with `token`, as a project's own daemon.
+async fn agent_on(port: u16, token: &str) -> ShellAgent {
+    ShellAgent::start(
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        Some(token.into()),
+        AgentConfig {
+            heartbeat_interval: Duration::from_millis(200),
+            default_timeout: Duration::ZERO,
+            ..AgentConfig::default()
+        },
+    )
+    .await
+    .expect("the daemon starts on its port")
+}
+
+/// Waits until `/readyz` says `pred`.
+async fn readyz_until(base: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = get(base, "/readyz").await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "/readyz never {what}: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tool calls stored for the one conversation of `project`.
+async fn tool_calls_of(base: &str, project: &str) -> Vec<Value> {
+    let page = get(base, &format!("/api/v1/conversations?project={project}")).await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one conversation of {project}: {page}");
+    let id = items[0]["id"].as_str().expect("id");
+    let detail = get(base, &format!("/api/v1/conversations/{id}")).await;
+    detail["tool_calls"].as_array().cloned().unwrap_or_default()
+}
+
+/// L7 per project at start-up: project a's daemon does not listen when the bridge starts. The
+/// bridge starts anyway; b (a built-in shell agent, on Discord) answers at once; `/readyz` is
+/// ready (b serves) and names a in `daemons_down`; a mention in a's Slack channel is held with the
+/// one "agent is unreachable" notice. Then a's daemon (a shell-agent server) starts on its port:
+/// the bridge connects, `/readyz` lists nobody, and the held `pwd` runs once, in a's directory.
+async fn a_project_whose_daemon_is_down_at_start(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let discord = FakeDiscord::start(300).await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-project-a-daemon";
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, token).expect("token file");
+    let mut cfg = config(url, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![
+        project(
+            "a",
+            &["slack:C1"],
+            Daemon {
+                url: Some(format!("ws://127.0.0.1:{port}/acp")),
+                token: Some(token.to_owned().into()),
+                token_file: Some(token_file.clone()),
+                cwd: Some(dir(&root, "a")),
+                ..Daemon::default()
+            },
+        ),
+        project(
+            "b",
+            &[&format!("discord:{CHANNEL}")],
+            Daemon {
+                cwd: Some(dir(&root, "b")),
+                ..Daemon::default()
+            },
+        ),
+    ];
+    cfg.service.platforms = vec!["slack".into(), "discord".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.discord_mut().token = Some(fake_discord::TOKEN.into());
+    cfg.discord_mut().api_base_url = discord.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("the bridge starts while project a's daemon is down")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    discord
+        .wait_for("the gateway session (IDENTIFY)", |f| {
+            !f.frames_op(2).is_empty()
+        })
+        .await;
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > 0)
+        .await;
+
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["ready"], true, "b serves: {ready}");
+    assert_eq!(ready["daemons_down"], json!(["a"]), "{ready}");
+
+    // b answers at once.
+    let b_took = discord_pwd(&discord, "1001", &root.join("b")).await;
+    assert!(b_took < Duration::from_secs(10), "b took {b_took:?}");
+
+    // A mention in a's channel is held, with one notice.
+    slack.push(event_envelope(
+        "env-held",
+        "Ev-held",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("the unreachable notice in a's thread", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran on a yet");
+
+    // a's daemon comes up on its port: the bridge connects and runs the held message.
+    let a = agent_on(port, token).await;
+    readyz_until(&base, "empty daemons_down", |r| {
+        r["daemons_down"] == json!([])
+    })
+    .await;
+    slack
+        .wait_for("the held pwd in a's directory", |f| {
+            slack_pwd(f, "C1").is_some()
+        })
+        .await;
+    let a_out = slack_pwd(&slack, "C1").expect("a's result");
+    assert!(
+        a_out.contains(&root.join("a").display().to_string()),
+        "ran in a's directory: {a_out}"
+    );
+    // Whatever is still delivered, the command ran once and the notice was given once.
+    let calls = tool_calls_of(&base, "a").await;
+    assert_eq!(
+        calls.len(),
+        1,
+        "the held message ran exactly once: {calls:?}"
+    );
+    let c1 = slack_in_thread(&slack, "C1", 0);
+    assert_eq!(
+        c1.iter()
+            .filter(|b| b.contains("The agent is unreachable"))
+            .count(),
+        1,
+        "one notice: {c1:?}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+    a.shutdown().await;
+}
+
+on_both! {
+    async fn l7_a_project_whose_daemon_is_down_at_start_up_is_held_while_the_others_answer(db) {
+        a_project_whose_daemon_is_down_at_start(&db.url).await;
+    }
+}
+
+/// L7 in the one-project configuration: the bridge starts while its daemon does not listen
+/// (it used to exit), `/readyz` says not ready with `"daemon": false`, a message is held with one
+/// notice, and once the daemon listens the bridge connects and runs it, once.
+async fn the_one_daemon_is_down_at_start(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-the-one-daemon";
+    let mut cfg = config(url, &root);
+    cfg.daemon.url = Some(format!("ws://127.0.0.1:{port}/acp"));
+    cfg.daemon.token = Some(token.to_owned().into());
+    let (base, stop, run) = slack_run(&slack, cfg).await;
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["role"], "active", "{ready}");
+    assert_eq!(ready["daemon"], false, "{ready}");
+    slack.push(event_envelope(
+        "env-one",
+        "Ev-one",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("the unreachable notice", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran yet");
+    let daemon = agent_on(port, token).await;
+    readyz_until(&base, "ready", |r| r["ready"] == true).await;
+    slack
+        .wait_for("the held pwd", |f| slack_pwd(f, "C1").is_some())
+        .await;
+    let out = slack_pwd(&slack, "C1").expect("result");
+    assert!(
+        out.contains(&root.display().to_string()),
+        "in daemon.cwd: {out}"
+    );
+    let calls = tool_calls_of(&base, "default").await;
+    assert_eq!(calls.len(), 1, "ran exactly once: {calls:?}");
+    let c1 = slack_in_thread(&slack, "C1", 0);
+    assert_eq!(
+        c1.iter()
+            .filter(|b| b.contains("The agent is unreachable"))
+            .count(),
+        1,
+        "one notice: {c1:?}"
+    );
+    stop_run(stop, run).await;
+    daemon.shutdown().await;
+}
+
+on_both! {
+    async fn l7_the_bridge_starts_while_its_one_daemon_is_down_and_runs_the_held_message_once_it_is_up(db) {
+        the_one_daemon_is_down_at_start(&db.url).await;
+    }
+}
