@@ -417,6 +417,7 @@ impl Application {
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
+        close_unserved_turns(&core, &projects, &store).await?;
         let taken = take_unhandled(&core, &projects, &store).await?;
         if taken > 0 {
             tracing::info!(
@@ -966,6 +967,28 @@ impl Shared<'_> {
             url,
         })
     }
+}
+
+/// After a restart: turns left open by a project no longer configured are closed as interrupted
+/// (the projects served resumed their own).
+async fn close_unserved_turns(
+    core: &Arc<Core>,
+    projects: &Projects,
+    store: &Store,
+) -> Result<(), crate::store::StoreError> {
+    let mut c = store.conn().await?;
+    let open = crate::store::turns::open(&mut c).await?;
+    for turn in open {
+        let Some(conv) = crate::store::conversations::get(&mut c, &turn.conversation_id).await?
+        else {
+            continue;
+        };
+        if projects.cores.iter().any(|p| p.serves(&conv.project)) {
+            continue;
+        }
+        core.close_unserved_turn(&turn, &conv).await?;
+    }
+    Ok(())
 }
 
 /// After a restart: events recorded but never acted on are handed to the core of their project,

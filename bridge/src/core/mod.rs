@@ -423,13 +423,15 @@ impl Core {
             .unwrap_or(conversations::DEFAULT_PROJECT)
     }
 
-    /// Whether a conversation of `project` is this core's: every one in the one-project
-    /// configuration, else those of its own project. A conversation of a project no longer
-    /// configured is nobody's until a message in its thread moves it to the project its channel
-    /// goes to now (its old daemon session is never loaded on another project's daemon).
+    /// Whether a conversation of `project` is this core's: those of its own project (in the
+    /// one-project configuration, the implicit `default`). A conversation of a project no longer
+    /// configured is nobody's — no schedule of it fires, no late update wakes it — until a message
+    /// in its thread moves it to the project its channel goes to now (in the one-project
+    /// configuration, `default`): its old daemon session is never loaded on another project's
+    /// daemon.
     #[must_use]
     pub fn serves(&self, project: &str) -> bool {
-        self.cfg.project.as_deref().is_none_or(|p| p == project)
+        self.project() == project
     }
 
     /// `labels` plus `project` when projects are configured (in the one-project configuration the
