@@ -889,3 +889,219 @@ on_both! {
         the_one_daemon_is_down_at_start(&db.url).await;
     }
 }
+
+/// The id of the one conversation of `project`.
+async fn conversation_of(base: &str, project: &str) -> String {
+    let page = get(base, &format!("/api/v1/conversations?project={project}")).await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one conversation of {project}: {page}");
+    items[0]["id"].as_str().expect("id").to_owned()
+}
+
+/// A project removed, then the deployment moved back to the single `[daemon]`:
+/// - at start-up a turn left open by the removed project `gone` is closed as interrupted with a
+///   notice in its thread, and its due schedule fires on no daemon (neither with `[[projects]]` nor
+///   with the one daemon);
+/// - its thread, whose channel serves no project, is told once that it is not served — and not
+///   again after a restart (the notice is stored);
+/// - with the one `[daemon]` again, a thread of project `alpha` continues in `default`: told once,
+///   a new session in `daemon.cwd`, stored as `default`'s (its old session is not loaded).
+async fn removed_projects_and_back_to_one_daemon(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let alpha = dir(&root, "alpha");
+    let gone = dir(&root, "gone");
+    let one = dir(&root, "one");
+    let mut cfg = config(url, &root);
+    cfg.daemon.cwd = None;
+    cfg.schedules.check_every = Duration::from_millis(50);
+    let alpha_project = project(
+        "alpha",
+        &["slack:C1"],
+        Daemon {
+            cwd: Some(alpha.clone()),
+            ..Daemon::default()
+        },
+    );
+    cfg.projects = vec![
+        alpha_project.clone(),
+        project(
+            "gone",
+            &["slack:C2"],
+            Daemon {
+                cwd: Some(gone.clone()),
+                ..Daemon::default()
+            },
+        ),
+    ];
+
+    // 1. Both projects serve a thread each.
+    let (base, stop, run) = slack_run(&slack, cfg.clone()).await;
+    for (n, channel) in [(1, "C1"), (2, "C2")] {
+        slack.push(event_envelope(
+            &format!("env-back-{n}"),
+            &format!("Ev-back-{n}"),
+            0,
+            json!({"type": "app_mention", "user": "U1", "channel": channel,
+                   "ts": format!("1700.00000{n}"), "text": "<@UBOT> pwd",
+                   "event_ts": format!("1700.00000{n}")}),
+        ));
+        slack
+            .wait_for("pwd", |f| slack_pwd(f, channel).is_some())
+            .await;
+    }
+    let gone_conv = conversation_of(&base, "gone").await;
+    stop_run(stop, run).await;
+
+    // What the previous run left of `gone`: an open turn and a due schedule.
+    let store = chat_bridge::store::Store::open(url).await.expect("store");
+    {
+        let mut c = store.conn().await.expect("conn");
+        let now = chat_bridge::store::now_ms();
+        chat_bridge::store::turns::start(&mut c, &gone_conv, "sleep 100", "U1", now)
+            .await
+            .expect("an open turn");
+        chat_bridge::store::schedules::add(
+            &mut c,
+            &chat_bridge::store::schedules::Schedule {
+                id: "s1".into(),
+                conversation_id: gone_conv.clone(),
+                created_by: "U1".into(),
+                prompt: "echo scheduled-in-gone".into(),
+                every_ms: Some(60_000),
+                next_run_at: now - 1_000,
+                created_at: now - 60_000,
+            },
+        )
+        .await
+        .expect("a due schedule");
+    }
+
+    // 2. `gone` removed: C2 is bound to nothing, no default_project.
+    cfg.projects = vec![alpha_project];
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack
+        .wait_for("the interrupted notice in gone's thread", |f| {
+            slack_in_thread(f, "C2", mark).iter().any(|b| {
+                b.contains("project gone is no longer served here; the turn was interrupted")
+            })
+        })
+        .await;
+    {
+        let mut c = store.conn().await.expect("conn");
+        let turns = chat_bridge::store::turns::of_conversation(&mut c, &gone_conv)
+            .await
+            .expect("turns");
+        assert!(
+            turns.iter().all(|t| t.status != "open"),
+            "no turn of gone left open: {turns:?}"
+        );
+        assert!(
+            turns
+                .iter()
+                .any(|t| t.status == "interrupted" && t.prompt == "sleep 100"),
+            "{turns:?}"
+        );
+    }
+    slack.push(slack_reply(20, "C2", "1700.000002", "echo in-gone"));
+    // A message in alpha's thread after it (one queue): once answered, the reply was taken, and
+    // the schedule had many checks to fire in.
+    slack.push(slack_reply(21, "C1", "1700.000001", "echo in-alpha"));
+    slack
+        .wait_for("alpha's answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo in-alpha") && b.contains('✅'))
+        })
+        .await;
+    slack
+        .wait_for("gone's thread told it is not served", |f| {
+            slack_in_thread(f, "C2", mark)
+                .iter()
+                .any(|b| b.contains("This thread's project gone is no longer served here."))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    // 3. A restart: the thread is not told again.
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(slack_reply(22, "C2", "1700.000002", "echo in-gone-again"));
+    slack.push(slack_reply(23, "C1", "1700.000001", "echo in-alpha-again"));
+    slack
+        .wait_for("alpha's second answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo in-alpha-again") && b.contains('✅'))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    // 4. Back to the one [daemon].
+    cfg.projects = Vec::new();
+    cfg.daemon.cwd = Some(one.clone());
+    let (base1, stop, run) = slack_run(&slack, cfg).await;
+    slack.push(slack_reply(24, "C1", "1700.000001", "pwd"));
+    let one_s = one.display().to_string();
+    slack
+        .wait_for("pwd in the one daemon's directory", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains(&one_s) && b.contains('✅'))
+        })
+        .await;
+    slack.push(slack_reply(25, "C1", "1700.000001", "echo once-more"));
+    slack
+        .wait_for("the next answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo once-more") && b.contains('✅'))
+        })
+        .await;
+    let c1 = slack_in_thread(&slack, "C1", mark);
+    let moved: Vec<_> = c1
+        .iter()
+        .filter(|b| b.contains("continues in project default"))
+        .collect();
+    assert_eq!(moved.len(), 1, "told once: {c1:?}");
+    assert!(moved[0].contains("project alpha"), "{moved:?}");
+    let page = get(&base1, "/api/v1/conversations?project=default").await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "alpha's thread is default's now: {page}");
+    assert_eq!(items[0]["channel"], "C1", "{page}");
+    stop_run(stop, run).await;
+
+    let c2 = slack_in_thread(&slack, "C2", mark);
+    assert_eq!(
+        c2.iter()
+            .filter(|b| b.contains("no longer served here."))
+            .count(),
+        1,
+        "told once, across a restart: {c2:?}"
+    );
+    assert!(
+        c2.iter()
+            .all(|b| !b.contains("in-gone") && !b.contains("scheduled-in-gone")),
+        "nothing of gone ran: {c2:?}"
+    );
+    {
+        let mut c = store.conn().await.expect("conn");
+        let left = chat_bridge::store::schedules::of(&mut c, &gone_conv)
+            .await
+            .expect("schedules");
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(
+            left[0].next_run_at < chat_bridge::store::now_ms(),
+            "never fired, still due: {left:?}"
+        );
+    }
+    store.close().await;
+}
+
+on_both! {
+    async fn issue17_a_removed_projects_open_turn_is_interrupted_its_schedules_fire_nowhere_and_back_to_one_daemon_moves_threads(db) {
+        removed_projects_and_back_to_one_daemon(&db.url).await;
+    }
+}
