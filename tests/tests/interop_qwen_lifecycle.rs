@@ -500,6 +500,9 @@ async fn l7_a_daemon_first_reached_after_start_up_serving_another_workspace_stop
         text.contains(&peer.workspace().display().to_string()),
         "{text}"
     );
-    assert!(!app.core.daemon_connected.load(Ordering::SeqCst), "never used");
+    assert!(
+        !app.core.daemon_connected.load(Ordering::SeqCst),
+        "never used"
+    );
     app.shutdown().await;
 }
