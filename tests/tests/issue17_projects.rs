@@ -1105,3 +1105,97 @@ on_both! {
         removed_projects_and_back_to_one_daemon(&db.url).await;
     }
 }
+
+/// L7 with D3: a turn the previous run left open, taken back by a bridge started while its daemon
+/// is down, is not written off at once (its session cannot be asked for yet): `/status` answers that
+/// the agent is unreachable and nothing is interrupted. Once the daemon is reached its session is
+/// loaded — this daemon started afresh no longer has it — so the turn ends as interrupted then, once,
+/// and the thread carries on.
+async fn an_open_turn_taken_back_while_the_daemon_is_down(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-the-one-daemon";
+    let mut cfg = config(url, &root);
+    cfg.daemon.url = Some(format!("ws://127.0.0.1:{port}/acp"));
+    cfg.daemon.token = Some(token.to_owned().into());
+    let first = agent_on(port, token).await;
+    let (base, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(event_envelope(
+        "env-open",
+        "Ev-open",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("pwd", |f| slack_pwd(f, "C1").is_some())
+        .await;
+    let conv = conversation_of(&base, "default").await;
+    stop_run(stop, run).await;
+    first.shutdown().await;
+    // As a crash mid-turn leaves it.
+    let store = chat_bridge::store::Store::open(url).await.expect("store");
+    {
+        let mut c = store.conn().await.expect("conn");
+        chat_bridge::store::turns::start(
+            &mut c,
+            &conv,
+            "sleep 100",
+            "U1",
+            chat_bridge::store::now_ms(),
+        )
+        .await
+        .expect("an open turn");
+    }
+
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg).await;
+    slack.push(slack_reply(30, "C1", "1700.000100", "/status"));
+    slack
+        .wait_for("/status while the daemon is down", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    let lost = "The bridge restarted during this turn and the agent no longer has it";
+    let before = slack_in_thread(&slack, "C1", mark);
+    assert!(
+        before.iter().all(|b| !b.contains(lost)),
+        "not written off while the daemon cannot be asked: {before:?}"
+    );
+    let second = agent_on(port, token).await;
+    slack
+        .wait_for("the turn interrupted once the daemon is reached", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains(lost))
+        })
+        .await;
+    slack.push(slack_reply(31, "C1", "1700.000100", "echo carries-on"));
+    slack
+        .wait_for("the next message runs", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo carries-on") && b.contains('✅'))
+        })
+        .await;
+    let c1 = slack_in_thread(&slack, "C1", mark);
+    assert_eq!(
+        c1.iter().filter(|b| b.contains(lost)).count(),
+        1,
+        "told once: {c1:?}"
+    );
+    stop_run(stop, run).await;
+    second.shutdown().await;
+    store.close().await;
+}
+
+on_both! {
+    async fn l7_d3_an_open_turn_taken_back_while_the_daemon_is_down_is_settled_once_it_is_reached(db) {
+        an_open_turn_taken_back_while_the_daemon_is_down(&db.url).await;
+    }
+}
