@@ -1199,3 +1199,42 @@ on_both! {
         an_open_turn_taken_back_while_the_daemon_is_down(&db.url).await;
     }
 }
+
+/// L7 keeps configuration errors fatal: a bridge started while its daemon is down runs; when the
+/// daemon comes up and refuses the token, the bridge stops with the error start-up gives for it
+/// (naming the project), instead of holding messages for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_first_reached_after_start_up_that_refuses_the_token_stops_the_bridge() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("token.db").display());
+    let port = free_port();
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, "a-token-the-daemon-does-not-take").expect("token file");
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![project(
+        "a",
+        &["slack:C1"],
+        Daemon {
+            url: Some(format!("ws://127.0.0.1:{port}/acp")),
+            token: Some("a-token-the-daemon-does-not-take".to_owned().into()),
+            token_file: Some(token_file),
+            cwd: Some(dir(&root, "a")),
+            ..Daemon::default()
+        },
+    )];
+    let (_, _stop, run) = slack_run(&slack, cfg).await;
+    assert!(!run.is_finished(), "runs while the daemon is down");
+    let daemon = agent_on(port, "the-daemons-own-token").await;
+    let ended = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("stops once the daemon refuses the token")
+        .expect("join");
+    let text = format!("{:#}", ended.expect_err("a configuration error"));
+    assert!(text.contains("project a"), "{text}");
+    assert!(text.contains("refused our credentials"), "{text}");
+    daemon.shutdown().await;
+}

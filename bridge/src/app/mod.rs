@@ -62,6 +62,8 @@ pub struct Application {
     routers: Vec<JoinHandle<()>>,
     http: Option<Http>,
     lease: Watch,
+    /// Cancelled when a project's core cannot go on ([`Core::fatal`]).
+    fatal: CancellationToken,
     drain_timeout: Duration,
     grace: Duration,
     /// Where the default project's daemon is (for the banner).
@@ -443,6 +445,17 @@ impl Application {
                 ));
             }
         }
+        // One token for the pump to watch: cancelled when any project's core cannot go on.
+        let fatal = CancellationToken::new();
+        for core in &projects.cores {
+            let (core, fatal, stop) = (core.clone(), fatal.clone(), stop.clone());
+            tracker.spawn(async move {
+                tokio::select! {
+                    () = core.fatal.cancelled() => fatal.cancel(),
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),
@@ -461,6 +474,7 @@ impl Application {
             routers,
             http: None,
             lease,
+            fatal,
             drain_timeout: cfg.service.drain_timeout,
             grace: SHUTDOWN_GRACE,
             daemon_url,
@@ -477,13 +491,10 @@ impl Application {
     /// configured wrongly (another workspace than its `cwd`, a refused token): the bridge stops
     /// with that error, as it would have at start-up.
     async fn fatal(&self) -> String {
-        let any = futures_util::future::select_all(self.projects.cores.iter().map(|c| {
-            Box::pin(async move {
-                c.fatal.cancelled().await;
-                c
-            })
-        }));
-        let (core, _, _) = any.await;
+        self.fatal.cancelled().await;
+        let Some(core) = self.projects.cores.iter().find(|c| c.fatal.is_cancelled()) else {
+            return "connecting to the agent daemon".to_owned();
+        };
         let reason = core.fatal_reason().unwrap_or_default();
         if core.cfg.project.is_some() {
             format!(
