@@ -40,7 +40,7 @@ pub async fn run_due(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store
     let now = clock.now_ms();
     let due = {
         let mut c = core.store.conn().await?;
-        schedules::due(&mut c, now, BATCH).await?
+        schedules::due(&mut c, core.project(), now, BATCH).await?
     };
     let mut ran = 0;
     for s in due {
@@ -51,7 +51,8 @@ pub async fn run_due(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store
         let Some(conv) = conv else {
             continue;
         };
-        // Each project's core runs its own conversations' schedules.
+        // Each project's core runs its own conversations' schedules (one moved meanwhile is
+        // its new project's); a removed project's fire on no daemon.
         if !core.serves(&conv.project) {
             continue;
         }

@@ -381,6 +381,29 @@ impl DaemonClient {
     /// [`Error::Unauthorized`] or [`Error::BadUrl`] (fatal), [`Error::Unreachable`] (retry later),
     /// or the `initialize` call's error.
     pub async fn connect(cfg: ClientConfig) -> Result<(Self, AgentInfo, EventStream), Error> {
+        match Self::connect_or_wait(cfg, false).await? {
+            (client, Some(info), events) => Ok((client, info, events)),
+            // Not waiting: an unreachable daemon was returned as the error above.
+            (client, None, _) => {
+                client.close();
+                Err(Error::ConnectionLost)
+            }
+        }
+    }
+
+    /// [`DaemonClient::connect`], except that with `wait` a daemon that cannot be reached yet
+    /// ([`Error::Unreachable`]: nothing listens, DNS, a timeout) is not an error: the client starts
+    /// disconnected, keeps trying with the reconnect backoff, and reports
+    /// [`DaemonEvent::Reconnected`] once it is up and initialized. The [`AgentInfo`] is `None` then
+    /// ([`DaemonClient::agent_info`] has it once the daemon was reached). A refused token, a bad
+    /// URL, an agent command that cannot start and a failed `initialize` are still errors.
+    ///
+    /// # Errors
+    /// As [`DaemonClient::connect`], without [`Error::Unreachable`] when `wait`ing.
+    pub async fn connect_or_wait(
+        cfg: ClientConfig,
+        wait: bool,
+    ) -> Result<(Self, Option<AgentInfo>, EventStream), Error> {
         let (events, rx) = mpsc::channel(cfg.event_buffer.max(1));
         let shared = Arc::new(Shared {
             cfg,
@@ -400,11 +423,19 @@ impl DaemonClient {
             reconnects: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
         });
-        let link = shared.open().await?;
-        let mut io = Shared::spawn_connection(&shared, link);
         let client = Self {
             shared: shared.clone(),
         };
+        let link = match shared.open().await {
+            Ok(link) => link,
+            Err(e @ Error::Unreachable { .. }) if wait => {
+                tracing::warn!(error = %e, "the agent daemon cannot be reached yet; starting without it and retrying");
+                tokio::spawn(Shared::supervise(shared, None));
+                return Ok((client, None, EventStream(rx)));
+            }
+            Err(e) => return Err(e),
+        };
+        let mut io = Shared::spawn_connection(&shared, link);
         // An agent that exits (or a daemon that hangs up) before answering fails start-up at once,
         // with how it ended, instead of after the request timeout.
         let first = tokio::select! {
@@ -424,8 +455,8 @@ impl DaemonClient {
                 return Err(e);
             }
         };
-        tokio::spawn(Shared::supervise(shared, io));
-        Ok((client, info, EventStream(rx)))
+        tokio::spawn(Shared::supervise(shared, Some(io)));
+        Ok((client, Some(info), EventStream(rx)))
     }
 
     /// Closes the connection; the event stream ends with [`DaemonEvent::Closed`].
@@ -1055,26 +1086,30 @@ impl Shared {
         Ok(())
     }
 
-    async fn supervise(self: Arc<Self>, mut io: JoinHandle<String>) {
+    /// Watches the connection `io` and connects again whenever it ends; with `None` it starts by
+    /// connecting (the daemon could not be reached at start-up).
+    async fn supervise(self: Arc<Self>, mut io: Option<JoinHandle<String>>) {
         // Kept across connections: only one that stayed up `stable_after` starts the backoff over.
         let mut attempt = 0u32;
         let mut up_since = tokio::time::Instant::now();
         loop {
-            let reason = (&mut io)
-                .await
-                .unwrap_or_else(|e| format!("connection task failed: {e}"));
-            if up_since.elapsed() >= self.cfg.stable_after {
-                attempt = 0;
+            if let Some(current) = io.as_mut() {
+                let reason = current
+                    .await
+                    .unwrap_or_else(|e| format!("connection task failed: {e}"));
+                if up_since.elapsed() >= self.cfg.stable_after {
+                    attempt = 0;
+                }
+                self.on_disconnect(&reason);
+                if self.shutdown.is_cancelled() {
+                    self.fail_orphans(|| Error::Closed);
+                    self.emit(DaemonEvent::Closed { reason }).await;
+                    return;
+                }
+                tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
+                self.emit(DaemonEvent::Disconnected { reason }).await;
             }
-            self.on_disconnect(&reason);
-            if self.shutdown.is_cancelled() {
-                self.fail_orphans(|| Error::Closed);
-                self.emit(DaemonEvent::Closed { reason }).await;
-                return;
-            }
-            tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
-            self.emit(DaemonEvent::Disconnected { reason }).await;
-            io = loop {
+            io = Some(loop {
                 let delay = backoff_delay(self.cfg.backoff_base, self.cfg.backoff_cap, attempt);
                 attempt = attempt.saturating_add(1);
                 tokio::select! {
@@ -1111,7 +1146,7 @@ impl Shared {
                     }
                     Err(e) => tracing::warn!(error = %e, attempt, "reconnect attempt failed"),
                 }
-            };
+            });
         }
     }
 }

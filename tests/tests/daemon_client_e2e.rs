@@ -659,3 +659,64 @@ async fn l6_a_reconnect_unbinds_sessions_and_a_replay_before_the_answer_is_histo
     );
     prompt.await.expect("join").expect("the turn ended");
 }
+
+/// L7 at start-up: `connect_or_wait` on a daemon that does not listen yet starts without it (no
+/// `AgentInfo`, calls fail as `ConnectionLost`, which the bridge holds on); once a daemon listens on
+/// that port the client connects by itself, reports `Reconnected` and works. Not waiting, the same
+/// URL is `Unreachable`; a bad URL is an error even when waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_connect_or_wait_starts_without_the_daemon_and_connects_once_it_listens() {
+    init_tracing();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let url = format!("ws://127.0.0.1:{port}/acp");
+    let token = "token-of-the-late-daemon";
+    let err = DaemonClient::connect_or_wait(ClientConfig::new(&url).with_token(token), false)
+        .await
+        .expect_err("not waiting");
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    let err = DaemonClient::connect_or_wait(ClientConfig::new("http://127.0.0.1/acp"), true)
+        .await
+        .expect_err("a bad URL is not waited out");
+    assert!(matches!(err, Error::BadUrl { .. }), "{err:?}");
+
+    let mut cfg = ClientConfig::new(&url).with_token(token);
+    cfg.backoff_base = Duration::from_millis(20);
+    cfg.backoff_cap = Duration::from_millis(200);
+    let (client, info, mut events) = DaemonClient::connect_or_wait(cfg, true)
+        .await
+        .expect("starts without the daemon");
+    assert!(info.is_none());
+    assert!(client.agent_info().is_none());
+    let dir = tempfile::tempdir().expect("tmp");
+    let err = client
+        .new_session(dir.path())
+        .await
+        .expect_err("no daemon yet");
+    assert!(err.is_retryable(), "{err:?}");
+
+    let agent = shell_agent::ShellAgent::start(
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        Some(token.into()),
+        shell_agent::AgentConfig::default(),
+    )
+    .await
+    .expect("the daemon starts on its port");
+    let first = tokio::time::timeout(LIMIT, events.recv())
+        .await
+        .expect("connects once it listens");
+    assert!(
+        matches!(first, Some(DaemonEvent::Reconnected { .. })),
+        "{first:?}"
+    );
+    assert!(client.agent_info().is_some());
+    client
+        .new_session(dir.path())
+        .await
+        .expect("a session once connected");
+    client.close();
+    agent.shutdown().await;
+}

@@ -468,3 +468,41 @@ async fn l7_a_daemon_killed_mid_command_ends_the_orphaned_turn_once_and_the_thre
 async fn l6_a_daemon_restarted_mid_command_reports_it_once_and_the_thread_runs_on() {
     mid_command_restart(false).await;
 }
+
+/// L7 with L6 item 7: a bridge started while the daemon is down starts (its daemon is not
+/// connected); when the daemon comes up serving another workspace than `daemon.cwd`, the bridge
+/// stops with the error start-up gives for it (a configuration error is not waited out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_first_reached_after_start_up_serving_another_workspace_stops_the_bridge() {
+    let _slot = chat_bridge_tests::qwen::slot().await;
+    init_tracing();
+    let Some(peer) = peer() else { return };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(&peer, &dir);
+    cfg.daemon.cwd = Some(dir.path().to_path_buf());
+    peer.stop();
+    let app = Application::build(&cfg, Arc::new(Recorder::default()))
+        .await
+        .expect("starts while the daemon is down");
+    assert!(!app.core.daemon_connected.load(Ordering::SeqCst));
+    let peer = tokio::task::spawn_blocking(move || {
+        peer.restart();
+        peer
+    })
+    .await
+    .expect("restart");
+    tokio::time::timeout(Duration::from_secs(90), app.core.fatal.cancelled())
+        .await
+        .expect("stops once the daemon is reached");
+    let text = app.core.fatal_reason().expect("why");
+    assert!(text.contains("daemon.cwd"), "{text}");
+    assert!(
+        text.contains(&peer.workspace().display().to_string()),
+        "{text}"
+    );
+    assert!(
+        !app.core.daemon_connected.load(Ordering::SeqCst),
+        "never used"
+    );
+    app.shutdown().await;
+}

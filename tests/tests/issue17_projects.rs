@@ -645,3 +645,596 @@ async fn issue17_a_thread_of_a_project_no_longer_configured_goes_where_its_chann
     assert_eq!(page["items"].as_array().expect("items").len(), 1, "{page}");
     stop_run(stop, run).await;
 }
+
+/// A port nothing listens on yet (the daemon started on it later).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A shell-agent server on `port` with `token`, as a project's own daemon.
+async fn agent_on(port: u16, token: &str) -> ShellAgent {
+    ShellAgent::start(
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        Some(token.into()),
+        AgentConfig {
+            heartbeat_interval: Duration::from_millis(200),
+            default_timeout: Duration::ZERO,
+            ..AgentConfig::default()
+        },
+    )
+    .await
+    .expect("the daemon starts on its port")
+}
+
+/// Waits until `/readyz` says `pred`.
+async fn readyz_until(base: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = get(base, "/readyz").await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "/readyz never {what}: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tool calls stored for the one conversation of `project`.
+async fn tool_calls_of(base: &str, project: &str) -> Vec<Value> {
+    let page = get(base, &format!("/api/v1/conversations?project={project}")).await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one conversation of {project}: {page}");
+    let id = items[0]["id"].as_str().expect("id");
+    let detail = get(base, &format!("/api/v1/conversations/{id}")).await;
+    detail["tool_calls"].as_array().cloned().unwrap_or_default()
+}
+
+/// L7 per project at start-up: project a's daemon does not listen when the bridge starts. The
+/// bridge starts anyway; b (a built-in shell agent, on Discord) answers at once; `/readyz` is
+/// ready (b serves) and names a in `daemons_down`; a mention in a's Slack channel is held with the
+/// one "agent is unreachable" notice. Then a's daemon (a shell-agent server) starts on its port:
+/// the bridge connects, `/readyz` lists nobody, and the held `pwd` runs once, in a's directory.
+async fn a_project_whose_daemon_is_down_at_start(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let discord = FakeDiscord::start(300).await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-project-a-daemon";
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, token).expect("token file");
+    let mut cfg = config(url, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![
+        project(
+            "a",
+            &["slack:C1"],
+            Daemon {
+                url: Some(format!("ws://127.0.0.1:{port}/acp")),
+                token: Some(token.to_owned().into()),
+                token_file: Some(token_file.clone()),
+                cwd: Some(dir(&root, "a")),
+                ..Daemon::default()
+            },
+        ),
+        project(
+            "b",
+            &[&format!("discord:{CHANNEL}")],
+            Daemon {
+                cwd: Some(dir(&root, "b")),
+                ..Daemon::default()
+            },
+        ),
+    ];
+    cfg.service.platforms = vec!["slack".into(), "discord".into()];
+    cfg.slack_mut().bot_token = Some("xoxb-test".into());
+    cfg.slack_mut().app_token = Some("xapp-1-test".into());
+    cfg.slack_mut().api_base_url = slack.base_url.clone();
+    cfg.discord_mut().token = Some(fake_discord::TOKEN.into());
+    cfg.discord_mut().api_base_url = discord.base_url.clone();
+    cfg.access.open = true;
+    cfg.http.listen = Some("127.0.0.1:0".into());
+    cfg.http.api_token = Some(API_TOKEN.into());
+    let stop = CancellationToken::new();
+    let app = Application::build(&cfg, stop.clone())
+        .await
+        .expect("the bridge starts while project a's daemon is down")
+        .expect("active");
+    let base = format!("http://{}", app.bridge().http_addr.expect("http"));
+    let run = tokio::spawn(app.run_until_stopped());
+    discord
+        .wait_for("the gateway session (IDENTIFY)", |f| {
+            !f.frames_op(2).is_empty()
+        })
+        .await;
+    slack
+        .wait_for("the Socket Mode connection", |f| f.sockets() > 0)
+        .await;
+
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["ready"], true, "b serves: {ready}");
+    assert_eq!(ready["daemons_down"], json!(["a"]), "{ready}");
+
+    // b answers at once.
+    let b_took = discord_pwd(&discord, "1001", &root.join("b")).await;
+    assert!(b_took < Duration::from_secs(10), "b took {b_took:?}");
+
+    // A mention in a's channel is held, with one notice.
+    slack.push(event_envelope(
+        "env-held",
+        "Ev-held",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("the unreachable notice in a's thread", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran on a yet");
+
+    // a's daemon comes up on its port: the bridge connects and runs the held message.
+    let a = agent_on(port, token).await;
+    readyz_until(&base, "empty daemons_down", |r| {
+        r["daemons_down"] == json!([])
+    })
+    .await;
+    slack
+        .wait_for("the held pwd in a's directory", |f| {
+            slack_pwd(f, "C1").is_some()
+        })
+        .await;
+    let a_out = slack_pwd(&slack, "C1").expect("a's result");
+    assert!(
+        a_out.contains(&root.join("a").display().to_string()),
+        "ran in a's directory: {a_out}"
+    );
+    // Whatever is still delivered, the command ran once and the notice was given once.
+    let calls = tool_calls_of(&base, "a").await;
+    assert_eq!(
+        calls.len(),
+        1,
+        "the held message ran exactly once: {calls:?}"
+    );
+    let c1 = slack_in_thread(&slack, "C1", 0);
+    assert_eq!(
+        c1.iter()
+            .filter(|b| b.contains("The agent is unreachable"))
+            .count(),
+        1,
+        "one notice: {c1:?}"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops in time")
+        .expect("join")
+        .expect("clean shutdown");
+    a.shutdown().await;
+}
+
+on_both! {
+    async fn l7_a_project_whose_daemon_is_down_at_start_up_is_held_while_the_others_answer(db) {
+        a_project_whose_daemon_is_down_at_start(&db.url).await;
+    }
+}
+
+/// L7 in the one-project configuration: the bridge starts while its daemon does not listen
+/// (it used to exit), `/readyz` says not ready with `"daemon": false`, a message is held with one
+/// notice, and once the daemon listens the bridge connects and runs it, once.
+async fn the_one_daemon_is_down_at_start(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-the-one-daemon";
+    let mut cfg = config(url, &root);
+    cfg.daemon.url = Some(format!("ws://127.0.0.1:{port}/acp"));
+    cfg.daemon.token = Some(token.to_owned().into());
+    let (base, stop, run) = slack_run(&slack, cfg).await;
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["role"], "active", "{ready}");
+    assert_eq!(ready["daemon"], false, "{ready}");
+    slack.push(event_envelope(
+        "env-one",
+        "Ev-one",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("the unreachable notice", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran yet");
+    let daemon = agent_on(port, token).await;
+    readyz_until(&base, "ready", |r| r["ready"] == true).await;
+    slack
+        .wait_for("the held pwd", |f| slack_pwd(f, "C1").is_some())
+        .await;
+    let out = slack_pwd(&slack, "C1").expect("result");
+    assert!(
+        out.contains(&root.display().to_string()),
+        "in daemon.cwd: {out}"
+    );
+    let calls = tool_calls_of(&base, "default").await;
+    assert_eq!(calls.len(), 1, "ran exactly once: {calls:?}");
+    let c1 = slack_in_thread(&slack, "C1", 0);
+    assert_eq!(
+        c1.iter()
+            .filter(|b| b.contains("The agent is unreachable"))
+            .count(),
+        1,
+        "one notice: {c1:?}"
+    );
+    stop_run(stop, run).await;
+    daemon.shutdown().await;
+}
+
+on_both! {
+    async fn l7_the_bridge_starts_while_its_one_daemon_is_down_and_runs_the_held_message_once_it_is_up(db) {
+        the_one_daemon_is_down_at_start(&db.url).await;
+    }
+}
+
+/// The id of the one conversation of `project`.
+async fn conversation_of(base: &str, project: &str) -> String {
+    let page = get(base, &format!("/api/v1/conversations?project={project}")).await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one conversation of {project}: {page}");
+    items[0]["id"].as_str().expect("id").to_owned()
+}
+
+/// A project removed, then the deployment moved back to the single `[daemon]`:
+/// - at start-up a turn left open by the removed project `gone` is closed as interrupted with a
+///   notice in its thread, and its due schedule fires on no daemon (neither with `[[projects]]` nor
+///   with the one daemon);
+/// - its thread, whose channel serves no project, is told once that it is not served — and not
+///   again after a restart (the notice is stored);
+/// - with the one `[daemon]` again, a thread of project `alpha` continues in `default`: told once,
+///   a new session in `daemon.cwd`, stored as `default`'s (its old session is not loaded).
+async fn removed_projects_and_back_to_one_daemon(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let alpha = dir(&root, "alpha");
+    let gone = dir(&root, "gone");
+    let one = dir(&root, "one");
+    let mut cfg = config(url, &root);
+    cfg.daemon.cwd = None;
+    cfg.schedules.check_every = Duration::from_millis(50);
+    let alpha_project = project(
+        "alpha",
+        &["slack:C1"],
+        Daemon {
+            cwd: Some(alpha.clone()),
+            ..Daemon::default()
+        },
+    );
+    cfg.projects = vec![
+        alpha_project.clone(),
+        project(
+            "gone",
+            &["slack:C2"],
+            Daemon {
+                cwd: Some(gone.clone()),
+                ..Daemon::default()
+            },
+        ),
+    ];
+
+    // 1. Both projects serve a thread each.
+    let (base, stop, run) = slack_run(&slack, cfg.clone()).await;
+    for (n, channel) in [(1, "C1"), (2, "C2")] {
+        slack.push(event_envelope(
+            &format!("env-back-{n}"),
+            &format!("Ev-back-{n}"),
+            0,
+            json!({"type": "app_mention", "user": "U1", "channel": channel,
+                   "ts": format!("1700.00000{n}"), "text": "<@UBOT> pwd",
+                   "event_ts": format!("1700.00000{n}")}),
+        ));
+        slack
+            .wait_for("pwd", |f| slack_pwd(f, channel).is_some())
+            .await;
+    }
+    let gone_conv = conversation_of(&base, "gone").await;
+    stop_run(stop, run).await;
+
+    // What the previous run left of `gone`: an open turn and a due schedule.
+    let store = chat_bridge::store::Store::open(url).await.expect("store");
+    {
+        let mut c = store.conn().await.expect("conn");
+        let now = chat_bridge::store::now_ms();
+        chat_bridge::store::turns::start(&mut c, &gone_conv, "sleep 100", "U1", now)
+            .await
+            .expect("an open turn");
+        chat_bridge::store::schedules::add(
+            &mut c,
+            &chat_bridge::store::schedules::Schedule {
+                id: "s1".into(),
+                conversation_id: gone_conv.clone(),
+                created_by: "U1".into(),
+                prompt: "echo scheduled-in-gone".into(),
+                every_ms: Some(60_000),
+                next_run_at: now - 1_000,
+                created_at: now - 60_000,
+            },
+        )
+        .await
+        .expect("a due schedule");
+    }
+
+    // 2. `gone` removed: C2 is bound to nothing, no default_project.
+    cfg.projects = vec![alpha_project];
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack
+        .wait_for("the interrupted notice in gone's thread", |f| {
+            slack_in_thread(f, "C2", mark).iter().any(|b| {
+                b.contains("project gone is no longer served here; the turn was interrupted")
+            })
+        })
+        .await;
+    {
+        let mut c = store.conn().await.expect("conn");
+        let turns = chat_bridge::store::turns::of_conversation(&mut c, &gone_conv)
+            .await
+            .expect("turns");
+        assert!(
+            turns.iter().all(|t| t.status != "open"),
+            "no turn of gone left open: {turns:?}"
+        );
+        assert!(
+            turns
+                .iter()
+                .any(|t| t.status == "interrupted" && t.prompt == "sleep 100"),
+            "{turns:?}"
+        );
+    }
+    slack.push(slack_reply(20, "C2", "1700.000002", "echo in-gone"));
+    // A message in alpha's thread after it (one queue): once answered, the reply was taken, and
+    // the schedule had many checks to fire in.
+    slack.push(slack_reply(21, "C1", "1700.000001", "echo in-alpha"));
+    slack
+        .wait_for("alpha's answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo in-alpha") && b.contains('✅'))
+        })
+        .await;
+    slack
+        .wait_for("gone's thread told it is not served", |f| {
+            slack_in_thread(f, "C2", mark)
+                .iter()
+                .any(|b| b.contains("This thread's project gone is no longer served here."))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    // 3. A restart: the thread is not told again.
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(slack_reply(22, "C2", "1700.000002", "echo in-gone-again"));
+    slack.push(slack_reply(23, "C1", "1700.000001", "echo in-alpha-again"));
+    slack
+        .wait_for("alpha's second answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo in-alpha-again") && b.contains('✅'))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    // 4. Back to the one [daemon].
+    cfg.projects = Vec::new();
+    cfg.daemon.cwd = Some(one.clone());
+    let (base1, stop, run) = slack_run(&slack, cfg).await;
+    slack.push(slack_reply(24, "C1", "1700.000001", "pwd"));
+    let one_s = one.display().to_string();
+    slack
+        .wait_for("pwd in the one daemon's directory", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains(&one_s) && b.contains('✅'))
+        })
+        .await;
+    slack.push(slack_reply(25, "C1", "1700.000001", "echo once-more"));
+    slack
+        .wait_for("the next answer", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo once-more") && b.contains('✅'))
+        })
+        .await;
+    let c1 = slack_in_thread(&slack, "C1", mark);
+    let moved: Vec<_> = c1
+        .iter()
+        .filter(|b| b.contains("continues in project default"))
+        .collect();
+    assert_eq!(moved.len(), 1, "told once: {c1:?}");
+    assert!(moved[0].contains("project alpha"), "{moved:?}");
+    let page = get(&base1, "/api/v1/conversations?project=default").await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "alpha's thread is default's now: {page}");
+    assert_eq!(items[0]["channel"], "C1", "{page}");
+    stop_run(stop, run).await;
+
+    let c2 = slack_in_thread(&slack, "C2", mark);
+    assert_eq!(
+        c2.iter()
+            .filter(|b| b.contains("no longer served here."))
+            .count(),
+        1,
+        "told once, across a restart: {c2:?}"
+    );
+    assert!(
+        c2.iter()
+            .all(|b| !b.contains("in-gone") && !b.contains("scheduled-in-gone")),
+        "nothing of gone ran: {c2:?}"
+    );
+    {
+        let mut c = store.conn().await.expect("conn");
+        let left = chat_bridge::store::schedules::of(&mut c, &gone_conv)
+            .await
+            .expect("schedules");
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(
+            left[0].next_run_at < chat_bridge::store::now_ms(),
+            "never fired, still due: {left:?}"
+        );
+    }
+    store.close().await;
+}
+
+on_both! {
+    async fn issue17_a_removed_projects_open_turn_is_interrupted_its_schedules_fire_nowhere_and_back_to_one_daemon_moves_threads(db) {
+        removed_projects_and_back_to_one_daemon(&db.url).await;
+    }
+}
+
+/// L7 with D3: a turn the previous run left open, taken back by a bridge started while its daemon
+/// is down, is not written off at once (its session cannot be asked for yet): `/status` answers that
+/// the agent is unreachable and nothing is interrupted. Once the daemon is reached its session is
+/// loaded — this daemon started afresh no longer has it — so the turn ends as interrupted then, once,
+/// and the thread carries on.
+async fn an_open_turn_taken_back_while_the_daemon_is_down(url: &str) {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let port = free_port();
+    let token = "token-of-the-one-daemon";
+    let mut cfg = config(url, &root);
+    cfg.daemon.url = Some(format!("ws://127.0.0.1:{port}/acp"));
+    cfg.daemon.token = Some(token.to_owned().into());
+    let first = agent_on(port, token).await;
+    let (base, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(event_envelope(
+        "env-open",
+        "Ev-open",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000100",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000100"}),
+    ));
+    slack
+        .wait_for("pwd", |f| slack_pwd(f, "C1").is_some())
+        .await;
+    let conv = conversation_of(&base, "default").await;
+    stop_run(stop, run).await;
+    first.shutdown().await;
+    // As a crash mid-turn leaves it.
+    let store = chat_bridge::store::Store::open(url).await.expect("store");
+    {
+        let mut c = store.conn().await.expect("conn");
+        chat_bridge::store::turns::start(
+            &mut c,
+            &conv,
+            "sleep 100",
+            "U1",
+            chat_bridge::store::now_ms(),
+        )
+        .await
+        .expect("an open turn");
+    }
+
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg).await;
+    slack.push(slack_reply(30, "C1", "1700.000100", "/status"));
+    slack
+        .wait_for("/status while the daemon is down", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    let lost = "The bridge restarted during this turn and the agent no longer has it";
+    let before = slack_in_thread(&slack, "C1", mark);
+    assert!(
+        before.iter().all(|b| !b.contains(lost)),
+        "not written off while the daemon cannot be asked: {before:?}"
+    );
+    let second = agent_on(port, token).await;
+    slack
+        .wait_for("the turn interrupted once the daemon is reached", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains(lost))
+        })
+        .await;
+    slack.push(slack_reply(31, "C1", "1700.000100", "echo carries-on"));
+    slack
+        .wait_for("the next message runs", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("echo carries-on") && b.contains('✅'))
+        })
+        .await;
+    let c1 = slack_in_thread(&slack, "C1", mark);
+    assert_eq!(
+        c1.iter().filter(|b| b.contains(lost)).count(),
+        1,
+        "told once: {c1:?}"
+    );
+    stop_run(stop, run).await;
+    second.shutdown().await;
+    store.close().await;
+}
+
+on_both! {
+    async fn l7_d3_an_open_turn_taken_back_while_the_daemon_is_down_is_settled_once_it_is_reached(db) {
+        an_open_turn_taken_back_while_the_daemon_is_down(&db.url).await;
+    }
+}
+
+/// L7 keeps configuration errors fatal: a bridge started while its daemon is down runs; when the
+/// daemon comes up and refuses the token, the bridge stops with the error start-up gives for it
+/// (naming the project), instead of holding messages for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_first_reached_after_start_up_that_refuses_the_token_stops_the_bridge() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("token.db").display());
+    let port = free_port();
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, "a-token-the-daemon-does-not-take").expect("token file");
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![project(
+        "a",
+        &["slack:C1"],
+        Daemon {
+            url: Some(format!("ws://127.0.0.1:{port}/acp")),
+            token: Some("a-token-the-daemon-does-not-take".to_owned().into()),
+            token_file: Some(token_file),
+            cwd: Some(dir(&root, "a")),
+            ..Daemon::default()
+        },
+    )];
+    let (_, _stop, run) = slack_run(&slack, cfg).await;
+    assert!(!run.is_finished(), "runs while the daemon is down");
+    let daemon = agent_on(port, "the-daemons-own-token").await;
+    let ended = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("stops once the daemon refuses the token")
+        .expect("join");
+    let text = format!("{:#}", ended.expect_err("a configuration error"));
+    assert!(text.contains("project a"), "{text}");
+    assert!(text.contains("refused our credentials"), "{text}");
+    daemon.shutdown().await;
+}

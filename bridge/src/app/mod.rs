@@ -62,6 +62,8 @@ pub struct Application {
     routers: Vec<JoinHandle<()>>,
     http: Option<Http>,
     lease: Watch,
+    /// Cancelled when a project's core cannot go on ([`Core::fatal`]).
+    fatal: CancellationToken,
     drain_timeout: Duration,
     grace: Duration,
     /// Where the default project's daemon is (for the banner).
@@ -417,6 +419,7 @@ impl Application {
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
+        close_unserved_turns(&core, &projects, &store).await?;
         let taken = take_unhandled(&core, &projects, &store).await?;
         if taken > 0 {
             tracing::info!(
@@ -442,6 +445,17 @@ impl Application {
                 ));
             }
         }
+        // One token for the pump to watch: cancelled when any project's core cannot go on.
+        let fatal = CancellationToken::new();
+        for core in &projects.cores {
+            let (core, fatal, stop) = (core.clone(), fatal.clone(), stop.clone());
+            tracker.spawn(async move {
+                tokio::select! {
+                    () = core.fatal.cancelled() => fatal.cancel(),
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),
@@ -460,6 +474,7 @@ impl Application {
             routers,
             http: None,
             lease,
+            fatal,
             drain_timeout: cfg.service.drain_timeout,
             grace: SHUTDOWN_GRACE,
             daemon_url,
@@ -470,6 +485,25 @@ impl Application {
     /// Resolves when this replica must stop acting because another took the leader lease.
     pub async fn lease_lost(&self) {
         self.lease.lost.cancelled().await;
+    }
+
+    /// Resolves when a project's daemon, first reached after start-up, turned out to be
+    /// configured wrongly (another workspace than its `cwd`, a refused token): the bridge stops
+    /// with that error, as it would have at start-up.
+    async fn fatal(&self) -> String {
+        self.fatal.cancelled().await;
+        let Some(core) = self.projects.cores.iter().find(|c| c.fatal.is_cancelled()) else {
+            return "connecting to the agent daemon".to_owned();
+        };
+        let reason = core.fatal_reason().unwrap_or_default();
+        if core.cfg.project.is_some() {
+            format!(
+                "connecting to the agent daemon of project {}: {reason}",
+                core.project()
+            )
+        } else {
+            format!("connecting to the agent daemon: {reason}")
+        }
     }
 
     /// Waits for the work in hand to end — every turn finished and its messages delivered — or
@@ -483,6 +517,7 @@ impl Application {
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
+            reason = self.fatal() => anyhow::bail!(reason),
             _ = idle => {}
         }
         while !outbox_worker::drained(&self.store).await? {
@@ -596,6 +631,7 @@ impl Application {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
+                reason = self.fatal() => anyhow::bail!(reason),
                 m = rx.recv() => match m {
                     Some(m) => self.accept(m, stop).await,
                     None => break,
@@ -785,7 +821,11 @@ impl Shared<'_> {
             client_cfg = client_cfg.with_token(t);
         }
         client_cfg.session_mode.clone_from(&daemon.mode);
-        let connected = DaemonClient::connect(client_cfg).await;
+        // A daemon of its own URL that cannot be reached yet is waited for: chat is served, its
+        // messages are held, and it is connected when it answers (L7). The built-in shell agent
+        // and a stdio agent are started here: failing to is an error.
+        let wait = agent.is_none() && client_cfg.command.is_none();
+        let connected = DaemonClient::connect_or_wait(client_cfg, wait).await;
         let (client, info, events) = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -804,7 +844,12 @@ impl Shared<'_> {
                 }));
             }
         };
-        let cwd = match info.session_cwd(daemon.cwd.as_deref()) {
+        let reached = match &info {
+            Some(info) => info.session_cwd(daemon.cwd.as_deref()),
+            // Unknown until it answers: `daemon.cwd`, else the workspace it reports then.
+            None => Ok(daemon.cwd.clone()),
+        };
+        let cwd = match reached {
             Ok(Some(c)) => c,
             Ok(None) => std::env::current_dir().context("reading the current directory")?,
             Err(e) => {
@@ -812,10 +857,17 @@ impl Shared<'_> {
                 return Err(e.into());
             }
         };
-        let shell = agent.is_some() || info.name.as_deref() == Some(shell_agent::AGENT_NAME);
-        if let (crate::worktree::Isolation::Worktree, Some(served)) =
-            (cfg.workspace.isolation, &info.workspace)
-        {
+        if info.is_none() {
+            tracing::warn!(project = %project.name, url = %daemon_client::mask_url(&url), "the agent daemon cannot be reached; its messages are held until it answers");
+        }
+        let shell = agent.is_some()
+            || info
+                .as_ref()
+                .is_some_and(|i| i.name.as_deref() == Some(shell_agent::AGENT_NAME));
+        if let (crate::worktree::Isolation::Worktree, Some(served)) = (
+            cfg.workspace.isolation,
+            info.as_ref().and_then(|i| i.workspace.as_ref()),
+        ) {
             // It would refuse every thread's `session/new` in its worktree.
             client.close();
             anyhow::bail!(
@@ -872,7 +924,10 @@ impl Shared<'_> {
                     .to_owned()
             }),
             actor_idle: cfg.service.conversation_idle,
-            files: cfg.attachments.limits(info.images, info.embedded_context),
+            files: cfg.attachments.limits(
+                info.as_ref().is_some_and(|i| i.images),
+                info.as_ref().is_some_and(|i| i.embedded_context),
+            ),
             answer_len: channel.capabilities().answer_len,
             upload_over: cfg.render.upload_over,
             // The console prints every edit: it gets the answer whole.
@@ -904,6 +959,13 @@ impl Shared<'_> {
             self.stop.clone(),
         );
         core.set_live(self.live.clone());
+        if info.is_none() {
+            core.start_without_daemon(crate::core::LateCheck {
+                configured_cwd: daemon.cwd.clone(),
+                worktrees: cfg.workspace.isolation == crate::worktree::Isolation::Worktree,
+                key,
+            });
+        }
         if let Some(fetch) = channel.fetcher() {
             core.set_fetch(fetch);
         }
@@ -916,6 +978,28 @@ impl Shared<'_> {
             url,
         })
     }
+}
+
+/// After a restart: turns left open by a project no longer configured are closed as interrupted
+/// (the projects served resumed their own).
+async fn close_unserved_turns(
+    core: &Arc<Core>,
+    projects: &Projects,
+    store: &Store,
+) -> Result<(), crate::store::StoreError> {
+    let mut c = store.conn().await?;
+    let open = crate::store::turns::open(&mut c).await?;
+    for turn in open {
+        let Some(conv) = crate::store::conversations::get(&mut c, &turn.conversation_id).await?
+        else {
+            continue;
+        };
+        if projects.cores.iter().any(|p| p.serves(&conv.project)) {
+            continue;
+        }
+        core.close_unserved_turn(&turn, &conv).await?;
+    }
+    Ok(())
 }
 
 /// After a restart: events recorded but never acted on are handed to the core of their project,

@@ -131,6 +131,17 @@ impl Core {
                 }
             }
         };
+        let conv = if self.serves(&conv.project) {
+            conv
+        } else {
+            // Stored by a project no longer configured (in the one-project configuration: a
+            // deployment moved back from `[[projects]]`): it continues in this core's project with
+            // a new daemon session, its thread told once; the old session is never loaded on this
+            // daemon.
+            tracing::info!(conversation = %conv.id, from = %conv.project, to = self.project(), "a conversation of a project no longer configured");
+            self.project_gone(&conv, Some(self.project())).await?;
+            conversations::get(c, &conv.id).await?.unwrap_or(conv)
+        };
         match inbound::start_attempt(c, &msg.platform, &msg.event_id).await? {
             None => return Ok(()),
             Some(n) if n > self.cfg.inbound_attempts => {
@@ -276,6 +287,64 @@ impl Core {
         Ok(Some(conv))
     }
 
+    /// After a restart: a turn left open by a project no longer configured is closed as
+    /// interrupted, as a restart closes a turn whose session the agent no longer has (D3) — its
+    /// running calls interrupted, its open questions ended — and its thread is told, once. Its
+    /// session is not loaded on any daemon.
+    ///
+    /// # Errors
+    /// Store errors; nothing is changed then (the next start tries again).
+    pub(crate) async fn close_unserved_turn(
+        &self,
+        turn: &store::turns::Turn,
+        conv: &conversations::Conversation,
+    ) -> Result<(), store::StoreError> {
+        let now = now_ms();
+        let mut tx = self.store.begin().await?;
+        let ending = store::turns::Ending {
+            status: "interrupted",
+            ..store::turns::Ending::default()
+        };
+        if !store::turns::finish(tx.conn(), &turn.id, &ending, now).await? {
+            return Ok(());
+        }
+        let running: Vec<_> = store::tool_calls::of_conversation(tx.conn(), &conv.id)
+            .await?
+            .into_iter()
+            .filter(|t| t.status == "running" && t.turn_id.as_deref() == Some(turn.id.as_str()))
+            .collect();
+        for t in running {
+            let finish = store::tool_calls::Finish {
+                outcome: crate::conversation::ToolOutcome::Interrupted.as_str(),
+                summary: Some("its project is no longer served here"),
+                output: "",
+                exit_code: None,
+                signal: None,
+            };
+            store::tool_calls::finish(tx.conn(), &conv.id, &t.call_id, &finish, now).await?;
+        }
+        for p in store::permissions::pending_of(tx.conn(), &conv.id).await? {
+            store::permissions::resolve(tx.conn(), &p.id, "bridge", "turn_ended", now).await?;
+        }
+        let text = format!(
+            "The bridge restarted during this turn and this thread's project {} is no longer served here; the turn was interrupted.",
+            conv.project
+        );
+        self.queue_notice(
+            &mut tx,
+            conv,
+            MessageKey::DeadLetter(format!("project-turn:{}", turn.id)),
+            crate::channel::Tone::Warning,
+            &text,
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        self.wake_outbox.notify_one();
+        tracing::info!(conversation = %conv.id, project = %conv.project, "a turn left open by a project no longer configured closed as interrupted");
+        Ok(())
+    }
+
     /// A notice from the bridge in `conv`'s thread, in the same transaction as what caused it: kept
     /// in the transcript and queued for the outbox under `key` (so a retry posts it once).
     async fn queue_notice(
@@ -349,8 +418,15 @@ impl Core {
         };
         let now = now_ms();
         let mut tx = self.store.begin().await?;
-        if let Some(to) = to {
-            conversations::move_to_project(tx.conn(), &conv.id, to, now).await?;
+        match to {
+            Some(to) => conversations::move_to_project(tx.conn(), &conv.id, to, now).await?,
+            // Told once, and a restart does not tell it again.
+            None if !conversations::mark_unserved_told(tx.conn(), &conv.id, &conv.project)
+                .await? =>
+            {
+                return Ok(());
+            }
+            None => {}
         }
         let key = MessageKey::DeadLetter(format!("project:{}:{}", conv.id, to.unwrap_or("")));
         self.queue_notice(

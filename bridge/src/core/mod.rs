@@ -247,6 +247,35 @@ pub struct Core {
     pub speakers: crate::conversation::speaker::Speakers,
     /// Where conversations publish their open turns (the live view reads it).
     live: std::sync::OnceLock<Arc<live::Board>>,
+    /// Set when the daemon could not be reached at start-up: what is checked when it first is.
+    late: Mutex<Option<LateCheck>>,
+    /// What the daemon, first reached after a start without it, told about itself.
+    reached: std::sync::OnceLock<Reached>,
+    /// Cancelled when the bridge cannot go on (a daemon first reached late turned out to be
+    /// configured wrongly); [`Core::fatal_reason`] says why.
+    pub fatal: CancellationToken,
+    fatal_reason: Mutex<Option<String>>,
+}
+
+/// What a project started without its daemon checks once it reaches it: what start-up checks
+/// when the daemon answers at once (L7).
+#[derive(Debug, Clone)]
+pub struct LateCheck {
+    /// `daemon.cwd` (or the project's): the daemon must serve it when it serves one workspace.
+    pub configured_cwd: Option<PathBuf>,
+    /// `workspace.isolation = "worktree"`: the daemon must open sessions in any directory.
+    pub worktrees: bool,
+    /// The configuration key of this daemon (`daemon`, `projects[name].daemon`), for the error.
+    pub key: String,
+}
+
+/// What a daemon reached after start-up told about itself.
+#[derive(Debug, Clone)]
+struct Reached {
+    /// The directory new sessions open in (`daemon.cwd`, else the workspace it serves).
+    cwd: Option<PathBuf>,
+    /// It is the built-in shell agent (served on its own): text runs as typed.
+    shell: bool,
 }
 
 impl Core {
@@ -288,7 +317,89 @@ impl Core {
             fetch: std::sync::OnceLock::new(),
             speakers: crate::conversation::speaker::Speakers::default(),
             live: std::sync::OnceLock::new(),
+            late: Mutex::new(None),
+            reached: std::sync::OnceLock::new(),
+            fatal: CancellationToken::new(),
+            fatal_reason: Mutex::new(None),
         })
+    }
+
+    /// The daemon could not be reached at start-up: messages are held until it is (L7), and
+    /// `check` is applied when it first is.
+    pub fn start_without_daemon(&self, check: LateCheck) {
+        self.daemon_connected.store(false, Ordering::SeqCst);
+        *lock(&self.late) = Some(check);
+    }
+
+    /// Why the bridge must stop, once [`Core::fatal`] is cancelled.
+    #[must_use]
+    pub fn fatal_reason(&self) -> Option<String> {
+        lock(&self.fatal_reason).clone()
+    }
+
+    fn stop_fatally(&self, reason: String) {
+        tracing::error!(project = self.project(), error = %reason, "the agent daemon, first reached after start-up, cannot be used as configured; stopping");
+        *lock(&self.fatal_reason) = Some(reason);
+        self.fatal.cancel();
+    }
+
+    /// The directory a new session opens in: `daemon.cwd`, else the workspace the daemon serves,
+    /// else the bridge's own (for a daemon first reached after start-up, what it said then).
+    #[must_use]
+    pub(crate) fn session_dir(&self) -> PathBuf {
+        self.reached
+            .get()
+            .and_then(|r| r.cwd.clone())
+            .unwrap_or_else(|| self.cfg.cwd.clone())
+    }
+
+    /// Whether the agent is the built-in shell agent (text runs as typed, no speaker names).
+    #[must_use]
+    pub(crate) fn shell_agent(&self) -> bool {
+        self.cfg.shell_agent || self.reached.get().is_some_and(|r| r.shell)
+    }
+
+    /// The daemon, first reached after a start without it: what start-up checks when it answers
+    /// at once is checked now; a daemon that cannot be used as configured stops the bridge (a
+    /// configuration error, as at start-up). `false` when it stopped.
+    fn check_late(&self) -> bool {
+        let Some(check) = lock(&self.late).take() else {
+            return true;
+        };
+        let Some(info) = self.client.agent_info() else {
+            return true;
+        };
+        let cwd = match info.session_cwd(check.configured_cwd.as_deref()) {
+            Ok(cwd) => cwd,
+            Err(e) => {
+                self.stop_fatally(format!("{}: {e}", check.key));
+                return false;
+            }
+        };
+        if check.worktrees
+            && let Some(served) = &info.workspace
+        {
+            self.stop_fatally(format!("workspace.isolation = \"worktree\" needs an agent that opens sessions in any directory, but the agent daemon ({}) serves the one workspace {} and refuses sessions in the threads' worktrees: set workspace.isolation = \"shared\", or use an agent that can", check.key, served.display()));
+            return false;
+        }
+        let shell = info.name.as_deref() == Some(shell_agent::AGENT_NAME);
+        let _ = self.reached.set(Reached { cwd, shell });
+        tracing::info!(
+            project = self.project(),
+            "the agent daemon is reached; held messages run now"
+        );
+        true
+    }
+
+    /// The daemon connection closed for good before it was ever reached (a refused token): a
+    /// configuration error, as at start-up.
+    fn closed_before_reached(&self, reason: &str) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        if let Some(check) = lock(&self.late).take() {
+            self.stop_fatally(format!("{}: {reason}", check.key));
+        }
     }
 
     /// Publishes the open turns on `board` (set once, before the first conversation runs; unset:
@@ -312,13 +423,15 @@ impl Core {
             .unwrap_or(conversations::DEFAULT_PROJECT)
     }
 
-    /// Whether a conversation of `project` is this core's: every one in the one-project
-    /// configuration, else those of its own project. A conversation of a project no longer
-    /// configured is nobody's until a message in its thread moves it to the project its channel
-    /// goes to now (its old daemon session is never loaded on another project's daemon).
+    /// Whether a conversation of `project` is this core's: those of its own project (in the
+    /// one-project configuration, the implicit `default`). A conversation of a project no longer
+    /// configured is nobody's — no schedule of it fires, no late update wakes it — until a message
+    /// in its thread moves it to the project its channel goes to now (in the one-project
+    /// configuration, `default`): its old daemon session is never loaded on another project's
+    /// daemon.
     #[must_use]
     pub fn serves(&self, project: &str) -> bool {
-        self.cfg.project.as_deref().is_none_or(|p| p == project)
+        self.project() == project
     }
 
     /// `labels` plus `project` when projects are configured (in the one-project configuration the
@@ -520,6 +633,9 @@ impl Core {
                     continue;
                 }
                 DaemonEvent::Reconnected { resumed, lost } => {
+                    if !self.check_late() {
+                        continue;
+                    }
                     self.daemon_connected.store(true, Ordering::SeqCst);
                     metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
                         .increment(1);
@@ -534,6 +650,7 @@ impl Core {
                 DaemonEvent::Closed { reason } => {
                     self.daemon_connected.store(false, Ordering::SeqCst);
                     tracing::error!(%reason, "daemon connection closed");
+                    self.closed_before_reached(reason);
                     continue;
                 }
                 _ => {}

@@ -216,6 +216,22 @@ pub async fn move_to_project(
     Ok(())
 }
 
+/// Records that the thread of `id` was told its project `project` is no longer served here;
+/// `false` when it already was (told once, across restarts).
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_unserved_told(c: &mut AnyConnection, id: &str, project: &str) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE conversations SET unserved_told = $2 WHERE id = $1 AND (unserved_told IS NULL OR unserved_told <> $2)",
+    )
+    .arg(id)
+    .arg(project)
+    .execute(c)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
 /// Titles a conversation that has no title yet (one opened with a command, not a prompt).
 ///
 /// # Errors

@@ -61,16 +61,26 @@ pub async fn of(c: &mut AnyConnection, conversation: &str) -> Result<Vec<Schedul
     .await?)
 }
 
-/// Schedules due at `now` (Unix ms), soonest first, at most `limit`.
+/// Schedules due at `now` (Unix ms) of the conversations of `project`, soonest first, at most
+/// `limit`. Those of a project no longer configured are nobody's: they stay due, and never fill
+/// the batch of a project that is served.
 ///
 /// # Errors
 /// Database errors.
-pub async fn due(c: &mut AnyConnection, now: i64, limit: i64) -> Result<Vec<Schedule>> {
+pub async fn due(
+    c: &mut AnyConnection,
+    project: &str,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<Schedule>> {
     Ok(sqlx::query_as::<_, Schedule>(super::sql(format!(
-        "SELECT {COLUMNS} FROM schedules WHERE next_run_at <= $1 ORDER BY next_run_at, id LIMIT $2"
+        "SELECT {COLUMNS} FROM schedules WHERE next_run_at <= $1
+           AND conversation_id IN (SELECT id FROM conversations WHERE project = $3)
+         ORDER BY next_run_at, id LIMIT $2"
     )))
     .arg(now)
     .arg(limit)
+    .arg(project)
     .fetch_all(c)
     .await?)
 }

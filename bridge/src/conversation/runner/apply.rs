@@ -32,6 +32,10 @@ impl Runner {
 
     /// The daemon connection went down or came back (L7).
     pub(super) async fn on_connection(&mut self, up: bool) -> Result<()> {
+        if up && std::mem::take(&mut self.resume_pending) {
+            // Taken back while the daemon was unreachable (L7, D3): its session is loaded now.
+            self.reload_resumed().await?;
+        }
         for effect in self.handle(Event::Connection(up)) {
             self.apply(effect).await?;
         }

@@ -212,8 +212,34 @@ impl Runner {
             true,
             0,
         ));
+        if !self
+            .core
+            .daemon_connected
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            // The daemon is unreachable (the bridge started during an outage): the session is
+            // loaded, and the turn's fate read, once it is back (L7).
+            if let Some(s) = self.state.session.clone() {
+                lock(&self.core.sessions).insert(s, self.conv.id.clone());
+            }
+            self.resume_pending = true;
+            tracing::info!(conversation = %self.conv.id, "open turn taken back; the agent is unreachable, its session is loaded when it is back");
+            return Ok(());
+        }
+        self.reload_resumed().await
+    }
+
+    /// Loads a resumed turn's session; when the daemon no longer has it, the turn ends as
+    /// interrupted (D3).
+    pub(super) async fn reload_resumed(&mut self) -> Result<()> {
+        if self.state.turn.is_none() {
+            return Ok(());
+        }
         if self.reload_session().await && self.state.turn.is_some() {
             tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
+            return Ok(());
+        }
+        if self.state.turn.is_none() {
             return Ok(());
         }
         // The daemon lost the session (the built-in agent lives in the bridge's process and went

@@ -370,7 +370,7 @@ impl Runner {
     /// names an absolute path).
     fn attachments_dir(&self) -> std::path::PathBuf {
         let cwd = if self.conv.cwd.is_empty() {
-            self.core.cfg.cwd.clone()
+            self.core.session_dir()
         } else {
             std::path::PathBuf::from(&self.conv.cwd)
         };
@@ -382,7 +382,7 @@ impl Runner {
     /// merged messages as lines of one script.
     async fn for_agent(&self, q: &Queued, context: &[(String, String)]) -> String {
         let cfg = &self.core.cfg;
-        if cfg.shell_agent {
+        if self.core.shell_agent() {
             return q.for_agent("\n", false, |_, t| t.to_owned());
         }
         let mut names = std::collections::HashMap::new();
@@ -423,7 +423,7 @@ impl Runner {
     /// (A2); nothing runs, nothing is posted, nobody is refused (they did not address the bot).
     async fn unaddressed(&mut self, user: &str, text: &str) -> Result<()> {
         // The built-in shell agent runs text as a command: context would break it.
-        if self.core.cfg.shell_agent || text.trim().is_empty() {
+        if self.core.shell_agent() || text.trim().is_empty() {
             return Ok(());
         }
         if self.may(user, Act::Prompt).await?.is_err() {
@@ -447,7 +447,7 @@ impl Runner {
     /// unless `access.require_mention_in_threads` (best effort: a store fault leaves it out).
     async fn context(&self) -> Vec<(String, String)> {
         let cfg = &self.core.cfg;
-        if !cfg.require_mention_in_threads || cfg.shell_agent {
+        if !cfg.require_mention_in_threads || self.core.shell_agent() {
             return Vec::new();
         }
         let read = async {
@@ -524,7 +524,7 @@ impl Runner {
         let dir = self
             .checkout
             .clone()
-            .unwrap_or_else(|| self.core.cfg.cwd.clone());
+            .unwrap_or_else(|| self.core.session_dir());
         let new = self.core.client.new_session(&dir).await?;
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
         let cwd = dir.display().to_string();

@@ -46,6 +46,9 @@ pub(crate) struct Runner {
     /// Where a new session of this thread works: its own worktree, once made
     /// (`workspace.isolation = "worktree"`); `None`: the core's directory.
     checkout: Option<std::path::PathBuf>,
+    /// A turn left open by the previous run, taken back while the daemon was unreachable: its
+    /// session is loaded (or the turn closed as interrupted) once the daemon is reached (L7, D3).
+    resume_pending: bool,
 }
 
 impl Drop for Runner {
@@ -122,6 +125,7 @@ pub(crate) async fn run(
         },
         tx,
         checkout: None,
+        resume_pending: false,
     };
     let mut active = Instant::now();
     loop {
