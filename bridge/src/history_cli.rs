@@ -95,7 +95,7 @@ pub fn parse_time(s: &str, now_ms: i64) -> anyhow::Result<i64> {
 /// # Errors
 /// Store errors; a bad cursor.
 pub async fn list(store: &Store, filter: &Filter, json: bool) -> anyhow::Result<String> {
-    let mut c = store.conn().await?;
+    let mut c = store.read_conn().await?;
     let page = history::list(&mut c, filter).await?;
     if json {
         return Ok(serde_json::to_string_pretty(&page)?);
@@ -129,7 +129,7 @@ pub async fn list(store: &Store, filter: &Filter, json: bool) -> anyhow::Result<
 /// # Errors
 /// Store errors; an id that is neither.
 pub async fn show(store: &Store, id: &str, json: bool) -> anyhow::Result<String> {
-    let mut c = store.conn().await?;
+    let mut c = store.read_conn().await?;
     if let Some(d) = history::detail(&mut c, id).await? {
         if json {
             return Ok(serde_json::to_string_pretty(&d)?);
@@ -196,7 +196,7 @@ fn shown(v: Option<&impl std::fmt::Display>) -> String {
 /// # Errors
 /// Store errors.
 pub async fn search(store: &Store, q: &str, limit: i64, json: bool) -> anyhow::Result<String> {
-    let mut c = store.conn().await?;
+    let mut c = store.read_conn().await?;
     let hits = history::search(&mut c, q, limit).await?;
     if json {
         return Ok(serde_json::to_string_pretty(&hits)?);

@@ -346,7 +346,11 @@ async fn list(
         cursor: p.cursor,
         limit,
     };
-    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let mut c = state
+        .store
+        .read_conn()
+        .await
+        .map_err(|e| store_failed(&e))?;
     match history::list(&mut c, &filter).await {
         Ok(page) => Ok(axum::Json(page).into_response()),
         Err(HistoryError::BadCursor(e)) => Err(ApiError(
@@ -375,7 +379,11 @@ async fn conversation(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(|e| bad_path(&e))?;
-    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let mut c = state
+        .store
+        .read_conn()
+        .await
+        .map_err(|e| store_failed(&e))?;
     let detail = history::detail(&mut c, &id)
         .await
         .map_err(|e| store_failed(&e))?;
@@ -387,7 +395,11 @@ async fn tool_call(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(|e| bad_path(&e))?;
-    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let mut c = state
+        .store
+        .read_conn()
+        .await
+        .map_err(|e| store_failed(&e))?;
     let call = tool_calls::get(&mut c, &id)
         .await
         .map_err(|e| store_failed(&e))?;
@@ -413,7 +425,11 @@ async fn search(
         )
     })?;
     let limit = check_limit(p.limit)?.unwrap_or(50);
-    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let mut c = state
+        .store
+        .read_conn()
+        .await
+        .map_err(|e| store_failed(&e))?;
     let hits = history::search(&mut c, &q, limit)
         .await
         .map_err(|e| store_failed(&e))?;
@@ -451,7 +467,11 @@ async fn dead_letters(
 ) -> Result<Response, ApiError> {
     let Query(p) = params.map_err(bad_query)?;
     let limit = check_limit(p.limit)?.unwrap_or(50);
-    let mut c = state.store.conn().await.map_err(|e| store_failed(&e))?;
+    let mut c = state
+        .store
+        .read_conn()
+        .await
+        .map_err(|e| store_failed(&e))?;
     let dead = crate::store::outbox::dead_letters(&mut c, limit)
         .await
         .map_err(|e| store_failed(&e))?;

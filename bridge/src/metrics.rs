@@ -388,7 +388,7 @@ pub async fn refresh(store: &Store, status: &Status, now: i64) {
             0.0
         });
     }
-    if let Ok(mut c) = store.conn().await {
+    if let Ok(mut c) = store.read_conn().await {
         if let Ok(stats) = crate::store::outbox::stats(&mut c, now).await {
             metrics::gauge!("chatbridge_outbox_pending").set(stats.pending as f64);
             metrics::gauge!("chatbridge_outbox_oldest_pending_age_seconds")

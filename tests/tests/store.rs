@@ -485,3 +485,62 @@ on_both! {
         assert!(outbox::claim_next(&mut c, "new", T0, Duration::from_secs(60)).await.expect("claim").is_some());
     }
 }
+
+/// D1 on SQLite, the one-node default: many transactions at once — from this store's tasks and from
+/// a second store on the same file (another process, such as `chat-bridge history`) — that each read
+/// and then write are all committed: none is refused with SQLITE_BUSY ("database is locked") half-way
+/// and no write is lost. Each transaction takes the write lock when it begins; this store's own
+/// transactions queue for its one write connection. Reads on the read-only connections see every
+/// commit and cannot write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn d1_concurrent_writers_on_sqlite_are_never_refused_as_locked_and_lose_no_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("writers.db").display());
+    let store = Store::open(&url).await.expect("open");
+    let other = Store::open(&url).await.expect("open a second time");
+    let conv = conversation(&store, "writers").await;
+    const TASKS: usize = 32;
+    const EACH: usize = 25;
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..TASKS {
+        let (store, conv) = (
+            if t % 4 == 0 {
+                other.clone()
+            } else {
+                store.clone()
+            },
+            conv.clone(),
+        );
+        tasks.spawn(async move {
+            for i in 0..EACH {
+                let mut tx = store.begin().await?;
+                // Read, then write, in one transaction: a deferred BEGIN's read snapshot goes stale
+                // when another connection commits, and its first write is then refused at once.
+                outbox::stats(tx.conn(), T0).await?;
+                outbox::enqueue(tx.conn(), &action(&conv, &format!("{t}-{i}")), T0).await?;
+                tx.commit().await?;
+            }
+            Ok::<_, StoreError>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.expect("task") {
+            panic!("a write was refused: {e}");
+        }
+    }
+    let mut r = store.read_conn().await.expect("read conn");
+    assert_eq!(
+        outbox::stats(&mut r, T0).await.expect("stats").pending,
+        i64::try_from(TASKS * EACH).expect("fits"),
+        "every committed write is there and seen by the readers"
+    );
+    assert!(
+        outbox::enqueue(&mut r, &action(&conv, "no"), T0)
+            .await
+            .is_err(),
+        "a read connection refuses writes"
+    );
+    drop(r);
+    other.close().await;
+    store.close().await;
+}

@@ -202,12 +202,37 @@ pub struct Store {
     /// its idempotency key — its intent is written on the durable pool first — and an edit or a
     /// reaction repeats itself) or a count is a little low. The same pool on SQLite.
     relaxed: AnyPool,
+    /// Reads that need not see a write in flight — history, the UI, metrics. On an SQLite file its
+    /// own read-only connections, so the one writer never waits behind a long read; else `pool`.
+    read: AnyPool,
     backend: Backend,
     url: String,
 }
 
 /// Connections of the bookkeeping pool (PostgreSQL): the outbox workers and progress writes.
 const RELAXED_CONNECTIONS: u32 = 8;
+
+/// Read-only connections beside SQLite's one writer (see [`Store::read_conn`]).
+const SQLITE_READERS: u32 = 4;
+
+/// How a transaction starts on SQLite: with the write lock taken at once, so a transaction that
+/// reads and then writes can never be refused with SQLITE_BUSY half-way (a deferred `BEGIN` can,
+/// when another connection — another process — wrote in between).
+const SQLITE_BEGIN: &str = "BEGIN IMMEDIATE";
+
+/// The per-connection settings of every SQLite connection: WAL (readers never block the writer),
+/// a busy wait for another process's lock, foreign keys, and a WAL flush only at checkpoints.
+async fn sqlite_pragmas(conn: &mut sqlx::AnyConnection) -> std::result::Result<(), sqlx::Error> {
+    for pragma in [
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA busy_timeout = 5000",
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA synchronous = NORMAL",
+    ] {
+        sqlx::query(pragma).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
 
 /// A transaction: state changes and the outbox rows they cause commit together (D1).
 #[derive(Debug)]
@@ -286,29 +311,22 @@ impl Store {
             }
             _ => url.to_owned(),
         };
+        // SQLite admits one writer at a time. Several pooled connections would contend for it and
+        // wait in SQLite's busy handler, which sleeps in milliseconds; one write connection instead
+        // queues its callers fairly in the pool and hands it on the moment it is free. Reads that
+        // may run long get their own read-only connections (`read`).
         let options = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 10 })
+            .max_connections(if backend == Backend::Sqlite { 1 } else { 10 })
             .acquire_timeout(Duration::from_secs(5))
+            // A local file does not go away under an open connection; a ping per acquire would
+            // cost the one writer a round trip each time.
+            .test_before_acquire(backend == Backend::Postgres)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
-                    if backend == Backend::Postgres {
-                        quiet_notices(conn).await?;
+                    match backend {
+                        Backend::Postgres => quiet_notices(conn).await,
+                        Backend::Sqlite => sqlite_pragmas(conn).await,
                     }
-                    if backend == Backend::Sqlite {
-                        sqlx::query("PRAGMA journal_mode = WAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA busy_timeout = 5000")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA foreign_keys = ON")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL")
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    Ok(())
                 })
             });
         let pool = options
@@ -338,9 +356,33 @@ impl Store {
                     source,
                 })?,
         };
+        // An in-memory database is private to its one connection: reads go there too.
+        let read = if backend == Backend::Sqlite && sqlite_file(&url).is_some() {
+            AnyPoolOptions::new()
+                .max_connections(SQLITE_READERS)
+                .acquire_timeout(Duration::from_secs(5))
+                .test_before_acquire(false)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlite_pragmas(conn).await?;
+                        sqlx::query("PRAGMA query_only = ON")
+                            .execute(&mut *conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect_lazy(&url)
+                .map_err(|source| StoreError::Unreachable {
+                    url: masked.clone(),
+                    source,
+                })?
+        } else {
+            pool.clone()
+        };
         Ok(Self {
             pool,
             relaxed,
+            read,
             backend,
             url: masked,
         })
@@ -398,14 +440,31 @@ impl Store {
         Ok(self.pool.acquire().await?)
     }
 
+    /// A connection for reads only (history, the UI, metrics): on an SQLite file one of its
+    /// read-only connections, which see the last commit and never hold up the writer; elsewhere
+    /// the main pool. A write on it fails.
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when no connection can be had.
+    pub async fn read_conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
+        Ok(self.read.acquire().await?)
+    }
+
+    /// A transaction on `pool`: on SQLite it takes the write lock at once ([`SQLITE_BEGIN`]).
+    async fn begin_on(&self, pool: &AnyPool) -> Result<Tx> {
+        let inner = match self.backend {
+            Backend::Sqlite => pool.begin_with(SQLITE_BEGIN).await?,
+            Backend::Postgres => pool.begin().await?,
+        };
+        Ok(Tx { inner })
+    }
+
     /// Begins a transaction.
     ///
     /// # Errors
     /// [`StoreError::Query`] when the database is unreachable.
     pub async fn begin(&self) -> Result<Tx> {
-        Ok(Tx {
-            inner: self.pool.begin().await?,
-        })
+        self.begin_on(&self.pool).await
     }
 
     /// A connection for delivery bookkeeping whose commits may be lost by a database crash (see
@@ -422,9 +481,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Query`] when the database is unreachable.
     pub async fn relaxed_begin(&self) -> Result<Tx> {
-        Ok(Tx {
-            inner: self.relaxed.begin().await?,
-        })
+        self.begin_on(&self.relaxed).await
     }
 
     /// Whether the database answers (for `/readyz`).
@@ -434,6 +491,7 @@ impl Store {
 
     /// Closes the pools.
     pub async fn close(&self) {
+        self.read.close().await;
         self.relaxed.close().await;
         self.pool.close().await;
     }

@@ -699,7 +699,7 @@ async fn list(
             50
         }
     };
-    let mut c = match state.store().conn().await {
+    let mut c = match state.store().read_conn().await {
         Ok(c) => c,
         Err(e) => return store_failed(&state, &viewer, &e),
     };
@@ -763,7 +763,7 @@ async fn conversation(
             "That address does not decode.",
         );
     };
-    let mut c = match state.store().conn().await {
+    let mut c = match state.store().read_conn().await {
         Ok(c) => c,
         Err(e) => return store_failed(&state, &viewer, &e),
     };
@@ -808,7 +808,7 @@ async fn load_call(
     };
     let mut c = state
         .store()
-        .conn()
+        .read_conn()
         .await
         .map_err(|e| store_failed(state, viewer, &e))?;
     match tool_calls::get(&mut c, &id).await {
@@ -1003,7 +1003,7 @@ async fn overview(
     let first = today - days + 1;
     let since = first * 86_400_000;
     let figures = async {
-        let mut c = state.store().conn().await?;
+        let mut c = state.store().read_conn().await?;
         let calls = tool_calls::timings_since(&mut c, since).await?;
         let endings = turns::endings_since(&mut c, since).await?;
         let dead_outbox = crate::store::outbox::stats(&mut c, now).await?.dead;
