@@ -16,8 +16,8 @@ use crate::event::{
 };
 use crate::ids::{RequestId, SessionId, ToolCallId};
 use crate::wire::{
-    Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawError, RawInput,
-    RawMeta, RpcErrorObject, Update, UpdateParams, VendorData, VendorNotify,
+    Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawMeta, RpcErrorObject,
+    Update, UpdateParams, VendorData, VendorNotify,
 };
 
 /// How many settled tool calls a session remembers for F4 before forgetting the oldest. Late frames
@@ -182,36 +182,66 @@ impl Classifier {
         // UTF-8 is checked once here; the decodes below read a `&str` and do not check it again in
         // every string they meet.
         let inbound = match std::str::from_utf8(bytes) {
-            Ok(text) => {
-                let repaired = without_lone_surrogates(text);
-                let text = repaired.as_deref().unwrap_or(text);
-                match serde_json::from_str::<FastUpdate<'_>>(text) {
-                    // The hot path (heartbeats, output): one pass, `_meta` typed in place.
-                    Ok(FastUpdate {
-                        id: None,
-                        method: Some("session/update"),
-                        params: Some(p),
-                    }) => Inbound::Event(self.fast_update(p)),
-                    _ => self.classify_lenient_text(text),
-                }
-            }
-            // Not UTF-8: serde_json reads the bytes and says where they fail.
-            Err(_) => match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
-                Ok(FastUpdate {
-                    id: None,
-                    method: Some("session/update"),
-                    params: Some(p),
-                }) => Inbound::Event(self.fast_update(p)),
-                _ => self.classify_lenient(bytes),
+            // The hot path: a `session/update` read by hand in one validating pass.
+            Ok(text) => match crate::scan::session_update(text) {
+                Some(p) => Inbound::Event(self.scanned_update(p)),
+                None => self.classify_serde_text(text),
             },
+            // Not UTF-8: serde_json reads the bytes and says where they fail.
+            Err(_) => self.classify_serde_bytes(bytes),
         };
-        match &inbound {
+        self.count(&inbound);
+        inbound
+    }
+
+    /// [`Self::classify`] without the hand-written reader: what every frame it is unsure of takes
+    /// (and, in tests, the reference it must agree with).
+    #[cfg(test)]
+    fn classify_serde(&mut self, bytes: &[u8]) -> Inbound {
+        self.stats.frames += 1;
+        let inbound = match std::str::from_utf8(bytes) {
+            Ok(text) => self.classify_serde_text(text),
+            Err(_) => self.classify_serde_bytes(bytes),
+        };
+        self.count(&inbound);
+        inbound
+    }
+
+    fn count(&mut self, inbound: &Inbound) {
+        match inbound {
             Inbound::Event(DaemonEvent::Malformed { .. }) => self.stats.malformed += 1,
             Inbound::Event(DaemonEvent::ToolProgress { .. }) => self.stats.heartbeats += 1,
             Inbound::Event(DaemonEvent::LateUpdate { .. }) => self.stats.late += 1,
             _ => {}
         }
-        inbound
+    }
+
+    /// The serde path of a UTF-8 frame: lone surrogate escapes repaired (S4), a borrowed typed
+    /// decode of `session/update`, and the lenient path for every other frame.
+    fn classify_serde_text(&mut self, text: &str) -> Inbound {
+        let repaired = without_lone_surrogates(text);
+        let text = repaired.as_deref().unwrap_or(text);
+        match serde_json::from_str::<FastUpdate<'_>>(text) {
+            // One pass, `_meta` typed in place.
+            Ok(FastUpdate {
+                id: None,
+                method: Some("session/update"),
+                params: Some(p),
+            }) => Inbound::Event(self.fast_update(p)),
+            _ => self.classify_lenient_text(text),
+        }
+    }
+
+    /// The serde path of a frame that is not UTF-8.
+    fn classify_serde_bytes(&mut self, bytes: &[u8]) -> Inbound {
+        match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
+            Ok(FastUpdate {
+                id: None,
+                method: Some("session/update"),
+                params: Some(p),
+            }) => Inbound::Event(self.fast_update(p)),
+            _ => self.classify_lenient(bytes),
+        }
     }
 
     /// Every other frame, and hot-path frames whose shape surprised the fast decode.
@@ -354,6 +384,30 @@ impl Classifier {
         self.update_params(p.into())
     }
 
+    /// A `session/update` the hand-written reader read: heartbeats straight from its fields, as
+    /// [`Self::fast_update`] does; every other update through the common update logic.
+    fn scanned_update(&mut self, p: UpdateParams<'_, Option<Meta<'_>>>) -> DaemonEvent {
+        if let (Some(sid), Some(u)) = (p.session_id.as_deref(), &p.update)
+            && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id.as_deref())
+            && let Some(session) = self.intern_session(sid)
+        {
+            let calls = self.sessions.entry(session.clone()).or_default();
+            return match calls.intern(call) {
+                Some((call, true)) => DaemonEvent::LateUpdate { session, call },
+                Some((call, false)) => DaemonEvent::ToolProgress {
+                    session,
+                    call,
+                    progress,
+                },
+                None => malformed(
+                    Some(session),
+                    "tool_call_update without a valid toolCallId".into(),
+                ),
+            };
+        }
+        self.update_params(p)
+    }
+
     /// The interned id of a session (allocated once per session, not per frame).
     fn intern_session(&mut self, id: &str) -> Option<SessionId> {
         if let Some((known, _)) = self.sessions.get_key_value(id) {
@@ -433,10 +487,7 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> Dae
     let outcome = if u.status.as_deref() == Some("completed") {
         Outcome::Completed
     } else {
-        let error_type = raw
-            .error
-            .and_then(|e| serde_json::from_str::<RawError<'_>>(e.get()).ok())
-            .and_then(|e| e.kind.map(Cow::into_owned));
+        let error_type = u.take_error_type(&raw);
         match raw.outcome.as_deref() {
             Some("timed_out") => Outcome::TimedOut,
             Some("cancelled") => Outcome::Cancelled,
@@ -558,12 +609,7 @@ fn info<M>(u: &Update<'_, M>, meta: &Meta<'_>) -> ToolInfo {
         .as_deref()
         .filter(|t| !t.is_empty())
         .map(str::to_owned);
-    let timeout = u
-        .raw_input
-        .and_then(|r| serde_json::from_str::<RawInput>(r.get()).ok())
-        .and_then(|r| r.timeout)
-        .and_then(|n| n.as_u64())
-        .map(Duration::from_millis);
+    let timeout = u.timeout().map(Duration::from_millis);
     ToolInfo {
         title,
         kind: u.kind.as_deref().map(str::to_owned),
