@@ -184,7 +184,7 @@ impl Classifier {
         let inbound = match std::str::from_utf8(bytes) {
             // The hot path: a `session/update` read by hand in one validating pass.
             Ok(text) => match crate::scan::session_update(text) {
-                Some(p) => Inbound::Event(self.scanned_update(p)),
+                Some(mut p) => Inbound::Event(self.scanned_update(&mut p)),
                 None => self.classify_serde_text(text),
             },
             // Not UTF-8: serde_json reads the bytes and says where they fail.
@@ -326,32 +326,33 @@ impl Classifier {
             return malformed(None, "session/update without params".into());
         };
         match serde_json::from_str::<UpdateParams<'_, RawMeta<'_>>>(params.get()) {
-            Ok(p) => self.update_params(p),
+            Ok(mut p) => self.update_params(&mut p),
             Err(e) => malformed(None, format!("session/update params: {}", json_error(&e))),
         }
     }
 
-    fn update_params<'a, M: MetaSource<'a>>(&mut self, p: UpdateParams<'a, M>) -> DaemonEvent {
+    /// Taken by reference: the decoded update is large, and moving it costs more than reading it.
+    fn update_params<'a, M: MetaSource<'a>>(&mut self, p: &mut UpdateParams<'a, M>) -> DaemonEvent {
         let Some(session) = p.session_id.as_deref().and_then(|s| self.intern_session(s)) else {
             return malformed(None, "session/update without a valid sessionId".into());
         };
-        let Some(mut update) = p.update else {
+        let Some(update) = p.update.as_mut() else {
             return malformed(Some(session), "session/update without an update".into());
         };
         let Some(kind) = update.session_update.as_deref() else {
             return malformed(Some(session), "update without sessionUpdate".into());
         };
         match kind {
-            "agent_message_chunk" => chunk(session, &mut update, false),
-            "agent_thought_chunk" => chunk(session, &mut update, true),
-            "user_message_chunk" => match chunk(session, &mut update, false) {
+            "agent_message_chunk" => chunk(session, update, false),
+            "agent_thought_chunk" => chunk(session, update, true),
+            "user_message_chunk" => match chunk(session, update, false) {
                 DaemonEvent::AgentText { session, text } => DaemonEvent::UserText { session, text },
                 other => other,
             },
             "tool_call" | "tool_call_update" => {
-                self.tool_update(session, kind == "tool_call", &mut update)
+                self.tool_update(session, kind == "tool_call", update)
             }
-            "plan" => plan(session, &update),
+            "plan" => plan(session, update),
             other => DaemonEvent::Other {
                 session: Some(session),
                 method: "session/update".into(),
@@ -381,18 +382,17 @@ impl Classifier {
                 ),
             };
         }
-        self.update_params(p.into())
+        self.update_params(&mut p.into())
     }
 
     /// A `session/update` the hand-written reader read: heartbeats straight from its fields, as
     /// [`Self::fast_update`] does; every other update through the common update logic.
-    fn scanned_update(&mut self, p: UpdateParams<'_, Option<Meta<'_>>>) -> DaemonEvent {
+    fn scanned_update<'a>(&mut self, p: &mut UpdateParams<'a, Option<Meta<'a>>>) -> DaemonEvent {
         if let (Some(sid), Some(u)) = (p.session_id.as_deref(), &p.update)
             && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id.as_deref())
             && let Some(session) = self.intern_session(sid)
         {
-            let calls = self.sessions.entry(session.clone()).or_default();
-            return match calls.intern(call) {
+            return match self.calls(&session).intern(call) {
                 Some((call, true)) => DaemonEvent::LateUpdate { session, call },
                 Some((call, false)) => DaemonEvent::ToolProgress {
                     session,
@@ -406,6 +406,11 @@ impl Classifier {
             };
         }
         self.update_params(p)
+    }
+
+    /// The tool calls of an interned session.
+    fn calls(&mut self, session: &SessionId) -> &mut SessionCalls {
+        self.sessions.entry(session.clone()).or_default()
     }
 
     /// The interned id of a session (allocated once per session, not per frame).
@@ -425,7 +430,7 @@ impl Classifier {
         start: bool,
         u: &mut Update<'a, M>,
     ) -> DaemonEvent {
-        let calls = self.sessions.entry(session.clone()).or_default();
+        let calls = self.calls(&session);
         let Some((call, settled)) = u.tool_call_id.as_deref().and_then(|c| calls.intern(c)) else {
             let what = if start {
                 "tool_call"
@@ -495,11 +500,15 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> Dae
             _ => Outcome::Failed,
         }
     };
-    let summary = texts.iter().find(|t| !t.is_empty()).map(|t| t.to_string());
     let output = match raw.output {
         Some(o) => o.into_owned(),
         None => texts.join("\n"),
     };
+    // Moved out, not copied, when the text had to be unescaped.
+    let summary = texts
+        .into_iter()
+        .find(|t| !t.is_empty())
+        .map(Cow::into_owned);
     let result = ToolResult {
         outcome,
         summary,

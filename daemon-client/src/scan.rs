@@ -36,7 +36,15 @@ pub(crate) fn session_update(text: &str) -> Option<UpdateParams<'_, Option<Meta<
             // A request or a response: the serde path reads those.
             "id" => return None,
             "method" => once(&mut method, r.string()?)?,
-            "params" => once(&mut params, r.params()?)?,
+            "params" => {
+                if params.is_some() {
+                    return None;
+                }
+                r.params(params.insert(UpdateParams {
+                    session_id: None,
+                    update: None,
+                }))?;
+            }
             _ => r.skip(1)?,
         }
         Some(())
@@ -85,6 +93,18 @@ fn specials(w: u64) -> u64 {
     let zero = |v: u64| v.wrapping_sub(ONES) & !v;
     let control = w.wrapping_sub(ONES * 0x20) & !w;
     (zero(quote) | zero(backslash) | control) & HIGHS
+}
+
+/// The character of the four hex digits of a `\\u` escape; `None` for bad digits or a surrogate.
+fn hex_char(digits: &[u8]) -> Option<char> {
+    let mut n = 0u32;
+    for d in digits {
+        n = n * 16 + char::from(*d).to_digit(16)?;
+    }
+    if digits.len() != 4 {
+        return None;
+    }
+    char::from_u32(n)
 }
 
 struct Reader<'a> {
@@ -148,9 +168,9 @@ impl<'a> Reader<'a> {
     /// A key without escapes (serde would match an escaped one against the field names; rare
     /// enough to leave to it).
     fn key(&mut self) -> Option<&'a str> {
-        match self.string()? {
-            Cow::Borrowed(k) => Some(k),
-            Cow::Owned(_) => None,
+        match self.raw_string()? {
+            (k, false) => Some(k),
+            (_, true) => None,
         }
     }
 
@@ -175,59 +195,65 @@ impl<'a> Reader<'a> {
         i
     }
 
-    /// A string: borrowed when it has no escapes, unescaped otherwise. `None` for a non-string,
-    /// a control character, a bad escape or any surrogate escape (the serde path repairs lone
-    /// ones, S4).
-    fn string(&mut self) -> Option<Cow<'a, str>> {
+    /// Validates a string and moves past it: its raw contents between the quotes, and whether it
+    /// holds escapes. `None` for a non-string, a control character, a bad escape or any
+    /// surrogate escape (the serde path repairs lone ones, S4). Skipped strings end here,
+    /// nothing built.
+    fn raw_string(&mut self) -> Option<(&'a str, bool)> {
         self.eat(b'"')?;
         let start = self.i;
-        let mut owned: Option<String> = None;
-        let mut from = start;
+        let mut escaped = false;
         loop {
             let end = self.plain_run(self.i);
-            self.i = end;
             match self.b.get(end)? {
                 b'"' => {
-                    self.i += 1;
-                    let tail = self.text.get(from..end)?;
-                    return Some(match owned {
-                        None => Cow::Borrowed(tail),
-                        Some(mut s) => {
-                            s.push_str(tail);
-                            Cow::Owned(s)
-                        }
-                    });
+                    self.i = end + 1;
+                    return Some((self.text.get(start..end)?, escaped));
                 }
                 b'\\' => {
-                    let s = owned.get_or_insert_with(String::new);
-                    s.push_str(self.text.get(from..end)?);
-                    let (c, len) = match self.b.get(end + 1)? {
-                        b'"' => ('"', 2),
-                        b'\\' => ('\\', 2),
-                        b'/' => ('/', 2),
-                        b'b' => ('\u{8}', 2),
-                        b'f' => ('\u{c}', 2),
-                        b'n' => ('\n', 2),
-                        b'r' => ('\r', 2),
-                        b't' => ('\t', 2),
-                        b'u' => {
-                            let hex = std::str::from_utf8(self.b.get(end + 2..end + 6)?).ok()?;
-                            if !hex.bytes().all(|h| h.is_ascii_hexdigit()) {
-                                return None;
+                    escaped = true;
+                    self.i = end
+                        + match self.b.get(end + 1)? {
+                            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                            b'u' => {
+                                hex_char(self.b.get(end + 2..end + 6)?)?;
+                                6
                             }
-                            // Surrogates (halves of a pair, or lone) go to the serde path.
-                            (char::from_u32(u32::from_str_radix(hex, 16).ok()?)?, 6)
-                        }
-                        _ => return None,
-                    };
-                    s.push(c);
-                    self.i = end + len;
-                    from = self.i;
+                            _ => return None,
+                        };
                 }
                 // A control character: invalid JSON.
                 _ => return None,
             }
         }
+    }
+
+    /// A string: borrowed when it has no escapes, unescaped otherwise (see [`Self::raw_string`]).
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let (raw, escaped) = self.raw_string()?;
+        if !escaped {
+            return Some(Cow::Borrowed(raw));
+        }
+        // Validated above: every escape is well-formed and no surrogate.
+        let mut out = String::with_capacity(raw.len());
+        let mut rest = raw;
+        while let Some(at) = rest.find('\\') {
+            out.push_str(rest.get(..at)?);
+            let esc = rest.as_bytes().get(at + 1)?;
+            let (c, len) = match esc {
+                b'b' => ('\u{8}', 2),
+                b'f' => ('\u{c}', 2),
+                b'n' => ('\n', 2),
+                b'r' => ('\r', 2),
+                b't' => ('\t', 2),
+                b'u' => (hex_char(rest.as_bytes().get(at + 2..at + 6)?)?, 6),
+                other => (char::from(*other), 2),
+            };
+            out.push(c);
+            rest = rest.get(at + len..)?;
+        }
+        out.push_str(rest);
+        Some(Cow::Owned(out))
     }
 
     /// A string or `null` (`None`); any other value gives up.
@@ -308,7 +334,7 @@ impl<'a> Reader<'a> {
             return None;
         }
         match self.peek()? {
-            b'"' => self.string().map(drop),
+            b'"' => self.raw_string().map(drop),
             b'{' => self.object(|r, _| r.skip(depth + 1)),
             b'[' => self.array(|r| r.skip(depth + 1)),
             b't' => self.literal(b"true"),
@@ -338,37 +364,22 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn params(&mut self) -> Option<UpdateParams<'a, Option<Meta<'a>>>> {
-        let (mut session_id, mut update) = (None, None);
+    fn params(&mut self, out: &mut UpdateParams<'a, Option<Meta<'a>>>) -> Option<()> {
         let mut seen = 0u16;
         self.object(|r, key| match key {
-            "sessionId" => once_opt(&mut seen, 0, &mut session_id, r.opt_string()?),
+            "sessionId" => once_opt(&mut seen, 0, &mut out.session_id, r.opt_string()?),
             "update" => {
-                let u = if r.null()? { None } else { Some(r.update()?) };
-                once_opt(&mut seen, 1, &mut update, u)
+                first(&mut seen, 1)?;
+                if !r.null()? {
+                    r.update(out.update.insert(Update::read_in_place()))?;
+                }
+                Some(())
             }
             _ => r.skip(2),
-        })?;
-        Some(UpdateParams { session_id, update })
+        })
     }
 
-    fn update(&mut self) -> Option<Update<'a, Option<Meta<'a>>>> {
-        let mut u = Update::<Option<Meta<'a>>> {
-            session_update: None,
-            tool_call_id: None,
-            status: None,
-            kind: None,
-            title: None,
-            content: None,
-            raw_output: None,
-            raw_input: None,
-            entries: None,
-            meta: None,
-            content_read: None,
-            raw_output_read: None,
-            timeout_read: Some(None),
-            error_type_read: None,
-        };
+    fn update(&mut self, u: &mut Update<'a, Option<Meta<'a>>>) -> Option<()> {
         let mut seen = 0u16;
         self.object(|r, key| {
             let slot = match key {
@@ -395,17 +406,19 @@ impl<'a> Reader<'a> {
                 5 => u.content_read = r.content()?.map(Box::new),
                 6 => {
                     if !r.null()? {
-                        let (raw, error_type) = r.raw_output()?;
-                        u.raw_output_read = Some(Box::new(raw));
-                        u.error_type_read = Some(error_type);
+                        let raw = u.raw_output_read.insert(Box::default());
+                        u.error_type_read = Some(r.raw_output(raw)?);
                     }
                 }
                 7 => u.timeout_read = Some(r.raw_input()?),
-                _ => u.meta = if r.null()? { None } else { Some(r.meta()?) },
+                _ => {
+                    if !r.null()? {
+                        r.meta(u.meta.insert(Meta::default()))?;
+                    }
+                }
             }
             Some(())
-        })?;
-        Some(u)
+        })
     }
 
     /// `content`: a block (object), a tool call's entries (array), `null`; anything else gives up.
@@ -447,8 +460,7 @@ impl<'a> Reader<'a> {
     }
 
     /// `rawOutput` (an object), with the `type` of an `error` object read in place.
-    fn raw_output(&mut self) -> Option<(RawOutput<'a>, Option<String>)> {
-        let mut raw = RawOutput::default();
+    fn raw_output(&mut self, raw: &mut RawOutput<'a>) -> Option<Option<String>> {
         let mut error_type = None;
         let mut seen = 0u16;
         if self.peek()? != b'{' {
@@ -466,7 +478,7 @@ impl<'a> Reader<'a> {
             }
             _ => r.skip(5),
         })?;
-        Some((raw, error_type))
+        Some(error_type)
     }
 
     /// The `type` of `rawOutput.error` when it is an object with a string `type` (as the serde
@@ -528,8 +540,7 @@ impl<'a> Reader<'a> {
         Some(timeout)
     }
 
-    fn meta(&mut self) -> Option<Meta<'a>> {
-        let mut m = Meta::default();
+    fn meta(&mut self, m: &mut Meta<'a>) -> Option<()> {
         let mut seen = 0u16;
         self.object(|r, key| match key {
             "toolName" => once_opt(&mut seen, 0, &mut m.tool_name, r.opt_string()?),
@@ -546,8 +557,7 @@ impl<'a> Reader<'a> {
                 once_opt(&mut seen, 2, &mut m.usage, u)
             }
             _ => r.skip(4),
-        })?;
-        Some(m)
+        })
     }
 
     fn shell_progress(&mut self) -> Option<ShellProgress> {

@@ -121,6 +121,27 @@ impl FastFields<'_> {
 }
 
 impl Update<'_, Option<Meta<'_>>> {
+    /// An update with nothing read yet, for the hand-written reader to fill (`crate::scan`): no
+    /// `rawInput` read means no timeout.
+    pub(crate) fn read_in_place() -> Self {
+        Self {
+            session_update: None,
+            tool_call_id: None,
+            status: None,
+            kind: None,
+            title: None,
+            content: None,
+            raw_output: None,
+            raw_input: None,
+            entries: None,
+            meta: None,
+            content_read: None,
+            raw_output_read: None,
+            timeout_read: Some(None),
+            error_type_read: None,
+        }
+    }
+
     /// The heartbeat's progress when this update is one (as [`FastFields::heartbeat`]).
     pub(crate) fn heartbeat(&self) -> Option<crate::event::ShellProgress> {
         let bare = self.kind.is_none()
