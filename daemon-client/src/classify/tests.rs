@@ -870,3 +870,47 @@ proptest::proptest! {
         assert_paths_agree(frame.as_bytes())?;
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 1500, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Issue 20: a captured result, start or heartbeat with one of its strings (typed, or skipped
+    /// as unknown) replaced by any string a daemon might write — valid escapes, invalid ones,
+    /// control characters, all of Unicode, surrogate halves — classifies the same on both paths.
+    #[test]
+    fn the_hand_written_reader_agrees_with_serde_on_any_string_in_a_captured_frame(
+        pick in proptest::sample::select(vec![
+            ("\"status\":\"completed\"", "\"Command: python3"),
+            ("\"status\":\"completed\"", "\"42\""),
+            ("\"status\":\"completed\"", "\"/tmp/qwen/ws\""),
+            ("\"status\":\"failed\"", "\"timed_out\""),
+            ("\"status\":\"failed\"", "\"shell_result\""),
+            ("\"sessionUpdate\":\"tool_call\"", "\"Shell\""),
+            ("\"sessionUpdate\":\"tool_call\"", "\"preparing\""),
+            ("elapsedMs\":20001", "\"run_shell_command\""),
+            ("elapsedMs\":20001", "\"shell_progress\""),
+            ("Command finished.", "\"Command finished.\""),
+        ]),
+        replacement in any_json_string(),
+    ) {
+        let (frame, needle) = pick;
+        let original = SMALL_CAPTURES
+            .iter()
+            .filter_map(|b| std::str::from_utf8(b).ok())
+            .find(|f| f.contains(frame) && f.contains(needle))
+            .unwrap_or_else(|| panic!("a captured frame with {frame} and {needle}"));
+        // The needle's whole string (up to its closing quote) is replaced.
+        let at = original.find(needle).unwrap_or_default();
+        let end = original[at + 1..]
+            .char_indices()
+            .scan(false, |escaped, (i, c)| {
+                let close = c == '"' && !*escaped;
+                *escaped = c == '\\' && !*escaped;
+                Some((i, close))
+            })
+            .find(|(_, close)| *close)
+            .map_or(original.len(), |(i, _)| at + 1 + i + 1);
+        let mutated = format!("{}{}{}", &original[..at], replacement, &original[end..]);
+        assert_paths_agree(mutated.as_bytes())?;
+    }
+}
