@@ -85,14 +85,16 @@ fn once_opt<T>(seen: &mut u16, bit: u32, slot: &mut Option<T>, value: Option<T>)
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
-/// Bit 7 of each byte of `w` that is `"`, `\` or below 0x20 (the lowest flagged byte is exact;
-/// borrows may flag bytes above it, which are never looked at).
-fn specials(w: u64) -> u64 {
-    let quote = w ^ (ONES * u64::from(b'"'));
-    let backslash = w ^ (ONES * u64::from(b'\\'));
+/// Bit 7 of each byte of `w` that is `"`, `\\` or below 0x20 (the lowest flagged byte is exact;
+/// borrows may flag bytes above it, which are never looked at), and whether that lowest flagged
+/// byte is a `"` (exact too: a spurious quote flag sits above a real quote, so never lowest).
+fn specials(w: u64) -> (u64, bool) {
     let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    let quote = zero(w ^ (ONES * u64::from(b'"'))) & HIGHS;
+    let backslash = zero(w ^ (ONES * u64::from(b'\\')));
     let control = w.wrapping_sub(ONES * 0x20) & !w;
-    (zero(quote) | zero(backslash) | control) & HIGHS
+    let hits = quote | ((backslash | control) & HIGHS);
+    (hits, hits & hits.wrapping_neg() & quote != 0)
 }
 
 /// The character of the four hex digits of a `\\u` escape; `None` for bad digits or a surrogate.
@@ -105,25 +107,6 @@ fn hex_char(digits: &[u8]) -> Option<char> {
         return None;
     }
     char::from_u32(n)
-}
-
-/// The index of the first byte below 0x20 in `s`: sixteen bytes a step with no branch inside the
-/// step (the compiler vectorises the fold), exact position found in the step that hits.
-fn first_control(s: &[u8]) -> Option<usize> {
-    const STEP: usize = 16;
-    let mut chunks = s.chunks_exact(STEP);
-    let mut at = 0;
-    for chunk in chunks.by_ref() {
-        if chunk.iter().fold(false, |hit, &c| hit | (c < 0x20)) {
-            return chunk.iter().position(|&c| c < 0x20).map(|p| at + p);
-        }
-        at += STEP;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&c| c < 0x20)
-        .map(|p| at + p)
 }
 
 struct Reader<'a> {
@@ -194,27 +177,21 @@ impl<'a> Reader<'a> {
     }
 
     /// The end of the plain run of string bytes starting at `i`: the first `"`, `\\` or control
-    /// byte. The first sixteen bytes (most keys and values end there) eight at a time; past them,
-    /// `memchr2` finds the next quote or backslash (SIMD inside) and [`first_control`] checks the
-    /// bytes before it for control characters, sixteen at a time, branch-free.
-    fn plain_run(&self, mut i: usize) -> usize {
-        for _ in 0..2 {
-            let Some(chunk) = self.b.get(i..i + 8) else {
-                return self.plain_tail(i);
-            };
+    /// byte, eight bytes at a time, and whether that byte is known to be a `"` (so the caller need
+    /// not load it again). Most strings here are keys and short values; `memchr2` plus a
+    /// vectorised control-byte check measured more instructions per frame, not fewer (see
+    /// docs/performance.md P1b).
+    fn plain_run(&self, mut i: usize) -> (usize, bool) {
+        while let Some(chunk) = self.b.get(i..i + 8) {
             let mut w = [0u8; 8];
             w.copy_from_slice(chunk);
-            let hits = specials(u64::from_le_bytes(w));
+            let (hits, quote) = specials(u64::from_le_bytes(w));
             if hits != 0 {
-                return i + (hits.trailing_zeros() / 8) as usize;
+                return (i + (hits.trailing_zeros() / 8) as usize, quote);
             }
             i += 8;
         }
-        let Some(rest) = self.b.get(i..) else {
-            return i;
-        };
-        let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-        i + first_control(rest.get(..stop).unwrap_or(rest)).unwrap_or(stop)
+        (self.plain_tail(i), false)
     }
 
     /// [`Self::plain_run`] over the last few bytes, one at a time.
@@ -237,7 +214,11 @@ impl<'a> Reader<'a> {
         let start = self.i;
         let mut escaped = false;
         loop {
-            let end = self.plain_run(self.i);
+            let (end, quote) = self.plain_run(self.i);
+            if quote {
+                self.i = end + 1;
+                return Some((self.text.get(start..end)?, escaped));
+            }
             match self.b.get(end)? {
                 b'"' => {
                     self.i = end + 1;
@@ -261,32 +242,52 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A string: borrowed when it has no escapes, unescaped otherwise (see [`Self::raw_string`]).
+    /// A string: borrowed when it has no escapes, unescaped otherwise, validated as
+    /// [`Self::raw_string`] validates, in the same single pass (an escaped string's bytes are not
+    /// read again to unescape them).
     fn string(&mut self) -> Option<Cow<'a, str>> {
-        let (raw, escaped) = self.raw_string()?;
-        if !escaped {
-            return Some(Cow::Borrowed(raw));
+        self.eat(b'"')?;
+        let start = self.i;
+        let mut out: Option<String> = None;
+        loop {
+            let (end, quote) = self.plain_run(self.i);
+            let stop = if quote { b'"' } else { *self.b.get(end)? };
+            match stop {
+                b'"' => {
+                    let plain = self.text.get(self.i..end)?;
+                    self.i = end + 1;
+                    return Some(match out {
+                        None => Cow::Borrowed(plain),
+                        Some(mut o) => {
+                            o.push_str(plain);
+                            Cow::Owned(o)
+                        }
+                    });
+                }
+                b'\\' => {
+                    let plain = self.text.get(self.i..end)?;
+                    let (c, len) = match self.b.get(end + 1)? {
+                        b'b' => ('\u{8}', 2),
+                        b'f' => ('\u{c}', 2),
+                        b'n' => ('\n', 2),
+                        b'r' => ('\r', 2),
+                        b't' => ('\t', 2),
+                        b'u' => (hex_char(self.b.get(end + 2..end + 6)?)?, 6),
+                        c @ (b'"' | b'\\' | b'/') => (char::from(*c), 2),
+                        _ => return None,
+                    };
+                    // Room for what was read so far and as much again: one allocation for
+                    // most texts, doubling past that.
+                    let o =
+                        out.get_or_insert_with(|| String::with_capacity(2 * (end - start) + 16));
+                    o.push_str(plain);
+                    o.push(c);
+                    self.i = end + len;
+                }
+                // A control character: invalid JSON.
+                _ => return None,
+            }
         }
-        // Validated above: every escape is well-formed and no surrogate.
-        let mut out = String::with_capacity(raw.len());
-        let mut rest = raw;
-        while let Some(at) = rest.find('\\') {
-            out.push_str(rest.get(..at)?);
-            let esc = rest.as_bytes().get(at + 1)?;
-            let (c, len) = match esc {
-                b'b' => ('\u{8}', 2),
-                b'f' => ('\u{c}', 2),
-                b'n' => ('\n', 2),
-                b'r' => ('\r', 2),
-                b't' => ('\t', 2),
-                b'u' => (hex_char(rest.as_bytes().get(at + 2..at + 6)?)?, 6),
-                other => (char::from(*other), 2),
-            };
-            out.push(c);
-            rest = rest.get(at + len..)?;
-        }
-        out.push_str(rest);
-        Some(Cow::Owned(out))
     }
 
     /// A string or `null` (`None`); any other value gives up.
