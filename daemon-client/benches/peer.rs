@@ -3,7 +3,7 @@
 //! compact frames captured from qwen-code 0.24.4, in one invocation, alternating batches.
 //!
 //! Run with `cargo bench -p daemon-client --bench peer` (`PEER_ALTERNATIONS`, default 25, sets how many
-//! batch pairs per frame kind). Prints, per frame kind, the median time per frame of each side, the
+//! batch pairs per frame kind; `PEER_KINDS=heartbeat,result_completed` runs only those kinds). Prints, per frame kind, the median time per frame of each side, the
 //! ratio ours / peer and the spread of the per-pair ratios. Target: ≤ 0.33 on every kind.
 //!
 //! Timed per frame on our side: `classifier.classify(bytes)` and dropping the event it returns. On
@@ -322,7 +322,15 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(25);
-    let kinds = kinds();
+    // `PEER_KINDS=heartbeat,text_chunk` runs only those kinds (for a profile of one).
+    let only = std::env::var("PEER_KINDS").ok();
+    let kinds: Vec<Kind> = kinds()
+        .into_iter()
+        .filter(|k| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|n| n == k.name))
+        })
+        .collect();
     let mut peer = match Peer::start(&kinds) {
         Ok(p) => p,
         Err(e) => {

@@ -16,8 +16,8 @@ use crate::event::{
 };
 use crate::ids::{RequestId, SessionId, ToolCallId};
 use crate::wire::{
-    Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawError, RawInput,
-    RawMeta, RpcErrorObject, Update, UpdateParams, VendorData, VendorNotify,
+    Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawMeta, RpcErrorObject,
+    Update, UpdateParams, VendorData, VendorNotify,
 };
 
 /// How many settled tool calls a session remembers for F4 before forgetting the oldest. Late frames
@@ -182,36 +182,66 @@ impl Classifier {
         // UTF-8 is checked once here; the decodes below read a `&str` and do not check it again in
         // every string they meet.
         let inbound = match std::str::from_utf8(bytes) {
-            Ok(text) => {
-                let repaired = without_lone_surrogates(text);
-                let text = repaired.as_deref().unwrap_or(text);
-                match serde_json::from_str::<FastUpdate<'_>>(text) {
-                    // The hot path (heartbeats, output): one pass, `_meta` typed in place.
-                    Ok(FastUpdate {
-                        id: None,
-                        method: Some("session/update"),
-                        params: Some(p),
-                    }) => Inbound::Event(self.fast_update(p)),
-                    _ => self.classify_lenient_text(text),
-                }
-            }
-            // Not UTF-8: serde_json reads the bytes and says where they fail.
-            Err(_) => match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
-                Ok(FastUpdate {
-                    id: None,
-                    method: Some("session/update"),
-                    params: Some(p),
-                }) => Inbound::Event(self.fast_update(p)),
-                _ => self.classify_lenient(bytes),
+            // The hot path: a `session/update` read by hand in one validating pass.
+            Ok(text) => match crate::scan::session_update(text) {
+                Some(mut p) => Inbound::Event(self.scanned_update(&mut p)),
+                None => self.classify_serde_text(text),
             },
+            // Not UTF-8: serde_json reads the bytes and says where they fail.
+            Err(_) => self.classify_serde_bytes(bytes),
         };
-        match &inbound {
+        self.count(&inbound);
+        inbound
+    }
+
+    /// [`Self::classify`] without the hand-written reader: what every frame it is unsure of takes
+    /// (and, in tests, the reference it must agree with).
+    #[cfg(test)]
+    fn classify_serde(&mut self, bytes: &[u8]) -> Inbound {
+        self.stats.frames += 1;
+        let inbound = match std::str::from_utf8(bytes) {
+            Ok(text) => self.classify_serde_text(text),
+            Err(_) => self.classify_serde_bytes(bytes),
+        };
+        self.count(&inbound);
+        inbound
+    }
+
+    fn count(&mut self, inbound: &Inbound) {
+        match inbound {
             Inbound::Event(DaemonEvent::Malformed { .. }) => self.stats.malformed += 1,
             Inbound::Event(DaemonEvent::ToolProgress { .. }) => self.stats.heartbeats += 1,
             Inbound::Event(DaemonEvent::LateUpdate { .. }) => self.stats.late += 1,
             _ => {}
         }
-        inbound
+    }
+
+    /// The serde path of a UTF-8 frame: lone surrogate escapes repaired (S4), a borrowed typed
+    /// decode of `session/update`, and the lenient path for every other frame.
+    fn classify_serde_text(&mut self, text: &str) -> Inbound {
+        let repaired = without_lone_surrogates(text);
+        let text = repaired.as_deref().unwrap_or(text);
+        match serde_json::from_str::<FastUpdate<'_>>(text) {
+            // One pass, `_meta` typed in place.
+            Ok(FastUpdate {
+                id: None,
+                method: Some("session/update"),
+                params: Some(p),
+            }) => Inbound::Event(self.fast_update(p)),
+            _ => self.classify_lenient_text(text),
+        }
+    }
+
+    /// The serde path of a frame that is not UTF-8.
+    fn classify_serde_bytes(&mut self, bytes: &[u8]) -> Inbound {
+        match serde_json::from_slice::<FastUpdate<'_>>(bytes) {
+            Ok(FastUpdate {
+                id: None,
+                method: Some("session/update"),
+                params: Some(p),
+            }) => Inbound::Event(self.fast_update(p)),
+            _ => self.classify_lenient(bytes),
+        }
     }
 
     /// Every other frame, and hot-path frames whose shape surprised the fast decode.
@@ -296,32 +326,33 @@ impl Classifier {
             return malformed(None, "session/update without params".into());
         };
         match serde_json::from_str::<UpdateParams<'_, RawMeta<'_>>>(params.get()) {
-            Ok(p) => self.update_params(p),
+            Ok(mut p) => self.update_params(&mut p),
             Err(e) => malformed(None, format!("session/update params: {}", json_error(&e))),
         }
     }
 
-    fn update_params<'a, M: MetaSource<'a>>(&mut self, p: UpdateParams<'a, M>) -> DaemonEvent {
+    /// Taken by reference: the decoded update is large, and moving it costs more than reading it.
+    fn update_params<'a, M: MetaSource<'a>>(&mut self, p: &mut UpdateParams<'a, M>) -> DaemonEvent {
         let Some(session) = p.session_id.as_deref().and_then(|s| self.intern_session(s)) else {
             return malformed(None, "session/update without a valid sessionId".into());
         };
-        let Some(mut update) = p.update else {
+        let Some(update) = p.update.as_mut() else {
             return malformed(Some(session), "session/update without an update".into());
         };
         let Some(kind) = update.session_update.as_deref() else {
             return malformed(Some(session), "update without sessionUpdate".into());
         };
         match kind {
-            "agent_message_chunk" => chunk(session, &mut update, false),
-            "agent_thought_chunk" => chunk(session, &mut update, true),
-            "user_message_chunk" => match chunk(session, &mut update, false) {
+            "agent_message_chunk" => chunk(session, update, false),
+            "agent_thought_chunk" => chunk(session, update, true),
+            "user_message_chunk" => match chunk(session, update, false) {
                 DaemonEvent::AgentText { session, text } => DaemonEvent::UserText { session, text },
                 other => other,
             },
             "tool_call" | "tool_call_update" => {
-                self.tool_update(session, kind == "tool_call", &mut update)
+                self.tool_update(session, kind == "tool_call", update)
             }
-            "plan" => plan(session, &update),
+            "plan" => plan(session, update),
             other => DaemonEvent::Other {
                 session: Some(session),
                 method: "session/update".into(),
@@ -351,7 +382,35 @@ impl Classifier {
                 ),
             };
         }
-        self.update_params(p.into())
+        self.update_params(&mut p.into())
+    }
+
+    /// A `session/update` the hand-written reader read: heartbeats straight from its fields, as
+    /// [`Self::fast_update`] does; every other update through the common update logic.
+    fn scanned_update<'a>(&mut self, p: &mut UpdateParams<'a, Option<Meta<'a>>>) -> DaemonEvent {
+        if let (Some(sid), Some(u)) = (p.session_id.as_deref(), &p.update)
+            && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id.as_deref())
+            && let Some(session) = self.intern_session(sid)
+        {
+            return match self.calls(&session).intern(call) {
+                Some((call, true)) => DaemonEvent::LateUpdate { session, call },
+                Some((call, false)) => DaemonEvent::ToolProgress {
+                    session,
+                    call,
+                    progress,
+                },
+                None => malformed(
+                    Some(session),
+                    "tool_call_update without a valid toolCallId".into(),
+                ),
+            };
+        }
+        self.update_params(p)
+    }
+
+    /// The tool calls of an interned session.
+    fn calls(&mut self, session: &SessionId) -> &mut SessionCalls {
+        self.sessions.entry(session.clone()).or_default()
     }
 
     /// The interned id of a session (allocated once per session, not per frame).
@@ -371,7 +430,7 @@ impl Classifier {
         start: bool,
         u: &mut Update<'a, M>,
     ) -> DaemonEvent {
-        let calls = self.sessions.entry(session.clone()).or_default();
+        let calls = self.calls(&session);
         let Some((call, settled)) = u.tool_call_id.as_deref().and_then(|c| calls.intern(c)) else {
             let what = if start {
                 "tool_call"
@@ -433,10 +492,7 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> Dae
     let outcome = if u.status.as_deref() == Some("completed") {
         Outcome::Completed
     } else {
-        let error_type = raw
-            .error
-            .and_then(|e| serde_json::from_str::<RawError<'_>>(e.get()).ok())
-            .and_then(|e| e.kind.map(Cow::into_owned));
+        let error_type = u.take_error_type(&raw);
         match raw.outcome.as_deref() {
             Some("timed_out") => Outcome::TimedOut,
             Some("cancelled") => Outcome::Cancelled,
@@ -444,11 +500,15 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> Dae
             _ => Outcome::Failed,
         }
     };
-    let summary = texts.iter().find(|t| !t.is_empty()).map(|t| t.to_string());
     let output = match raw.output {
         Some(o) => o.into_owned(),
         None => texts.join("\n"),
     };
+    // Moved out, not copied, when the text had to be unescaped.
+    let summary = texts
+        .into_iter()
+        .find(|t| !t.is_empty())
+        .map(Cow::into_owned);
     let result = ToolResult {
         outcome,
         summary,
@@ -558,12 +618,7 @@ fn info<M>(u: &Update<'_, M>, meta: &Meta<'_>) -> ToolInfo {
         .as_deref()
         .filter(|t| !t.is_empty())
         .map(str::to_owned);
-    let timeout = u
-        .raw_input
-        .and_then(|r| serde_json::from_str::<RawInput>(r.get()).ok())
-        .and_then(|r| r.timeout)
-        .and_then(|n| n.as_u64())
-        .map(Duration::from_millis);
+    let timeout = u.timeout().map(Duration::from_millis);
     ToolInfo {
         title,
         kind: u.kind.as_deref().map(str::to_owned),

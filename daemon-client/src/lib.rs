@@ -20,6 +20,7 @@
 //! - [`liveness`]: idle/wall limits per turn, heartbeat-fed, clock-injected.
 //! - [`error`]: `Error`, named for what the caller does next.
 //! - [`mask`]: URLs with their credentials masked, for logs and errors (S2).
+//! - `scan`: the hand-written validating reader of the hot `session/update` frames.
 
 pub mod classify;
 pub mod client;
@@ -28,6 +29,7 @@ pub mod event;
 pub mod ids;
 pub mod liveness;
 pub mod mask;
+mod scan;
 pub mod stdio;
 mod transport;
 pub mod wire;

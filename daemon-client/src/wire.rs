@@ -120,6 +120,48 @@ impl FastFields<'_> {
     }
 }
 
+impl Update<'_, Option<Meta<'_>>> {
+    /// An update with nothing read yet, for the hand-written reader to fill (`crate::scan`): no
+    /// `rawInput` read means no timeout.
+    pub(crate) fn read_in_place() -> Self {
+        Self {
+            session_update: None,
+            tool_call_id: None,
+            status: None,
+            kind: None,
+            title: None,
+            content: None,
+            raw_output: None,
+            raw_input: None,
+            entries: None,
+            meta: None,
+            content_read: None,
+            raw_output_read: None,
+            timeout_read: Some(None),
+            error_type_read: None,
+        }
+    }
+
+    /// The heartbeat's progress when this update is one (as [`FastFields::heartbeat`]).
+    pub(crate) fn heartbeat(&self) -> Option<crate::event::ShellProgress> {
+        let bare = self.kind.is_none()
+            && self.title.is_none()
+            && self.content.is_none()
+            && self.content_read.is_none();
+        let is_heartbeat = bare
+            && self.session_update.as_deref() == Some("tool_call_update")
+            && self.status.as_deref() == Some("in_progress")
+            && self.raw_output.is_none()
+            && self.raw_output_read.is_none();
+        is_heartbeat.then(|| {
+            self.meta
+                .as_ref()
+                .and_then(|m| m.shell_progress)
+                .unwrap_or_default()
+        })
+    }
+}
+
 impl<'a> From<FastParams<'a>> for UpdateParams<'a, Option<Meta<'a>>> {
     fn from(p: FastParams<'a>) -> Self {
         let update = p.update.map(|u| Update {
@@ -133,6 +175,8 @@ impl<'a> From<FastParams<'a>> for UpdateParams<'a, Option<Meta<'a>>> {
             raw_output: None,
             raw_output_read: u.raw_output,
             raw_input: u.raw_input,
+            timeout_read: None,
+            error_type_read: None,
             entries: u.entries,
             meta: u.meta.map(|m| Meta {
                 tool_name: m.tool_name.map(Cow::Borrowed),
@@ -198,6 +242,14 @@ pub(crate) struct Update<'a, M = RawMeta<'a>> {
     /// `rawOutput` as the single-pass decode read it (then `raw_output` is `None`).
     #[serde(skip)]
     pub raw_output_read: Option<Box<RawOutput<'a>>>,
+    /// `rawInput.timeout` as the hand-written reader read it (`crate::scan`; then `raw_input` is
+    /// `None`). `None`: not read in place.
+    #[serde(skip)]
+    pub timeout_read: Option<Option<u64>>,
+    /// The `type` of `rawOutput.error` as the hand-written reader read it. `None`: not read in
+    /// place.
+    #[serde(skip)]
+    pub error_type_read: Option<Option<String>>,
 }
 
 impl<'a, M> Update<'a, M> {
@@ -223,6 +275,31 @@ impl<'a, M> Update<'a, M> {
             None => self
                 .content
                 .and_then(|c| serde_json::from_str::<ContentBlock<'a>>(c.get()).ok()),
+        }
+    }
+
+    /// `rawInput.timeout` in ms (read in place, or parsed from the raw value; none when unreadable
+    /// or not a non-negative integer).
+    pub(crate) fn timeout(&self) -> Option<u64> {
+        match self.timeout_read {
+            Some(t) => t,
+            None => self
+                .raw_input
+                .and_then(|r| serde_json::from_str::<RawInput>(r.get()).ok())
+                .and_then(|r| r.timeout)
+                .and_then(|n| n.as_u64()),
+        }
+    }
+
+    /// The `type` of `rawOutput.error` when it is an object that has one (read in place, or
+    /// parsed from `error`, the raw value of `raw`).
+    pub(crate) fn take_error_type(&mut self, raw: &RawOutput<'_>) -> Option<String> {
+        match self.error_type_read.take() {
+            Some(t) => t,
+            None => raw
+                .error
+                .and_then(|e| serde_json::from_str::<RawError<'_>>(e.get()).ok())
+                .and_then(|e| e.kind.map(Cow::into_owned)),
         }
     }
 

@@ -575,3 +575,342 @@ proptest::proptest! {
         proptest::prop_assert_eq!(a, b);
     }
 }
+
+/// Issue 20: the hand-written reader (`crate::scan`) and the serde path classify `bytes` the
+/// same: the same `Inbound`, the same counters, and the classifiers stay in step (F4 state).
+fn assert_paths_agree(bytes: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
+    let start =
+        update(r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"t","kind":"execute"}"#);
+    let (mut fast, mut serde) = (Classifier::new(), Classifier::new());
+    for c in [&mut fast, &mut serde] {
+        let _ = c.classify(start.as_bytes());
+    }
+    let a = format!("{:?}", fast.classify(bytes));
+    let b = format!("{:?}", serde.classify_serde(bytes));
+    proptest::prop_assert_eq!(&a, &b, "frame {:?}", String::from_utf8_lossy(bytes));
+    proptest::prop_assert_eq!(fast.stats().malformed, serde.stats().malformed);
+    proptest::prop_assert_eq!(fast.stats().heartbeats, serde.stats().heartbeats);
+    // The state each left behind is the same: the same frame again, then a heartbeat of c1.
+    let heartbeat =
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}"#);
+    for next in [bytes, heartbeat.as_bytes()] {
+        let a = format!("{:?}", fast.classify(next));
+        let b = format!("{:?}", serde.classify_serde(next));
+        proptest::prop_assert_eq!(a, b);
+    }
+    Ok(())
+}
+
+#[test]
+fn captured_frames_classify_the_same_on_the_hand_written_reader_and_the_serde_path() {
+    let mut read_by_hand = 0;
+    for (file, bytes) in capture_frames() {
+        assert_paths_agree(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let text = std::str::from_utf8(&bytes).expect("utf-8");
+        if crate::scan::session_update(text).is_some() {
+            read_by_hand += 1;
+        }
+    }
+    // The captured heartbeats, results, starts and chunks are read by hand (plans, requests,
+    // responses and vendor notifications are not `session/update`s it reads).
+    assert!(read_by_hand >= 40, "{read_by_hand}");
+}
+
+#[test]
+fn the_hand_written_reader_takes_the_hot_frames_and_gives_the_rest_to_serde() {
+    let hot = [
+        HEARTBEAT.to_owned(),
+        update(
+            r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed","content":[{"type":"content","content":{"type":"text","text":"a\nb \"q\" \u00e9\t\/"}}],"rawOutput":{"output":"x","exitCode":-3,"signal":null,"error":{"type":"execution_timeout","message":"m"},"outcome":"timed_out","notices":[1.5e3,true,false,null,{"a":[]}]}}"#,
+        ),
+        update(
+            r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"t","kind":"execute","rawInput":{"command":"ls","timeout":25000}}"#,
+        ),
+        format!(
+            " \n{}\t\r\n",
+            update(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}"#
+            )
+        ),
+    ];
+    for frame in &hot {
+        assert!(crate::scan::session_update(frame).is_some(), "{frame}");
+        assert_paths_agree(frame.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let given_to_serde = [
+        // A request, a response, another notification.
+        r#"{"jsonrpc":"2.0","id":1,"method":"session/update","params":{"sessionId":"s1","update":{}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"_qwen/notify","params":{}}"#.to_owned(),
+        // Duplicate known keys (serde's derive refuses them), at every level.
+        r#"{"jsonrpc":"2.0","method":"session/update","method":"session/update","params":{"sessionId":"s1"}}"#.to_owned(),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","toolCallId":"c2","status":"in_progress"}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":1,"elapsedMs":2}}}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"error":{"type":"a","type":"b"}}}"#),
+        // An escaped key; a surrogate escape (S4 repairs lone ones on the serde path).
+        update(r#"{"session\u0055pdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}"#),
+        update(r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"\ud83d\ude00 \ud83d"}}"#),
+        // Numbers serde does not read into an integer field; structs read from arrays.
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"exitCode":-0}}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":1e3}}}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"usage":{"inputTokens":18446744073709551616}}}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":["out","timed_out"]}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed","rawOutput":{"error":["execution_timeout"]}}"#),
+        update(r#"{"sessionUpdate":"tool_call","toolCallId":"c1","rawInput":[5000]}"#),
+        update(r#"{"sessionUpdate":"plan","entries":[]}"#),
+        // Invalid JSON of every kind.
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"} x"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","n":01}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","n":1.}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","n":-}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress",}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","s":"\x"}"#),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","s":"\u12G4"}"#),
+        update("{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"c\u{1}1\",\"status\":\"in_progress\"}"),
+        update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","t":tru}"#),
+        format!("{}{}{}", update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","d":"#), "[".repeat(60), "]".repeat(60) + "}"),
+    ];
+    for frame in &given_to_serde {
+        assert!(crate::scan::session_update(frame).is_none(), "{frame}");
+        assert_paths_agree(frame.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A string as a JavaScript daemon might write it: plain, or with characters escaped (`\n`, `\"`,
+/// `\uXXXX`, surrogate pairs for characters beyond the BMP, lone halves).
+fn any_json_string() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let piece = prop_oneof![
+        any::<char>().prop_map(|c| serde_json::to_string(&c.to_string()).expect("json")),
+        any::<char>().prop_map(|c| {
+            let mut units = [0u16; 2];
+            c.encode_utf16(&mut units)
+                .iter()
+                .map(|u| format!("\\u{u:04x}"))
+                .collect::<String>()
+        }),
+        prop::sample::select(vec![
+            "\\n", "\\\"", "\\\\", "\\/", "\\b", "\\f", "\\r", "\\t", "\\ud83d", "\\uDE00",
+            "\\u0000", "\\x", "\\u12", "\u{1}", "\u{7f}", "é", "💥",
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_]{0,6}".prop_map(|s| format!("\"{s}\"")),
+    ];
+    prop::collection::vec(piece, 0..6).prop_map(|parts| {
+        // Each JSON-quoted piece loses its quotes; the others go in as they are.
+        let inner: String = parts
+            .iter()
+            .map(|p| {
+                p.strip_prefix('"')
+                    .and_then(|p| p.strip_suffix('"'))
+                    .unwrap_or(p)
+            })
+            .collect();
+        format!("\"{inner}\"")
+    })
+}
+
+/// A JSON text (as it would appear on the wire, sometimes invalid) for a value where the reader
+/// expects one of the ACP fields.
+fn any_wire_value() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just("null".to_owned()),
+        Just("true".to_owned()),
+        Just("false".to_owned()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|f| f.to_string()),
+        prop::sample::select(vec![
+            "-0",
+            "0",
+            "1e3",
+            "1E+400",
+            "-1.5e-7",
+            "01",
+            "1.",
+            "-",
+            "18446744073709551616",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "25000",
+        ])
+        .prop_map(str::to_owned),
+        any_json_string(),
+        prop::sample::select(vec![
+            "tool_call_update",
+            "tool_call",
+            "agent_message_chunk",
+            "in_progress",
+            "completed",
+            "failed",
+            "timed_out",
+            "execution_timeout",
+            "text",
+            "c1",
+            "s1",
+        ])
+        .prop_map(|s| format!("\"{s}\"")),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        let key = prop_oneof![
+            prop::sample::select(vec![
+                "sessionUpdate",
+                "toolCallId",
+                "status",
+                "kind",
+                "title",
+                "content",
+                "rawOutput",
+                "rawInput",
+                "_meta",
+                "type",
+                "text",
+                "output",
+                "outcome",
+                "exitCode",
+                "signal",
+                "error",
+                "timeout",
+                "toolName",
+                "shellProgress",
+                "usage",
+                "elapsedMs",
+                "timeoutMs",
+                "inputTokens",
+                "entries",
+                "session\\u0055pdate",
+            ])
+            .prop_map(|k| format!("\"{k}\"")),
+            any_json_string(),
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            prop::collection::vec((key, inner), 0..5).prop_map(|kv| {
+                let fields: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                format!("{{{}}}", fields.join(","))
+            }),
+        ]
+    })
+}
+
+/// The captured frames but the 570 kB skills list (mutating it adds no shapes, only time).
+static SMALL_CAPTURES: std::sync::LazyLock<Vec<Vec<u8>>> = std::sync::LazyLock::new(|| {
+    capture_frames()
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.len() < 8192)
+        .collect()
+});
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 1500, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Issue 20: whatever bytes arrive, the hand-written reader and the serde path agree.
+    #[test]
+    fn the_hand_written_reader_agrees_with_serde_on_arbitrary_bytes(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+    ) {
+        assert_paths_agree(&bytes)?;
+    }
+
+    /// Issue 20: captured frames with bytes replaced, removed or inserted (invalid JSON, invalid
+    /// UTF-8, broken escapes) classify the same on both paths.
+    #[test]
+    fn the_hand_written_reader_agrees_with_serde_on_mutated_captures(
+        pick in proptest::prelude::any::<proptest::sample::Index>(),
+        edits in proptest::collection::vec(
+            (proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>(), 0u8..4),
+            1..6,
+        ),
+    ) {
+        let frames = &*SMALL_CAPTURES;
+        let mut bytes = frames[pick.index(frames.len())].clone();
+        for (at, byte, op) in edits {
+            if bytes.is_empty() { break; }
+            let i = at.index(bytes.len());
+            match op {
+                0 => bytes[i] = byte,
+                1 => { bytes.remove(i); }
+                2 => bytes.insert(i, byte),
+                // A structural or escape byte, where mutations most often matter.
+                _ => bytes[i] = b"{}[],:\"\\-0e."[usize::from(byte) % 12],
+            }
+        }
+        assert_paths_agree(&bytes)?;
+    }
+
+    /// Issue 20: ACP-shaped updates with any values in the fields the reader types (escaped and
+    /// raw strings over all of Unicode, numbers of every form, wrong types, duplicates) classify
+    /// the same on both paths.
+    #[test]
+    fn the_hand_written_reader_agrees_with_serde_on_any_update(
+        fields in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "sessionUpdate", "toolCallId", "status", "kind", "title", "content", "rawOutput",
+                    "rawInput", "_meta", "other",
+                ]),
+                any_wire_value(),
+            ),
+            0..7,
+        ),
+        kind in proptest::sample::select(vec![
+            "\"tool_call_update\"", "\"tool_call\"", "\"agent_message_chunk\"", "\"agent_thought_chunk\"", "\"user_message_chunk\"",
+        ]),
+        status in proptest::sample::select(vec!["\"completed\"", "\"failed\"", "\"in_progress\"", "\"pending\""]),
+        session in proptest::prop_oneof![proptest::strategy::Just("\"s1\"".to_owned()), any_wire_value()],
+    ) {
+        let mut body = vec![format!("\"sessionUpdate\":{kind}"), "\"toolCallId\":\"c1\"".to_owned(), format!("\"status\":{status}")];
+        body.extend(fields.into_iter().map(|(k, v)| format!("\"{k}\":{v}")));
+        // Later keys override the defaults above in neither path: a repeated key is a duplicate.
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{{}}}}}}}"#,
+            body.join(",")
+        );
+        assert_paths_agree(frame.as_bytes())?;
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 1500, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Issue 20: a captured result, start or heartbeat with one of its strings (typed, or skipped
+    /// as unknown) replaced by any string a daemon might write — valid escapes, invalid ones,
+    /// control characters, all of Unicode, surrogate halves — classifies the same on both paths.
+    #[test]
+    fn the_hand_written_reader_agrees_with_serde_on_any_string_in_a_captured_frame(
+        pick in proptest::sample::select(vec![
+            ("\"status\":\"completed\"", "\"Command: python3"),
+            ("\"status\":\"completed\"", "\"42\""),
+            ("\"status\":\"completed\"", "\"/tmp/qwen/ws\""),
+            ("\"status\":\"failed\"", "\"timed_out\""),
+            ("\"status\":\"failed\"", "\"shell_result\""),
+            ("\"sessionUpdate\":\"tool_call\"", "\"Shell\""),
+            ("\"sessionUpdate\":\"tool_call\"", "\"preparing\""),
+            ("elapsedMs\":20001", "\"run_shell_command\""),
+            ("elapsedMs\":20001", "\"shell_progress\""),
+            ("Command finished.", "\"Command finished.\""),
+        ]),
+        replacement in any_json_string(),
+    ) {
+        let (frame, needle) = pick;
+        let original = SMALL_CAPTURES
+            .iter()
+            .filter_map(|b| std::str::from_utf8(b).ok())
+            .find(|f| f.contains(frame) && f.contains(needle))
+            .unwrap_or_else(|| panic!("a captured frame with {frame} and {needle}"));
+        // The needle's whole string (up to its closing quote) is replaced.
+        let at = original.find(needle).unwrap_or_default();
+        let end = original[at + 1..]
+            .char_indices()
+            .scan(false, |escaped, (i, c)| {
+                let close = c == '"' && !*escaped;
+                *escaped = c == '\\' && !*escaped;
+                Some((i, close))
+            })
+            .find(|(_, close)| *close)
+            .map_or(original.len(), |(i, _)| at + 1 + i + 1);
+        let mutated = format!("{}{}{}", &original[..at], replacement, &original[end..]);
+        assert_paths_agree(mutated.as_bytes())?;
+    }
+}
