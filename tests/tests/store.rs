@@ -544,3 +544,36 @@ async fn d1_concurrent_writers_on_sqlite_are_never_refused_as_locked_and_lose_no
     other.close().await;
     store.close().await;
 }
+
+/// D1 on SQLite: code that holds a connection (a few statements that need not be atomic) and then
+/// begins a transaction — the inbox's dead-letter path, start-up's sweep of open turns — is not
+/// made to wait for itself by the one transaction connection: the transaction starts at once and
+/// both see each other's commits.
+#[tokio::test]
+async fn d1_a_transaction_begun_while_holding_a_connection_on_sqlite_does_not_wait_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("nested.db").display());
+    let store = Store::open(&url).await.expect("open");
+    let conv = conversation(&store, "nested").await;
+    let mut held = store.conn().await.expect("a connection");
+    outbox::enqueue(&mut held, &action(&conv, "held"), T0)
+        .await
+        .expect("a write on the held connection");
+    // Well under the pool's 5 s acquire timeout: a transaction that had to wait for the held
+    // connection would time out here.
+    let nested = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut tx = store.begin().await?;
+        outbox::enqueue(tx.conn(), &action(&conv, "nested"), T0).await?;
+        tx.commit().await
+    })
+    .await
+    .expect("the transaction began and committed while the connection was held");
+    nested.expect("the nested transaction committed");
+    assert_eq!(
+        outbox::stats(&mut held, T0).await.expect("stats").pending,
+        2,
+        "the held connection sees the transaction's write"
+    );
+    drop(held);
+    store.close().await;
+}

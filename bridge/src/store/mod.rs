@@ -194,7 +194,14 @@ pub fn mask_url(url: &str) -> String {
 /// The store: a pool on one backend.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// Transactions (and migrations). On an SQLite file exactly one connection: SQLite admits one
+    /// writer, so transactions queue here fairly and are handed the connection the moment it is
+    /// free, instead of sleeping in SQLite's busy handler.
     pool: AnyPool,
+    /// Single statements and groups of statements that need not be atomic ([`Store::conn`]). On an
+    /// SQLite file a few connections of their own, so code that holds one while it begins a
+    /// transaction never waits for itself; elsewhere `pool`.
+    shared: AnyPool,
     /// Bookkeeping whose loss is harmless — delivery claims, "delivered" marks and retries, and
     /// heartbeat counts: on PostgreSQL its own few connections with `synchronous_commit = off`, so
     /// it never waits for a WAL flush nor for a connection the conversations hold. Only a database
@@ -214,6 +221,10 @@ const RELAXED_CONNECTIONS: u32 = 8;
 
 /// Read-only connections beside SQLite's one writer (see [`Store::read_conn`]).
 const SQLITE_READERS: u32 = 4;
+
+/// Connections for single statements beside SQLite's one transaction connection (see
+/// [`Store::conn`]).
+const SQLITE_SHARED: u32 = 4;
 
 /// How a transaction starts on SQLite: with the write lock taken at once, so a transaction that
 /// reads and then writes can never be refused with SQLITE_BUSY half-way (a deferred `BEGIN` can,
@@ -312,9 +323,9 @@ impl Store {
             _ => url.to_owned(),
         };
         // SQLite admits one writer at a time. Several pooled connections would contend for it and
-        // wait in SQLite's busy handler, which sleeps in milliseconds; one write connection instead
-        // queues its callers fairly in the pool and hands it on the moment it is free. Reads that
-        // may run long get their own read-only connections (`read`).
+        // wait in SQLite's busy handler, which sleeps in milliseconds; one transaction connection
+        // instead queues its callers fairly in the pool and hands it on the moment it is free.
+        // Single statements (`shared`) and reads that may run long (`read`) have their own.
         let options = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 1 } else { 10 })
             .acquire_timeout(Duration::from_secs(5))
@@ -336,6 +347,22 @@ impl Store {
                 url: masked.clone(),
                 source,
             })?;
+        let file = backend == Backend::Sqlite && sqlite_file(&url).is_some();
+        // An in-memory database is private to its one connection: everything goes there.
+        let shared = if file {
+            AnyPoolOptions::new()
+                .max_connections(SQLITE_SHARED)
+                .acquire_timeout(Duration::from_secs(5))
+                .test_before_acquire(false)
+                .after_connect(|conn, _| Box::pin(async move { sqlite_pragmas(conn).await }))
+                .connect_lazy(&url)
+                .map_err(|source| StoreError::Unreachable {
+                    url: masked.clone(),
+                    source,
+                })?
+        } else {
+            pool.clone()
+        };
         let relaxed = match backend {
             Backend::Sqlite => pool.clone(),
             Backend::Postgres => AnyPoolOptions::new()
@@ -356,8 +383,7 @@ impl Store {
                     source,
                 })?,
         };
-        // An in-memory database is private to its one connection: reads go there too.
-        let read = if backend == Backend::Sqlite && sqlite_file(&url).is_some() {
+        let read = if file {
             AnyPoolOptions::new()
                 .max_connections(SQLITE_READERS)
                 .acquire_timeout(Duration::from_secs(5))
@@ -381,6 +407,7 @@ impl Store {
         };
         Ok(Self {
             pool,
+            shared,
             relaxed,
             read,
             backend,
@@ -429,7 +456,7 @@ impl Store {
     /// The pool, for one-statement operations.
     #[must_use]
     pub fn pool(&self) -> &AnyPool {
-        &self.pool
+        &self.shared
     }
 
     /// A pooled connection for a few statements that need not be atomic.
@@ -437,7 +464,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Query`] when no connection can be had.
     pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
-        Ok(self.pool.acquire().await?)
+        Ok(self.shared.acquire().await?)
     }
 
     /// A connection for reads only (history, the UI, metrics): on an SQLite file one of its
@@ -473,7 +500,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Query`] when no connection can be had.
     pub async fn relaxed_conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
-        Ok(self.relaxed.acquire().await?)
+        match self.backend {
+            Backend::Sqlite => Ok(self.shared.acquire().await?),
+            Backend::Postgres => Ok(self.relaxed.acquire().await?),
+        }
     }
 
     /// A transaction on the bookkeeping connections (see [`Store::relaxed_conn`]).
@@ -486,13 +516,14 @@ impl Store {
 
     /// Whether the database answers (for `/readyz`).
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        sqlx::query("SELECT 1").execute(&self.shared).await.is_ok()
     }
 
     /// Closes the pools.
     pub async fn close(&self) {
         self.read.close().await;
         self.relaxed.close().await;
+        self.shared.close().await;
         self.pool.close().await;
     }
 }
