@@ -8,13 +8,15 @@
 //! chat messages (exactly one post and one edit per tool).
 //!
 //! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions; `cargo test` (CI) runs
-//! N = 100. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10) override. Soak: `P2_SOAK_MINUTES=30
+//! N = 100 on SQLite and then, when `DATABASE_URL` is set, on PostgreSQL, printing both. Each run
+//! ends with a `P2_RESULT {json}` line (scripts/p2-chart reads it). Above 1,000 sessions the targets
+//! are issue 20's (p99 ≤ 10 ms, RSS ≤ 300 MB); the open-file limit is raised to its hard limit. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10; 5 under `cargo test`) override. Soak: `P2_SOAK_MINUTES=30
 //! P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps the load up for that long
 //! (each session starts a new tool when one ends), samples RSS and the live heap (a counting allocator)
 //! every minute and checks the second half of the soak stays flat within 10% (the first half includes
 //! the warm-up of bounded caches; its growth is printed too). `--features heap-profile` runs it under
-//! dhat instead and writes `dhat-heap.json` (what is live just before shutdown, by call stack). Uses
-//! `DATABASE_URL` (a fresh database on it) when set, else SQLite. `P2_PROJECTS=4` spreads the sessions
+//! dhat instead and writes `dhat-heap.json` (what is live just before shutdown, by call stack).
+//! `cargo bench` uses `DATABASE_URL` (a fresh database on it) when set, else SQLite. `P2_PROJECTS=4` spreads the sessions
 //! over that many `[[projects]]` (each its own loopback daemon and daemon connection, its channels on
 //! two platforms: even projects on `slack`, odd ones on `discord`).
 
@@ -311,6 +313,40 @@ fn inbound(i: usize, projects: usize, text: &str) -> Inbound {
     }
 }
 
+/// The store a run uses.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit: at 10,000 sessions with several
+/// projects, the pools, daemon connections and their listeners need more than a shell's default 1,024.
+fn raise_nofile() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 0;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
+/// Resets the process's peak RSS (VmHWM), so each run of one invocation reports its own peak.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let env = |k: &str, d: u64| {
@@ -320,23 +356,40 @@ fn main() {
             .unwrap_or(d)
     };
     let n = env("P2_SESSIONS", if bench { 1000 } else { 100 }) as usize;
-    let beats = env("P2_HEARTBEATS", 10);
+    // CI runs two backends one after the other: 5 heartbeats per tool keep each run near 6 s.
+    let beats = env("P2_HEARTBEATS", if bench { 10 } else { 5 });
     let soak = Duration::from_secs(env("P2_SOAK_MINUTES", 0) * 60);
     let projects = env("P2_PROJECTS", 1).max(1) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run(n, beats, soak, projects));
+    raise_nofile();
+    let pg = std::env::var("DATABASE_URL").is_ok();
+    // `cargo bench`: the backend `DATABASE_URL` says. `cargo test` (CI): SQLite, then PostgreSQL when
+    // `DATABASE_URL` is set, so both backends' figures are printed on every run.
+    let backends: Vec<Backend> = match (bench, pg) {
+        (true, true) => vec![Backend::Postgres],
+        (true, false) | (false, false) => vec![Backend::Sqlite],
+        (false, true) => vec![Backend::Sqlite, Backend::Postgres],
+    };
+    for backend in backends {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(run(backend, n, beats, soak, projects));
+    }
 }
 
-async fn run(n: usize, beats: u64, soak: Duration, projects: usize) {
+async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: usize) {
     chat_bridge_tests::init_tracing();
     #[cfg(feature = "heap-profile")]
     let profiler = dhat::Profiler::new_heap();
-    let db = match std::env::var("DATABASE_URL") {
-        Ok(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await,
-        Err(_) => chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await,
+    reset_peak_rss();
+    let db = match backend {
+        Backend::Postgres => {
+            chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await
+        }
+        Backend::Sqlite => {
+            chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Sqlite).await
+        }
     };
     let dir = tempfile::tempdir().expect("tmp");
     let sent: Sent = Arc::default();
@@ -476,8 +529,11 @@ async fn run(n: usize, beats: u64, soak: Duration, projects: usize) {
     let edits = chat.edits.load(Ordering::SeqCst);
     let beats_sent = heartbeats.load(Ordering::SeqCst);
     let tools = (n * rounds) as u64;
+    let rss_mb = proc_status("VmHWM:") / 1024;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "P2: {n} sessions over {projects} project(s), {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core); peak RSS {} MB; chat: {posts} posts, {edits} edits for {tools} tools",
+        "P2 ({}): {n} sessions over {projects} project(s), {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core, {:.1}% per 1,000 sessions); peak RSS {rss_mb} MB; chat: {posts} posts, {edits} edits for {tools} tools",
+        backend.name(),
         percentile(&to_outbox, 0.5),
         percentile(&to_outbox, 0.99),
         percentile(&lat, 0.5),
@@ -486,30 +542,52 @@ async fn run(n: usize, beats: u64, soak: Duration, projects: usize) {
         lat.len(),
         cpu,
         100.0 * cpu / wall,
-        proc_status("VmHWM:") / 1024,
+        100.0 * cpu / wall * 1000.0 / n as f64,
     );
+    // The targets: issue 20's for more than 1,000 sessions (10,000: p99 ≤ 10 ms, RSS ≤ 300 MB), P2's
+    // for up to 1,000.
+    let (p99_target, rss_target) = if n > 1000 {
+        (Duration::from_millis(10), 300)
+    } else {
+        (Duration::from_millis(5), 150)
+    };
     let p99 = percentile(&to_outbox, 0.99);
+    let one_each = posts == tools && edits == tools;
     println!(
-        "P2 targets: frame→outbox p99 {p99:?} (≤ 5 ms: {}), peak RSS {} MB (≤ 150 MB: {}), no chat message per heartbeat: {}",
-        if p99 <= Duration::from_millis(5) {
-            "met"
-        } else {
-            "MISSED"
-        },
-        proc_status("VmHWM:") / 1024,
-        if proc_status("VmHWM:") <= 150 * 1024 {
-            "met"
-        } else {
-            "MISSED"
-        },
-        if posts == tools && edits == tools {
-            "met"
-        } else {
-            "MISSED"
-        },
+        "P2 targets: frame→outbox p99 {p99:?} (≤ {p99_target:?}: {}), peak RSS {rss_mb} MB (≤ {rss_target} MB: {}), no chat message per heartbeat: {}",
+        if p99 <= p99_target { "met" } else { "MISSED" },
+        if rss_mb <= rss_target { "met" } else { "MISSED" },
+        if one_each { "met" } else { "MISSED" },
+    );
+    // One line for scripts (scripts/p2-chart reads it).
+    println!(
+        "P2_RESULT {}",
+        json!({
+            "backend": backend.name(),
+            "sessions": n,
+            "projects": projects,
+            "rounds": rounds,
+            "heartbeats": beats_sent,
+            "wall_s": wall,
+            "outbox_p50_ms": ms(percentile(&to_outbox, 0.5)),
+            "outbox_p99_ms": ms(p99),
+            "chat_p50_ms": ms(percentile(&lat, 0.5)),
+            "chat_p99_ms": ms(percentile(&lat, 0.99)),
+            "chat_max_ms": ms(lat.last().copied().unwrap_or_default()),
+            "cpu_s": cpu,
+            "cpu_pct": 100.0 * cpu / wall,
+            "cpu_pct_per_1k": 100.0 * cpu / wall * 1000.0 / n as f64,
+            "peak_rss_mb": rss_mb,
+            "posts": posts,
+            "edits": edits,
+            "tools": tools,
+        })
     );
     assert_eq!(lat.len(), n, "a latency sample per session");
-    assert!(proc_status("VmHWM:") <= 150 * 1024, "peak RSS over 150 MB");
+    assert!(
+        rss_mb <= rss_target,
+        "peak RSS {rss_mb} MB over {rss_target} MB"
+    );
     assert!(beats_sent >= tools * beats, "every heartbeat was sent");
     assert_eq!(
         posts, tools,
