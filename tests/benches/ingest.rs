@@ -303,9 +303,7 @@ impl Bridge {
         cfg.liveness.idle = Duration::from_secs(600);
         cfg.liveness.progress_after = Duration::from_secs(3600);
         let chat = Arc::new(Chat::default());
-        let app = Application::build(&cfg, chat.clone())
-            .await
-            .expect("build");
+        let app = Application::build(&cfg, chat.clone()).await.expect("build");
         let frames = frames_rx.recv().await.expect("the bridge connected");
         Self {
             app,

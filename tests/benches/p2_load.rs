@@ -7,18 +7,21 @@
 //! daemon runs in it too, so both are upper bounds for the bridge), and that heartbeats never become
 //! chat messages (exactly one post and one edit per tool).
 //!
-//! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions; `cargo test` (CI) runs
+//! `cargo bench -p chat-bridge-tests --bench p2_load` runs N = 1,000 sessions on the store
+//! `DATABASE_URL` names (a fresh database on it) when set, else SQLite; `cargo test` (CI) runs
 //! N = 100 on SQLite and then, when `DATABASE_URL` is set, on PostgreSQL, printing both. Each run
 //! ends with a `P2_RESULT {json}` line (scripts/p2-chart reads it). Above 1,000 sessions the targets
-//! are issue 20's (p99 ≤ 10 ms, RSS ≤ 300 MB); the open-file limit is raised to its hard limit. `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10; 5 under `cargo test`) override. Soak: `P2_SOAK_MINUTES=30
-//! P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps the load up for that long
-//! (each session starts a new tool when one ends), samples RSS and the live heap (a counting allocator)
-//! every minute and checks the second half of the soak stays flat within 10% (the first half includes
-//! the warm-up of bounded caches; its growth is printed too). `--features heap-profile` runs it under
-//! dhat instead and writes `dhat-heap.json` (what is live just before shutdown, by call stack).
-//! `cargo bench` uses `DATABASE_URL` (a fresh database on it) when set, else SQLite. `P2_PROJECTS=4` spreads the sessions
-//! over that many `[[projects]]` (each its own loopback daemon and daemon connection, its channels on
-//! two platforms: even projects on `slack`, odd ones on `discord`).
+//! are issue 20's (p99 ≤ 10 ms, RSS ≤ 300 MB). The open file descriptors at the end are printed.
+//! `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10; 5 under `cargo test`) override.
+//!
+//! Soak: `P2_SOAK_MINUTES=30 P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps
+//! the load up for that long (each session starts a new tool when one ends), samples RSS and the live
+//! heap (a counting allocator) every minute and checks the second half of the soak stays flat within
+//! 10% (the first half includes the warm-up of bounded caches; its growth is printed too).
+//! `--features heap-profile` runs it under dhat instead and writes `dhat-heap.json` (what is live
+//! just before shutdown, by call stack). `P2_PROJECTS=4` spreads the sessions over that many
+//! `[[projects]]` (each its own loopback daemon and daemon connection, its channels on two
+//! platforms: even projects on `slack`, odd ones on `discord`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -329,17 +332,10 @@ impl Backend {
     }
 }
 
-/// Raises this process's open-file limit to its hard limit: at 10,000 sessions with several
-/// projects, the pools, daemon connections and their listeners need more than a shell's default 1,024.
-fn raise_nofile() -> u64 {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return 0;
-    };
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return hard;
-    }
-    soft
+/// File descriptors open now: sessions share their project's one daemon connection, so this stays
+/// near the pools' size whatever N is (RLIMIT_NOFILE is not what bounds the session count).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
 }
 
 /// Resets the process's peak RSS (VmHWM), so each run of one invocation reports its own peak.
@@ -360,7 +356,6 @@ fn main() {
     let beats = env("P2_HEARTBEATS", if bench { 10 } else { 5 });
     let soak = Duration::from_secs(env("P2_SOAK_MINUTES", 0) * 60);
     let projects = env("P2_PROJECTS", 1).max(1) as usize;
-    raise_nofile();
     let pg = std::env::var("DATABASE_URL").is_ok();
     // `cargo bench`: the backend `DATABASE_URL` says. `cargo test` (CI): SQLite, then PostgreSQL when
     // `DATABASE_URL` is set, so both backends' figures are printed on every run.
@@ -530,9 +525,10 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     let beats_sent = heartbeats.load(Ordering::SeqCst);
     let tools = (n * rounds) as u64;
     let rss_mb = proc_status("VmHWM:") / 1024;
+    let fds = open_fds();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "P2 ({}): {n} sessions over {projects} project(s), {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core, {:.1}% per 1,000 sessions); peak RSS {rss_mb} MB; chat: {posts} posts, {edits} edits for {tools} tools",
+        "P2 ({}): {n} sessions over {projects} project(s), {rounds} round(s), {beats_sent} heartbeats in {wall:.1} s; frame→outbox p50 {:?} p99 {:?} (ms resolution); frame→chat p50 {:?} p99 {:?} max {:?} ({} samples); CPU {:.2} s ({:.0}% of one core, {:.1}% per 1,000 sessions); peak RSS {rss_mb} MB; {fds} open files; chat: {posts} posts, {edits} edits for {tools} tools",
         backend.name(),
         percentile(&to_outbox, 0.5),
         percentile(&to_outbox, 0.99),
@@ -556,7 +552,11 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     println!(
         "P2 targets: frame→outbox p99 {p99:?} (≤ {p99_target:?}: {}), peak RSS {rss_mb} MB (≤ {rss_target} MB: {}), no chat message per heartbeat: {}",
         if p99 <= p99_target { "met" } else { "MISSED" },
-        if rss_mb <= rss_target { "met" } else { "MISSED" },
+        if rss_mb <= rss_target {
+            "met"
+        } else {
+            "MISSED"
+        },
         if one_each { "met" } else { "MISSED" },
     );
     // One line for scripts (scripts/p2-chart reads it).
@@ -578,6 +578,7 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
             "cpu_pct": 100.0 * cpu / wall,
             "cpu_pct_per_1k": 100.0 * cpu / wall * 1000.0 / n as f64,
             "peak_rss_mb": rss_mb,
+            "open_fds": fds,
             "posts": posts,
             "edits": edits,
             "tools": tools,
