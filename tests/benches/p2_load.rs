@@ -167,13 +167,17 @@ fn heartbeat(session: &str, call: &str, elapsed_ms: u64) -> String {
 }
 
 /// The loopback daemon: one connection, many sessions; each prompt runs a silent "command" that
-/// heartbeats every second `beats` times and then completes.
+/// heartbeats every second `beats` times and then completes. The commands of a round start
+/// heartbeating together once all `per_round` prompts of the round have arrived, so all N sessions
+/// are concurrent however long opening them takes (at 10,000 sessions, longer than a tool runs).
 async fn load_daemon(
     listener: TcpListener,
     beats: u64,
     sent: Sent,
     heartbeats: Arc<AtomicU64>,
     prefix: String,
+    per_round: usize,
+    prompts: Arc<tokio::sync::watch::Sender<usize>>,
 ) {
     let Ok((tcp, _)) = listener.accept().await else {
         return;
@@ -215,12 +219,20 @@ async fn load_daemon(
                 let session = msg["params"]["sessionId"].as_str().unwrap_or("").to_owned();
                 let id = msg["id"].clone();
                 let (tx, sent, heartbeats) = (tx.clone(), sent.clone(), heartbeats.clone());
+                let mut round = prompts.subscribe();
+                let mut arrived = 0;
+                prompts.send_modify(|n| {
+                    *n += 1;
+                    arrived = *n;
+                });
+                let all = arrived.div_ceil(per_round.max(1)) * per_round.max(1);
                 tokio::spawn(async move {
                     let call = format!("call-{}", uuid::Uuid::new_v4().simple());
                     let update = |u: Value| {
                         json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":u}}).to_string()
                     };
                     let _ = tx.send(update(json!({"sessionUpdate":"tool_call","toolCallId":call,"title":"make test","kind":"execute","status":"in_progress"})));
+                    let _ = round.wait_for(|n| *n >= all).await;
                     // Start at a random point of the second, as real sessions do.
                     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
                     for i in 1..=beats {
@@ -390,6 +402,8 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     let sent: Sent = Arc::default();
     let heartbeats = Arc::new(AtomicU64::new(0));
     let mut urls = Vec::new();
+    // Every daemon's prompts, counted together: all N commands start heartbeating at once.
+    let prompts = Arc::new(tokio::sync::watch::Sender::new(0usize));
     for k in 0..projects {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         urls.push(format!("ws://{}/acp", listener.local_addr().expect("addr")));
@@ -405,6 +419,8 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
             sent.clone(),
             heartbeats.clone(),
             prefix,
+            n,
+            prompts.clone(),
         ));
     }
     let mut cfg = chat_bridge_tests::bridge::config(&db.url, dir.path());
@@ -439,13 +455,22 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     let chat = Arc::new(Chat::default());
     let app = Application::build(&cfg, chat.clone()).await.expect("build");
     let stop = CancellationToken::new();
-    let (cpu0, t0) = (cpu_secs(), Instant::now());
+    let opening = Instant::now();
+    let (mut cpu0, mut t0) = (cpu_secs(), Instant::now());
     let mut rss_samples = Vec::new();
     let mut rounds = 0usize;
     loop {
         rounds += 1;
         for i in 0..n {
             app.accept(inbound(i, projects, "make test"), &stop).await;
+        }
+        if rounds == 1 {
+            // From here all N sessions heartbeat at once: CPU and wall time are of that.
+            println!(
+                "P2: {n} sessions opened in {:.1} s",
+                opening.elapsed().as_secs_f64()
+            );
+            (cpu0, t0) = (cpu_secs(), Instant::now());
         }
         tokio::time::timeout(Duration::from_secs(beats + 120), async {
             while (chat.delivered.load(Ordering::SeqCst) as usize) < n * rounds {
