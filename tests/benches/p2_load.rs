@@ -168,8 +168,9 @@ fn heartbeat(session: &str, call: &str, elapsed_ms: u64) -> String {
 
 /// The loopback daemon: one connection, many sessions; each prompt runs a silent "command" that
 /// heartbeats every second `beats` times and then completes. The commands of a round start
-/// heartbeating together once all `per_round` prompts of the round have arrived, so all N sessions
-/// are concurrent however long opening them takes (at 10,000 sessions, longer than a tool runs).
+/// their `beats` heartbeats together once all `per_round` prompts of the round have arrived (until
+/// then they heartbeat every second too), so all N sessions are concurrent however long opening
+/// them takes (at 10,000 sessions, longer than a tool runs).
 async fn load_daemon(
     listener: TcpListener,
     beats: u64,
@@ -232,12 +233,23 @@ async fn load_daemon(
                         json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":u}}).to_string()
                     };
                     let _ = tx.send(update(json!({"sessionUpdate":"tool_call","toolCallId":call,"title":"make test","kind":"execute","status":"in_progress"})));
-                    let _ = round.wait_for(|n| *n >= all).await;
+                    // A command waiting for the others is running too: it heartbeats meanwhile.
+                    let mut waited = 0;
+                    loop {
+                        tokio::select! {
+                            _ = round.wait_for(|n| *n >= all) => break,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                                waited += 1;
+                                let _ = tx.send(heartbeat(&session, &call, waited * 1000));
+                                heartbeats.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
                     // Start at a random point of the second, as real sessions do.
                     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
                     for i in 1..=beats {
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        let _ = tx.send(heartbeat(&session, &call, i * 1000));
+                        let _ = tx.send(heartbeat(&session, &call, (waited + i) * 1000));
                         heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
                     let done = update(
