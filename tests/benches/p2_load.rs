@@ -167,8 +167,8 @@ fn heartbeat(session: &str, call: &str, elapsed_ms: u64) -> String {
 }
 
 /// The loopback daemon: one connection, many sessions; each prompt runs a silent "command" that
-/// heartbeats every second `beats` times and then completes. The commands of a round start
-/// their `beats` heartbeats together once all `per_round` prompts of the round have arrived (until
+/// heartbeats every second `beats` to `2 × beats - 1` times and then completes. The commands of a
+/// round start their heartbeats together once all `per_round` prompts of the round have arrived (until
 /// then they heartbeat every second too), so all N sessions are concurrent however long opening
 /// them takes (at 10,000 sessions, longer than a tool runs).
 async fn load_daemon(
@@ -178,7 +178,7 @@ async fn load_daemon(
     heartbeats: Arc<AtomicU64>,
     prefix: String,
     per_round: usize,
-    prompts: Arc<tokio::sync::watch::Sender<usize>>,
+    prompts: Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
 ) {
     let Ok((tcp, _)) = listener.accept().await else {
         return;
@@ -220,13 +220,12 @@ async fn load_daemon(
                 let session = msg["params"]["sessionId"].as_str().unwrap_or("").to_owned();
                 let id = msg["id"].clone();
                 let (tx, sent, heartbeats) = (tx.clone(), sent.clone(), heartbeats.clone());
-                let mut round = prompts.subscribe();
-                let mut arrived = 0;
-                prompts.send_modify(|n| {
-                    *n += 1;
-                    arrived = *n;
-                });
+                let arrived = prompts.0.fetch_add(1, Ordering::SeqCst) + 1;
                 let all = arrived.div_ceil(per_round.max(1)) * per_round.max(1);
+                if arrived == all {
+                    prompts.1.notify_waiters();
+                }
+                let prompts = prompts.clone();
                 tokio::spawn(async move {
                     let call = format!("call-{}", uuid::Uuid::new_v4().simple());
                     let update = |u: Value| {
@@ -236,8 +235,14 @@ async fn load_daemon(
                     // A command waiting for the others is running too: it heartbeats meanwhile.
                     let mut waited = 0;
                     loop {
+                        let released = prompts.1.notified();
+                        tokio::pin!(released);
+                        released.as_mut().enable();
+                        if prompts.0.load(Ordering::SeqCst) >= all {
+                            break;
+                        }
                         tokio::select! {
-                            _ = round.wait_for(|n| *n >= all) => break,
+                            () = released => break,
                             () = tokio::time::sleep(Duration::from_secs(1)) => {
                                 waited += 1;
                                 let _ = tx.send(heartbeat(&session, &call, waited * 1000));
@@ -245,8 +250,11 @@ async fn load_daemon(
                             }
                         }
                     }
-                    // Start at a random point of the second, as real sessions do.
+                    // Start at a random point of the second, as real sessions do, and end over the
+                    // next `beats` seconds: N sessions running tools of about `beats` seconds back
+                    // to back finish N / `beats` tools a second, not all N at once.
                     tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
+                    let beats = beats + rand::random::<u64>() % beats.max(1);
                     for i in 1..=beats {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         let _ = tx.send(heartbeat(&session, &call, (waited + i) * 1000));
@@ -415,7 +423,10 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     let heartbeats = Arc::new(AtomicU64::new(0));
     let mut urls = Vec::new();
     // Every daemon's prompts, counted together: all N commands start heartbeating at once.
-    let prompts = Arc::new(tokio::sync::watch::Sender::new(0usize));
+    let prompts = Arc::new((
+        std::sync::atomic::AtomicUsize::new(0),
+        tokio::sync::Notify::new(),
+    ));
     for k in 0..projects {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         urls.push(format!("ws://{}/acp", listener.local_addr().expect("addr")));
@@ -484,7 +495,7 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
             );
             (cpu0, t0) = (cpu_secs(), Instant::now());
         }
-        tokio::time::timeout(Duration::from_secs(beats + 120), async {
+        tokio::time::timeout(Duration::from_secs(2 * beats + 120), async {
             while (chat.delivered.load(Ordering::SeqCst) as usize) < n * rounds {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
