@@ -821,6 +821,9 @@ impl Shared<'_> {
             client_cfg = client_cfg.with_token(t);
         }
         client_cfg.session_mode.clone_from(&daemon.mode);
+        client_cfg.project = named.then(|| project.name.clone());
+        client_cfg.key.clone_from(&key);
+        client_cfg.cwd.clone_from(&daemon.cwd);
         // A daemon of its own URL that cannot be reached yet is waited for: chat is served, its
         // messages are held, and it is connected when it answers (L7). The built-in shell agent
         // and a stdio agent are started here: failing to is an error.
