@@ -1211,7 +1211,9 @@ impl Shared {
                         .await;
                         return;
                     }
-                    Err(e) => tracing::warn!(project = self.cfg.project.as_deref(), error = %e, attempt, "reconnect attempt failed"),
+                    Err(e) => {
+                        tracing::warn!(project = self.cfg.project.as_deref(), error = %e, attempt, "reconnect attempt failed")
+                    }
                 }
             });
         }

@@ -7,7 +7,10 @@ use std::time::Duration;
 pub enum Error {
     /// Fatal until the configuration changes: the daemon refused the bearer token.
     /// Once the daemon was reached, the client keeps retrying instead (L7).
-    #[error("the daemon at {url} refused our credentials (HTTP {status}); check {}", token_keys(key))]
+    #[error(
+        "the daemon at {url} refused our credentials (HTTP {status}); check {}",
+        token_keys(key)
+    )]
     Unauthorized {
         /// The URL, credentials masked (never carries the token).
         url: String,
