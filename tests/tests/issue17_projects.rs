@@ -988,7 +988,7 @@ async fn removed_projects_and_back_to_one_daemon(url: &str) {
     slack
         .wait_for("the interrupted notice in gone's thread", |f| {
             slack_in_thread(f, "C2", mark).iter().any(|b| {
-                b.contains("project gone is no longer served here; the turn was interrupted")
+                b.contains("project gone is no longer configured; the turn was interrupted")
             })
         })
         .await;

@@ -327,7 +327,7 @@ impl Core {
             store::permissions::resolve(tx.conn(), &p.id, "bridge", "turn_ended", now).await?;
         }
         let text = format!(
-            "The bridge restarted during this turn and this thread's project {} is no longer served here; the turn was interrupted.",
+            "The bridge restarted during this turn and this thread's project {} is no longer configured; the turn was interrupted.",
             conv.project
         );
         self.queue_notice(
@@ -407,7 +407,7 @@ impl Core {
         let text = match to {
             Some(to) => {
                 format!(
-                    "This thread's project {} is no longer served here; it continues in project {to}, without the earlier context.",
+                    "This thread's project {} is no longer configured; the thread continues in project {to}, without the earlier context.",
                     conv.project
                 )
             }
