@@ -1347,3 +1347,82 @@ async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_unt
     stop_run(stop, run).await;
     a.shutdown().await;
 }
+
+/// A message held for project a (its daemon down) when the bridge stops, after which the
+/// configuration removes a and binds its channel to b (the built-in shell agent): at the next start
+/// the held text is not run on b's daemon — it was written for a's agent — and the thread is told
+/// plainly it was not run and to send it again; a message sent again runs in b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_message_held_for_a_removed_project_is_not_run_on_the_project_its_thread_moves_to() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("moved.db").display());
+    let port = free_port();
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, "token-of-a").expect("token file");
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![project(
+        "a",
+        &["slack:C1"],
+        Daemon {
+            url: Some(format!("ws://127.0.0.1:{port}/acp")),
+            token: Some("token-of-a".to_owned().into()),
+            token_file: Some(token_file),
+            cwd: Some(dir(&root, "a")),
+            ..Daemon::default()
+        },
+    )];
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(event_envelope(
+        "env-moved",
+        "Ev-moved",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000300",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000300"}),
+    ));
+    slack
+        .wait_for("the unreachable notice in a's thread", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    let b = dir(&root, "b");
+    cfg.projects = vec![project(
+        "b",
+        &["slack:C1"],
+        Daemon {
+            cwd: Some(b.clone()),
+            ..Daemon::default()
+        },
+    )];
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg).await;
+    slack
+        .wait_for("the thread told the held message was not run", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("was not run in project b") && b.contains("send it again"))
+        })
+        .await;
+    slack.push(slack_reply(30, "C1", "1700.000300", "pwd"));
+    let b_s = b.display().to_string();
+    slack
+        .wait_for("the message sent again runs in b", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|m| m.contains(&b_s))
+        })
+        .await;
+    let runs = slack_in_thread(&slack, "C1", mark)
+        .iter()
+        .filter(|m| m.contains(&b_s) && m.contains('✅'))
+        .count();
+    assert!(runs <= 1, "only the message sent again ran in b");
+    stop_run(stop, run).await;
+}
