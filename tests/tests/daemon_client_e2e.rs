@@ -852,7 +852,11 @@ async fn l7_a_daemon_back_serving_another_workspace_is_not_used_until_it_serves_
         )
         .await;
         match peer.number {
-            1 => peer.drop_connection(),
+            // Dropped once the client speaks (not racing the answer to initialize).
+            1 => {
+                peer.expect("session/new").await;
+                peer.drop_connection();
+            }
             2 => while peer.recv().await.is_some() {},
             _ => {
                 let new = peer.expect("session/new").await;
@@ -870,6 +874,7 @@ async fn l7_a_daemon_back_serving_another_workspace_is_not_used_until_it_serves_
         .await
         .expect("connects");
     assert_eq!(info.and_then(|i| i.workspace), Some("/w/a".into()));
+    let _ = client.new_session("/w/a").await;
     assert!(matches!(
         next(&mut events).await,
         DaemonEvent::Disconnected { .. }
