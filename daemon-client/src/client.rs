@@ -75,6 +75,16 @@ pub struct ClientConfig {
     /// Mode (`session/set_mode`) applied after every `session/new` and every `session/load` (L6): a
     /// daemon may bring a reloaded session back in its default mode.
     pub session_mode: Option<String>,
+    /// The project this daemon serves (`[[projects]]`), logged as `project` with every line the
+    /// client writes; `None` in the one-daemon configuration.
+    pub project: Option<String>,
+    /// The configuration key of this daemon (`daemon`, `projects[name].daemon`), named by the hints
+    /// of a refused token and of a workspace mismatch; default `daemon`.
+    pub key: String,
+    /// The configured working directory (`daemon.cwd`): on every reconnect after the daemon was
+    /// first reached, a daemon serving one workspace must serve this one (unset: the workspace it
+    /// served when first reached), or the connection is not used and tried again later (L7).
+    pub cwd: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -89,6 +99,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("pong_timeout", &self.pong_timeout)
             .field("permission_policy", &self.permission_policy.is_some())
             .field("session_mode", &self.session_mode)
+            .field("project", &self.project)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +123,9 @@ impl ClientConfig {
             event_buffer: 1024,
             permission_policy: None,
             session_mode: None,
+            project: None,
+            key: "daemon".into(),
+            cwd: None,
         }
     }
 
@@ -353,6 +367,12 @@ struct Shared {
     child: std::sync::atomic::AtomicBool,
     events: mpsc::Sender<DaemonEvent>,
     reconnects: AtomicU64,
+    /// The daemon was reached and accepted once: from then on a refused token or another workspace
+    /// is retried (the daemon may be being redeployed), not the end of the client.
+    reached: std::sync::atomic::AtomicBool,
+    /// The workspace sessions open in (`cfg.cwd`, else the one the daemon served when first reached):
+    /// a reconnect to a daemon serving another one is not used (L7).
+    expected_workspace: Mutex<Option<PathBuf>>,
     shutdown: CancellationToken,
 }
 
@@ -405,6 +425,7 @@ impl DaemonClient {
         wait: bool,
     ) -> Result<(Self, Option<AgentInfo>, EventStream), Error> {
         let (events, rx) = mpsc::channel(cfg.event_buffer.max(1));
+        let expected_workspace = Mutex::new(cfg.cwd.clone());
         let shared = Arc::new(Shared {
             cfg,
             next_id: AtomicI64::new(1),
@@ -421,6 +442,8 @@ impl DaemonClient {
             child: std::sync::atomic::AtomicBool::new(false),
             events,
             reconnects: AtomicU64::new(0),
+            reached: std::sync::atomic::AtomicBool::new(false),
+            expected_workspace,
             shutdown: CancellationToken::new(),
         });
         let client = Self {
@@ -429,7 +452,7 @@ impl DaemonClient {
         let link = match shared.open().await {
             Ok(link) => link,
             Err(e @ Error::Unreachable { .. }) if wait => {
-                tracing::warn!(error = %e, "the agent daemon cannot be reached yet; starting without it and retrying");
+                tracing::warn!(project = shared.cfg.project.as_deref(), error = %e, "the agent daemon cannot be reached yet; starting without it and retrying");
                 tokio::spawn(Shared::supervise(shared, None));
                 return Ok((client, None, EventStream(rx)));
             }
@@ -455,6 +478,7 @@ impl DaemonClient {
                 return Err(e);
             }
         };
+        shared.mark_reached(&info);
         tokio::spawn(Shared::supervise(shared, Some(io)));
         Ok((client, Some(info), EventStream(rx)))
     }
@@ -643,6 +667,14 @@ impl Shared {
         )
         .await
         .map(|ws| Link::Ws(Box::new(ws)))
+        .map_err(|e| match e {
+            Error::Unauthorized { url, status, .. } => Error::Unauthorized {
+                url,
+                status,
+                key: c.key.clone(),
+            },
+            e => e,
+        })
     }
 
     async fn send(&self, msg: Value) -> Result<(), Error> {
@@ -1056,9 +1088,33 @@ impl Shared {
         }
     }
 
-    /// After a reconnect: `initialize`, then `session/load` each session with an open turn.
+    /// The daemon was reached and accepted: later reconnects are checked against what it served.
+    fn mark_reached(&self, info: &AgentInfo) {
+        let mut expected = lock(&self.expected_workspace);
+        if expected.is_none() {
+            expected.clone_from(&info.workspace);
+        }
+        self.reached.store(true, Ordering::SeqCst);
+    }
+
+    /// After a reconnect: `initialize`, then `session/load` each session with an open turn. A daemon
+    /// reached before that now serves another workspace than the sessions' is not used (L7): every
+    /// `session/new` and `session/load` would be refused, and the held prompts with them.
     async fn resume(&self) -> Result<(), Error> {
-        self.initialize().await?;
+        let info = self.initialize().await?;
+        if self.reached.load(Ordering::SeqCst) {
+            let expected = lock(&self.expected_workspace).clone();
+            if let Some(expected) = expected
+                && let Err(m) = info.session_cwd(Some(&expected))
+            {
+                return Err(Error::WorkspaceChanged {
+                    key: self.cfg.key.clone(),
+                    workspace: m.workspace,
+                    expected: m.configured,
+                });
+            }
+        }
+        self.mark_reached(&info);
         let open: Vec<SessionId> = lock(&self.orphans).keys().cloned().collect();
         let mut resumed = Vec::new();
         let mut lost = Vec::new();
@@ -1106,7 +1162,7 @@ impl Shared {
                     self.emit(DaemonEvent::Closed { reason }).await;
                     return;
                 }
-                tracing::warn!(%reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
+                tracing::warn!(project = self.cfg.project.as_deref(), %reason, url = %crate::mask::mask_url(&self.cfg.url), "daemon connection lost; reconnecting");
                 self.emit(DaemonEvent::Disconnected { reason }).await;
             }
             io = Some(loop {
@@ -1129,14 +1185,25 @@ impl Shared {
                                 break io;
                             }
                             Err(e) => {
-                                tracing::warn!(error = %e, attempt, "re-initialising the daemon connection failed");
+                                if matches!(e, Error::WorkspaceChanged { .. }) {
+                                    tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon is back serving another workspace; not using it, retrying");
+                                } else {
+                                    tracing::warn!(project = self.cfg.project.as_deref(), error = %e, attempt, "re-initialising the daemon connection failed");
+                                }
                                 io.abort();
                                 self.on_disconnect("re-initialising failed");
                             }
                         }
                     }
+                    // Once the daemon was reached, a refused token is a daemon redeployed with
+                    // another one (or a Secret being rotated): said at error on every attempt, and
+                    // tried again on the backoff until it is accepted (L7). Never reached, it is a
+                    // configuration error, as at start-up.
+                    Err(e @ Error::Unauthorized { .. }) if self.reached.load(Ordering::SeqCst) => {
+                        tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying");
+                    }
                     Err(e @ (Error::Unauthorized { .. } | Error::BadUrl { .. })) => {
-                        tracing::error!(error = %e, "giving up on the daemon connection");
+                        tracing::error!(project = self.cfg.project.as_deref(), error = %e, "giving up on the daemon connection");
                         self.fail_orphans(|| Error::Closed);
                         self.emit(DaemonEvent::Closed {
                             reason: e.to_string(),
@@ -1144,7 +1211,9 @@ impl Shared {
                         .await;
                         return;
                     }
-                    Err(e) => tracing::warn!(error = %e, attempt, "reconnect attempt failed"),
+                    Err(e) => {
+                        tracing::warn!(project = self.cfg.project.as_deref(), error = %e, attempt, "reconnect attempt failed")
+                    }
                 }
             });
         }

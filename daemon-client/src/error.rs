@@ -6,12 +6,29 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Fatal until the configuration changes: the daemon refused the bearer token.
-    #[error("the daemon at {url} refused our credentials (HTTP {status}); check daemon.token")]
+    /// Once the daemon was reached, the client keeps retrying instead (L7).
+    #[error(
+        "the daemon at {url} refused our credentials (HTTP {status}); check {}",
+        token_keys(key)
+    )]
     Unauthorized {
         /// The URL, credentials masked (never carries the token).
         url: String,
         /// 401 or 403.
         status: u16,
+        /// The configuration key of the daemon (`daemon`, `projects[name].daemon`).
+        key: String,
+    },
+    /// Retry later: after a reconnect the daemon serves another workspace than the sessions open
+    /// in; the connection is not used (L7).
+    #[error("the daemon now serves the workspace {} but {key}.cwd is {}: held messages wait until it serves {} again (or set {key}.cwd and restart)", workspace.display(), expected.display(), expected.display())]
+    WorkspaceChanged {
+        /// The configuration key of the daemon (`daemon`, `projects[name].daemon`).
+        key: String,
+        /// What the daemon reported at `initialize`.
+        workspace: std::path::PathBuf,
+        /// The sessions' directory (`cwd`, else what the daemon served when first reached).
+        expected: std::path::PathBuf,
     },
     /// Fatal until the configuration changes: the URL cannot be used.
     #[error("the daemon URL {url:?} is not usable: {reason}")]
@@ -86,6 +103,15 @@ pub enum Error {
     Closed,
 }
 
+/// The keys holding the token of the daemon at `key`: a project's comes only from `token_file`.
+fn token_keys(key: &str) -> String {
+    if key.starts_with("projects[") {
+        format!("{key}.token_file")
+    } else {
+        format!("{key}.token (CHAT_BRIDGE_DAEMON__TOKEN) or {key}.token_file")
+    }
+}
+
 impl Error {
     /// Whether trying again later can succeed without a configuration change.
     #[must_use]
@@ -97,6 +123,7 @@ impl Error {
                 | Self::Timeout { .. }
                 | Self::Spawn { .. }
                 | Self::AgentExited { .. }
+                | Self::WorkspaceChanged { .. }
         )
     }
 }

@@ -95,6 +95,7 @@ pub(crate) async fn connect(
                 Err(Error::Unauthorized {
                     url: crate::mask::mask_url(url),
                     status,
+                    key: "daemon".into(),
                 })
             } else {
                 Err(Error::Unreachable {

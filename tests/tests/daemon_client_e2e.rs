@@ -720,3 +720,186 @@ async fn l7_connect_or_wait_starts_without_the_daemon_and_connects_once_it_liste
     client.close();
     agent.shutdown().await;
 }
+
+/// A daemon that refuses every handshake with 401, counting the attempts.
+async fn refusing_daemon(
+    port: u16,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the port is free again");
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = tcp.read(&mut buf).await;
+            let _ = tcp
+                .write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (count, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_back_with_a_refused_token_is_retried_until_it_accepts_again() {
+    init_tracing();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let token = "token-of-the-project";
+    let agent = shell_agent::ShellAgent::start(
+        addr,
+        Some(token.into()),
+        shell_agent::AgentConfig::default(),
+    )
+    .await
+    .expect("daemon");
+    let mut cfg = ClientConfig::new(format!("ws://{addr}/acp")).with_token(token);
+    cfg.backoff_base = Duration::from_millis(20);
+    cfg.backoff_cap = Duration::from_millis(100);
+    cfg.project = Some("p1".into());
+    cfg.key = "projects[p1].daemon".into();
+    let (client, info, mut events) = DaemonClient::connect_or_wait(cfg, true)
+        .await
+        .expect("connects");
+    assert!(info.is_some());
+    agent.shutdown().await;
+    assert!(matches!(
+        next(&mut events).await,
+        DaemonEvent::Disconnected { .. }
+    ));
+
+    // Back on its port with another token: every attempt is refused, and the client keeps trying.
+    let (refused, task) = refusing_daemon(port).await;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while refused.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the client stopped retrying"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::ZERO, events.recv())
+            .await
+            .is_err(),
+        "no event (no Closed) while the token is refused"
+    );
+    task.abort();
+    let _ = task.await;
+
+    // The token is fixed: the next attempt is accepted and the client is usable again.
+    let agent = shell_agent::ShellAgent::start(
+        addr,
+        Some(token.into()),
+        shell_agent::AgentConfig::default(),
+    )
+    .await
+    .expect("daemon back with the right token");
+    let back = next(&mut events).await;
+    assert!(matches!(back, DaemonEvent::Reconnected { .. }), "{back:?}");
+    let dir = tempfile::tempdir().expect("tmp");
+    client
+        .new_session(dir.path())
+        .await
+        .expect("a session once accepted again");
+    client.close();
+    agent.shutdown().await;
+}
+
+#[test]
+fn l7_a_refused_token_names_the_projects_token_file() {
+    let e = Error::Unauthorized {
+        url: "ws://d/acp".into(),
+        status: 401,
+        key: "projects[p1].daemon".into(),
+    };
+    assert!(
+        e.to_string().contains("projects[p1].daemon.token_file"),
+        "{e}"
+    );
+    let e = Error::Unauthorized {
+        url: "ws://d/acp".into(),
+        status: 401,
+        key: "daemon".into(),
+    };
+    assert!(e.to_string().contains("check daemon.token"), "{e}");
+}
+
+#[tokio::test]
+async fn l7_a_daemon_back_serving_another_workspace_is_not_used_until_it_serves_the_cwd_again() {
+    init_tracing();
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        let init = peer.expect("initialize").await;
+        // Connection 2 is the daemon restarted in another workspace; 1 and 3 serve /w/a.
+        let served = if peer.number == 2 { "/w/b" } else { "/w/a" };
+        peer.reply(
+            &init,
+            json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": true,
+            "_meta": {"qwen": {"workspaceCwd": served}}}}),
+        )
+        .await;
+        match peer.number {
+            // Dropped once the client speaks (not racing the answer to initialize).
+            1 => {
+                peer.expect("session/new").await;
+                peer.drop_connection();
+            }
+            2 => while peer.recv().await.is_some() {},
+            _ => {
+                let new = peer.expect("session/new").await;
+                assert_eq!(new["params"]["cwd"], "/w/a");
+                peer.reply(&new, json!({"sessionId": "s3"})).await;
+                while peer.recv().await.is_some() {}
+            }
+        }
+    })
+    .await;
+    let mut cfg = config(&daemon);
+    cfg.cwd = Some("/w/a".into());
+    cfg.key = "projects[p1].daemon".into();
+    let (client, info, mut events) = DaemonClient::connect_or_wait(cfg, true)
+        .await
+        .expect("connects");
+    assert_eq!(info.and_then(|i| i.workspace), Some("/w/a".into()));
+    let _ = client.new_session("/w/a").await;
+    assert!(matches!(
+        next(&mut events).await,
+        DaemonEvent::Disconnected { .. }
+    ));
+    // Connection 2 (another workspace) is not reported as a reconnect; connection 3 is.
+    let back = next(&mut events).await;
+    assert!(matches!(back, DaemonEvent::Reconnected { .. }), "{back:?}");
+    assert_eq!(
+        daemon.connections(),
+        3,
+        "the mismatched connection was skipped"
+    );
+    let s = client
+        .new_session("/w/a")
+        .await
+        .expect("new on the right workspace");
+    assert_eq!(s.session.as_str(), "s3");
+    let e = Error::WorkspaceChanged {
+        key: "projects[p1].daemon".into(),
+        workspace: "/w/b".into(),
+        expected: "/w/a".into(),
+    };
+    assert!(
+        e.to_string().contains("projects[p1].daemon.cwd is /w/a"),
+        "{e}"
+    );
+    client.close();
+}

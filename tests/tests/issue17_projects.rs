@@ -8,6 +8,8 @@
 //! answering as fast as before while `/readyz` names `a`. Runs on PostgreSQL and SQLite.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chat_bridge::config::{Config, Daemon, Project};
@@ -986,7 +988,7 @@ async fn removed_projects_and_back_to_one_daemon(url: &str) {
     slack
         .wait_for("the interrupted notice in gone's thread", |f| {
             slack_in_thread(f, "C2", mark).iter().any(|b| {
-                b.contains("project gone is no longer served here; the turn was interrupted")
+                b.contains("project gone is no longer configured; the turn was interrupted")
             })
         })
         .await;
@@ -1237,4 +1239,190 @@ async fn l7_a_daemon_first_reached_after_start_up_that_refuses_the_token_stops_t
     assert!(text.contains("project a"), "{text}");
     assert!(text.contains("refused our credentials"), "{text}");
     daemon.shutdown().await;
+}
+
+/// Answers every handshake on `port` with 401 (a daemon redeployed with another token), counting
+/// the attempts.
+async fn refusing_on(port: u16) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the port is free again");
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = tcp.read(&mut buf).await;
+            let _ = tcp
+                .write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (count, task)
+}
+
+/// L7 on a reconnect: project a's daemon, reached at start-up, drops and comes back refusing the
+/// token. The project stays in `daemons_down`, a message is held (one notice), the client keeps
+/// trying on its backoff; once the daemon takes the token again the held `pwd` runs, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_until_it_accepts() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("refused.db").display());
+    let port = free_port();
+    let token = "token-of-project-a-daemon";
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, token).expect("token file");
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![project(
+        "a",
+        &["slack:C1"],
+        Daemon {
+            url: Some(format!("ws://127.0.0.1:{port}/acp")),
+            token: Some(token.to_owned().into()),
+            token_file: Some(token_file),
+            cwd: Some(dir(&root, "a")),
+            ..Daemon::default()
+        },
+    )];
+    let a = agent_on(port, token).await;
+    let (base, stop, run) = slack_run(&slack, cfg).await;
+    readyz_until(&base, "a up", |r| r["daemons_down"] == json!([])).await;
+
+    a.shutdown().await;
+    let (refused, refusing) = refusing_on(port).await;
+    readyz_until(&base, "a down", |r| r["daemons_down"] == json!(["a"])).await;
+    slack.push(event_envelope(
+        "env-refused",
+        "Ev-refused",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000200",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000200"}),
+    ));
+    slack
+        .wait_for("the unreachable notice in a's thread", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while refused.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the bridge stopped trying a's daemon"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ready = get(&base, "/readyz").await;
+    assert_eq!(ready["daemons_down"], json!(["a"]), "{ready}");
+    assert!(
+        !run.is_finished(),
+        "a refused token on a reconnect does not stop the bridge"
+    );
+    assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran on a yet");
+
+    refusing.abort();
+    let _ = refusing.await;
+    let a = agent_on(port, token).await;
+    readyz_until(&base, "a back", |r| r["daemons_down"] == json!([])).await;
+    slack
+        .wait_for("the held pwd in a's directory", |f| {
+            slack_pwd(f, "C1").is_some()
+        })
+        .await;
+    let calls = tool_calls_of(&base, "a").await;
+    assert_eq!(
+        calls.len(),
+        1,
+        "the held message ran exactly once: {calls:?}"
+    );
+    stop_run(stop, run).await;
+    a.shutdown().await;
+}
+
+/// A message held for project a (its daemon down) when the bridge stops, after which the
+/// configuration removes a and binds its channel to b (the built-in shell agent): at the next start
+/// the held text is not run on b's daemon — it was written for a's agent — and the thread is told
+/// plainly it was not run and to send it again; a message sent again runs in b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_message_held_for_a_removed_project_is_not_run_on_the_project_its_thread_moves_to() {
+    chat_bridge_tests::init_tracing();
+    let slack = FakeSlack::start().await;
+    let root_dir = tempfile::tempdir().expect("tmp");
+    let root = root_dir.path().canonicalize().expect("canonical");
+    let db = format!("sqlite://{}", root.join("moved.db").display());
+    let port = free_port();
+    let token_file = root.join("a.token");
+    std::fs::write(&token_file, "token-of-a").expect("token file");
+    let mut cfg = config(&db, &root);
+    cfg.daemon.cwd = None;
+    cfg.projects = vec![project(
+        "a",
+        &["slack:C1"],
+        Daemon {
+            url: Some(format!("ws://127.0.0.1:{port}/acp")),
+            token: Some("token-of-a".to_owned().into()),
+            token_file: Some(token_file),
+            cwd: Some(dir(&root, "a")),
+            ..Daemon::default()
+        },
+    )];
+    let (_, stop, run) = slack_run(&slack, cfg.clone()).await;
+    slack.push(event_envelope(
+        "env-moved",
+        "Ev-moved",
+        0,
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1700.000300",
+               "text": "<@UBOT> pwd", "event_ts": "1700.000300"}),
+    ));
+    slack
+        .wait_for("the unreachable notice in a's thread", |f| {
+            slack_in_thread(f, "C1", 0)
+                .iter()
+                .any(|b| b.contains("The agent is unreachable"))
+        })
+        .await;
+    stop_run(stop, run).await;
+
+    let b = dir(&root, "b");
+    cfg.projects = vec![project(
+        "b",
+        &["slack:C1"],
+        Daemon {
+            cwd: Some(b.clone()),
+            ..Daemon::default()
+        },
+    )];
+    let mark = slack.calls().len();
+    let (_, stop, run) = slack_run(&slack, cfg).await;
+    slack
+        .wait_for("the thread told the held message was not run", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|b| b.contains("was not run in project b") && b.contains("send it again"))
+        })
+        .await;
+    slack.push(slack_reply(30, "C1", "1700.000300", "pwd"));
+    let b_s = b.display().to_string();
+    slack
+        .wait_for("the message sent again runs in b", |f| {
+            slack_in_thread(f, "C1", mark)
+                .iter()
+                .any(|m| m.contains(&b_s))
+        })
+        .await;
+    let runs = slack_in_thread(&slack, "C1", mark)
+        .iter()
+        .filter(|m| m.contains(&b_s) && m.contains('✅'))
+        .count();
+    assert!(runs <= 1, "only the message sent again ran in b");
+    stop_run(stop, run).await;
 }

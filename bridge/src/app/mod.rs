@@ -139,6 +139,22 @@ impl Projects {
         to
     }
 
+    /// The project of the conversation `m` belongs to, when it is stored.
+    async fn project_of(&self, store: &Store, m: &crate::channel::Inbound) -> Option<String> {
+        let key = crate::store::conversations::Key {
+            platform: &m.platform,
+            workspace: &m.target.workspace,
+            channel: &m.target.channel,
+            thread: &m.target.thread,
+        };
+        let mut c = store.conn().await.ok()?;
+        crate::store::conversations::find(&mut c, &key)
+            .await
+            .ok()
+            .flatten()
+            .map(|conv| conv.project)
+    }
+
     /// A conversation of a project no longer configured: moved to `to`'s project, or (no project
     /// takes its channel) its thread told, once per run, that it is not served here.
     /// `false` when it could not be moved.
@@ -821,6 +837,9 @@ impl Shared<'_> {
             client_cfg = client_cfg.with_token(t);
         }
         client_cfg.session_mode.clone_from(&daemon.mode);
+        client_cfg.project = named.then(|| project.name.clone());
+        client_cfg.key.clone_from(&key);
+        client_cfg.cwd.clone_from(&daemon.cwd);
         // A daemon of its own URL that cannot be reached yet is waited for: chat is served, its
         // messages are held, and it is connected when it answers (L7). The built-in shell agent
         // and a stdio agent are started here: failing to is an error.
@@ -1013,10 +1032,19 @@ async fn take_unhandled(
     let n = pending.len();
     for (platform, event_id, payload) in pending {
         let r = match serde_json::from_str::<crate::channel::Inbound>(&payload) {
-            Ok(msg) => match projects.core_for(store, &msg).await {
-                Some(to) => to.dispatch_inbound(msg).await,
-                None => core.drop_unrouted(&platform, &event_id).await,
-            },
+            Ok(msg) => {
+                // The project the thread belonged to when the message was received: a message
+                // written for one agent never runs on another project's (it is set aside, told).
+                let was = projects.project_of(store, &msg).await;
+                match projects.core_for(store, &msg).await {
+                    Some(to) if was.as_deref().is_some_and(|p| !to.serves(p)) => {
+                        to.not_run_after_move(&msg, was.as_deref().unwrap_or_default())
+                            .await
+                    }
+                    Some(to) => to.dispatch_inbound(msg).await,
+                    None => core.drop_unrouted(&platform, &event_id).await,
+                }
+            }
             Err(_) => core.set_aside_unreadable(&platform, &event_id).await,
         };
         if let Err(e) = r {

@@ -234,6 +234,40 @@ impl Core {
         Ok(())
     }
 
+    /// A message held (in the inbox) while its thread belonged to project `from`, taken after the
+    /// configuration moved the thread to this core's project: text written for one agent must not
+    /// run on another (it may be a shell), so it is set aside and the thread told plainly that it
+    /// was not run and to send it again. The thread is moved first (told once, as for any message).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn not_run_after_move(
+        self: &Arc<Self>,
+        msg: &Inbound,
+        from: &str,
+    ) -> Result<(), store::StoreError> {
+        let key = conversations::Key {
+            platform: &msg.platform,
+            workspace: &msg.target.workspace,
+            channel: &msg.target.channel,
+            thread: &msg.target.thread,
+        };
+        let mut c = self.store.conn().await?;
+        if let Some(conv) = conversations::find(&mut c, &key).await?
+            && !self.serves(&conv.project)
+        {
+            self.project_gone(&conv, Some(self.project())).await?;
+        }
+        drop(c);
+        let reason = format!(
+            "it was received while this thread belonged to project {from}, which is no longer configured, and it was not run in project {}; send it again to run it there",
+            self.project()
+        );
+        tracing::warn!(platform = %msg.platform, event = %msg.event_id, from, to = self.project(), "a message held for a project no longer configured was not run on another project's daemon");
+        self.set_aside_with_notice(msg, &reason).await?;
+        Ok(())
+    }
+
     /// Sets `msg` aside and queues the notice in one transaction: `None` when it was no longer
     /// waiting, else `Some` with its conversation when the thread is known.
     #[allow(clippy::option_option)]
@@ -327,7 +361,7 @@ impl Core {
             store::permissions::resolve(tx.conn(), &p.id, "bridge", "turn_ended", now).await?;
         }
         let text = format!(
-            "The bridge restarted during this turn and this thread's project {} is no longer served here; the turn was interrupted.",
+            "The bridge restarted during this turn and this thread's project {} is no longer configured; the turn was interrupted.",
             conv.project
         );
         self.queue_notice(
@@ -407,7 +441,7 @@ impl Core {
         let text = match to {
             Some(to) => {
                 format!(
-                    "This thread's project {} is no longer served here; it continues in project {to}, without the earlier context.",
+                    "This thread's project {} is no longer configured; the thread continues in project {to}, without the earlier context.",
                     conv.project
                 )
             }

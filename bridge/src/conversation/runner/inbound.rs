@@ -499,6 +499,9 @@ impl Runner {
             lock(&self.core.sessions).remove(&s);
             self.state.session_ready = false;
         }
+        // The session the daemon refused to load, with its words: said only once a new one is
+        // made (a daemon that refuses `session/new` too refuses everything, not this session).
+        let mut refused: Option<(SessionId, String)> = None;
         if let Some(s) = self.state.session.clone() {
             // A session belongs to the connection that created or loaded it (L6): after a reconnect
             // it is loaded again before its next prompt.
@@ -512,10 +515,9 @@ impl Runner {
                     return Ok(s);
                 }
                 Err(daemon_client::Error::Rpc { message, .. }) => {
-                    tracing::warn!(conversation = %self.conv.id, session = %s, "the daemon no longer knows this session; starting a new one");
-                    let _ = self.notice(Tone::Warning, &format!("The agent no longer knows this thread's session ({message}); starting a new one.")).await;
                     lock(&self.core.sessions).remove(&s);
                     self.state.session = None;
+                    refused = Some((s, message));
                 }
                 Err(e) => return Err(e),
             }
@@ -525,7 +527,19 @@ impl Runner {
             .checkout
             .clone()
             .unwrap_or_else(|| self.core.session_dir());
-        let new = self.core.client.new_session(&dir).await?;
+        let new = match self.core.client.new_session(&dir).await {
+            Ok(new) => new,
+            Err(e) => {
+                if let Some((s, message)) = &refused {
+                    tracing::warn!(conversation = %self.conv.id, session = %s, load = %message, error = %e, "the daemon refused to load this thread's session and to start a new one");
+                }
+                return Err(e);
+            }
+        };
+        if let Some((s, message)) = refused {
+            tracing::warn!(conversation = %self.conv.id, session = %s, new_session = %new.session, "the daemon no longer knows this session; started a new one");
+            let _ = self.notice(Tone::Warning, &format!("The agent no longer knows this thread's session ({message}); starting a new one.")).await;
+        }
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
         let cwd = dir.display().to_string();
         if let Ok(mut c) = self.core.store.conn().await {
