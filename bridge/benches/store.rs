@@ -17,7 +17,7 @@ async fn setup(url: &str) -> (Store, String, String) {
     let admin = Store::connect(url).await.expect("DATABASE_URL reachable");
     let name = format!("cb_bench_{}", uuid::Uuid::new_v4().simple());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(admin.pool())
+        .execute(admin.statements())
         .await
         .expect("create db");
     admin.close().await;
@@ -159,7 +159,7 @@ async fn run(url: &str, n: usize) -> Vec<(&'static str, f64)> {
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {db} WITH (FORCE)"
     )))
-    .execute(admin.pool())
+    .execute(admin.statements())
     .await;
     admin.close().await;
     results

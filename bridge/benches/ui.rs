@@ -290,7 +290,7 @@ async fn main() {
         let admin = Store::connect(&url).await.expect("DATABASE_URL reachable");
         let name = format!("cb_ui_bench_{}", uuid::Uuid::new_v4().simple());
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(admin.pool())
+            .execute(admin.statements())
             .await
             .expect("create db");
         let (base, _) = url.rsplit_once('/').expect("url with a database");
@@ -299,7 +299,7 @@ async fn main() {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE {name} WITH (FORCE)"
         )))
-        .execute(admin.pool())
+        .execute(admin.statements())
         .await
         .expect("drop db");
         admin.close().await;

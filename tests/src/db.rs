@@ -55,7 +55,7 @@ impl TestDb {
                 let name = format!("cb_test_{}", uuid::Uuid::new_v4().simple());
                 let admin_store = Store::connect(&admin).await.expect("admin connection");
                 sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .execute(admin_store.pool())
+                    .execute(admin_store.statements())
                     .await
                     .expect("create database");
                 admin_store.close().await;
@@ -90,7 +90,7 @@ impl TestDb {
         {
             let drop_db = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
             let _ = sqlx::query(sqlx::AssertSqlSafe(drop_db))
-                .execute(admin_store.pool())
+                .execute(admin_store.statements())
                 .await;
             admin_store.close().await;
         }

@@ -721,34 +721,6 @@ async fn l7_connect_or_wait_starts_without_the_daemon_and_connects_once_it_liste
     agent.shutdown().await;
 }
 
-/// A daemon that refuses every handshake with 401, counting the attempts.
-async fn refusing_daemon(
-    port: u16,
-) -> (
-    Arc<std::sync::atomic::AtomicUsize>,
-    tokio::task::JoinHandle<()>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("the port is free again");
-    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = count.clone();
-    let task = tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let mut buf = [0u8; 4096];
-            let _ = tcp.read(&mut buf).await;
-            let _ = tcp
-                .write_all(
-                    b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .await;
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    (count, task)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l7_a_daemon_back_with_a_refused_token_is_retried_until_it_accepts_again() {
     init_tracing();
@@ -782,7 +754,7 @@ async fn l7_a_daemon_back_with_a_refused_token_is_retried_until_it_accepts_again
     ));
 
     // Back on its port with another token: every attempt is refused, and the client keeps trying.
-    let (refused, task) = refusing_daemon(port).await;
+    let (refused, task) = chat_bridge_tests::refusing_daemon(port).await;
     let deadline = tokio::time::Instant::now() + LIMIT;
     while refused.load(std::sync::atomic::Ordering::SeqCst) < 3 {
         assert!(

@@ -8,8 +8,7 @@
 //! answering as fast as before while `/readyz` names `a`. Runs on PostgreSQL and SQLite.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use chat_bridge::config::{Config, Daemon, Project};
@@ -1241,30 +1240,6 @@ async fn l7_a_daemon_first_reached_after_start_up_that_refuses_the_token_stops_t
     daemon.shutdown().await;
 }
 
-/// Answers every handshake on `port` with 401 (a daemon redeployed with another token), counting
-/// the attempts.
-async fn refusing_on(port: u16) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("the port is free again");
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = count.clone();
-    let task = tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let mut buf = [0u8; 4096];
-            let _ = tcp.read(&mut buf).await;
-            let _ = tcp
-                .write_all(
-                    b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .await;
-            seen.fetch_add(1, Ordering::SeqCst);
-        }
-    });
-    (count, task)
-}
-
 /// L7 on a reconnect: project a's daemon, reached at start-up, drops and comes back refusing the
 /// token. The project stays in `daemons_down`, a message is held (one notice), the client keeps
 /// trying on its backoff; once the daemon takes the token again the held `pwd` runs, once.
@@ -1297,7 +1272,7 @@ async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_unt
     readyz_until(&base, "a up", |r| r["daemons_down"] == json!([])).await;
 
     a.shutdown().await;
-    let (refused, refusing) = refusing_on(port).await;
+    let (refused, refusing) = chat_bridge_tests::refusing_daemon(port).await;
     readyz_until(&base, "a down", |r| r["daemons_down"] == json!(["a"])).await;
     slack.push(event_envelope(
         "env-refused",

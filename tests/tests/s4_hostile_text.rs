@@ -79,7 +79,7 @@ async fn poison_turns(db: &TestDb) {
     };
     for s in statements {
         sqlx::query(*s)
-            .execute(db.store.pool())
+            .execute(db.store.statements())
             .await
             .expect("trigger");
     }
@@ -276,7 +276,7 @@ on_both! {
         let attempts = || async {
             let (n,): (i64,) = sqlx::query_as("SELECT attempts FROM inbound_events WHERE event_id = $1")
                 .arg(second.event_id.as_str())
-                .fetch_one(db.store.pool())
+                .fetch_one(db.store.statements())
                 .await
                 .expect("attempts");
             n

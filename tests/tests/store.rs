@@ -431,7 +431,7 @@ on_both! {
     async fn a_database_migrated_by_a_newer_version_refuses_to_start(db) {
         let checksum = match db.store.backend() { Backend::Postgres => "'\\x00'::bytea", Backend::Sqlite => "X'00'" };
         let insert = format!("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101000000, 'from the future', TRUE, {checksum}, 0)");
-        sqlx::query(sqlx::AssertSqlSafe(insert)).execute(db.store.pool()).await.expect("fake future migration");
+        sqlx::query(sqlx::AssertSqlSafe(insert)).execute(db.store.statements()).await.expect("fake future migration");
         let err = Store::open(&db.url).await.expect_err("must refuse");
         assert!(matches!(err, StoreError::NewerSchema { found: 99990101000000, .. }), "{err:?}");
         assert!(err.to_string().contains("migrated by a newer chat-bridge"), "{err}");

@@ -97,7 +97,7 @@ on_both! {
             assert!(!conv.title.contains("ghp_"), "{}", conv.title);
             drop(c);
             let (raw,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM inbound_events WHERE payload IS NOT NULL")
-                .fetch_one(app.store.pool())
+                .fetch_one(app.store.statements())
                 .await
                 .expect("count");
             assert_eq!(raw, 0, "a handled event's raw text does not stay in the inbox");

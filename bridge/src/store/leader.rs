@@ -26,7 +26,7 @@ pub async fn try_acquire(store: &Store, key: i64) -> Result<Option<Lease>> {
     if store.backend() == Backend::Sqlite {
         return Ok(Some(Lease { conn: None, key }));
     }
-    let mut conn = store.pool().acquire().await?.detach();
+    let mut conn = store.statements().acquire().await?.detach();
     let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
         .arg(key)
         .fetch_one(&mut conn)

@@ -245,6 +245,31 @@ async fn sqlite_pragmas(conn: &mut sqlx::AnyConnection) -> std::result::Result<(
     Ok(())
 }
 
+/// Connections beside SQLite's one transaction connection, opened on first use: for single
+/// statements, or (`read_only`, `query_only`) for reads that never hold up the writer.
+fn sqlite_side_pool(url: &str, masked: &str, max: u32, read_only: bool) -> Result<AnyPool> {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                sqlite_pragmas(conn).await?;
+                if read_only {
+                    sqlx::query("PRAGMA query_only = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+        .connect_lazy(url)
+        .map_err(|source| StoreError::Unreachable {
+            url: masked.to_owned(),
+            source,
+        })
+}
+
 /// A transaction: state changes and the outbox rows they cause commit together (D1).
 #[derive(Debug)]
 pub struct Tx {
@@ -350,16 +375,7 @@ impl Store {
         let file = backend == Backend::Sqlite && sqlite_file(&url).is_some();
         // An in-memory database is private to its one connection: everything goes there.
         let shared = if file {
-            AnyPoolOptions::new()
-                .max_connections(SQLITE_SHARED)
-                .acquire_timeout(Duration::from_secs(5))
-                .test_before_acquire(false)
-                .after_connect(|conn, _| Box::pin(async move { sqlite_pragmas(conn).await }))
-                .connect_lazy(&url)
-                .map_err(|source| StoreError::Unreachable {
-                    url: masked.clone(),
-                    source,
-                })?
+            sqlite_side_pool(&url, &masked, SQLITE_SHARED, false)?
         } else {
             pool.clone()
         };
@@ -384,24 +400,7 @@ impl Store {
                 })?,
         };
         let read = if file {
-            AnyPoolOptions::new()
-                .max_connections(SQLITE_READERS)
-                .acquire_timeout(Duration::from_secs(5))
-                .test_before_acquire(false)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        sqlite_pragmas(conn).await?;
-                        sqlx::query("PRAGMA query_only = ON")
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                })
-                .connect_lazy(&url)
-                .map_err(|source| StoreError::Unreachable {
-                    url: masked.clone(),
-                    source,
-                })?
+            sqlite_side_pool(&url, &masked, SQLITE_READERS, true)?
         } else {
             pool.clone()
         };
@@ -453,9 +452,9 @@ impl Store {
         &self.url
     }
 
-    /// The pool, for one-statement operations.
+    /// The pool for one-statement operations (on an SQLite file not the transaction connection).
     #[must_use]
-    pub fn pool(&self) -> &AnyPool {
+    pub fn statements(&self) -> &AnyPool {
         &self.shared
     }
 

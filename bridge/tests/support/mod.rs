@@ -20,7 +20,7 @@ impl FreshDb {
             .expect("admin connection");
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(admin.pool())
+            .execute(admin.statements())
             .await
             .expect("create database");
         let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
@@ -37,7 +37,7 @@ impl FreshDb {
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
         )))
-        .execute(self.admin.pool())
+        .execute(self.admin.statements())
         .await;
         self.admin.close().await;
     }
