@@ -276,15 +276,25 @@ fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
 
 /// The configured working directory is not the one workspace the daemon serves.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the daemon serves the workspace {} but daemon.cwd is {}: set daemon.cwd to {} or leave it unset",
-    workspace.display(), configured.display(), workspace.display()
-)]
+#[error("{}", self.naming("daemon"))]
 pub struct WorkspaceMismatch {
     /// `daemon.cwd`.
     pub configured: PathBuf,
     /// What the daemon reported at `initialize`.
     pub workspace: PathBuf,
+}
+
+impl WorkspaceMismatch {
+    /// The mismatch, naming the daemon's configuration key (`daemon`, `projects[name].daemon`).
+    #[must_use]
+    pub fn naming(&self, key: &str) -> String {
+        format!(
+            "the daemon serves the workspace {} but {key}.cwd is {}: set {key}.cwd to {} or leave it unset",
+            self.workspace.display(),
+            self.configured.display(),
+            self.workspace.display()
+        )
+    }
 }
 
 /// What `session/new` returned.
@@ -367,9 +377,6 @@ struct Shared {
     child: std::sync::atomic::AtomicBool,
     events: mpsc::Sender<DaemonEvent>,
     reconnects: AtomicU64,
-    /// The daemon was reached and accepted once: from then on a refused token or another workspace
-    /// is retried (the daemon may be being redeployed), not the end of the client.
-    reached: std::sync::atomic::AtomicBool,
     /// The workspace sessions open in (`cfg.cwd`, else the one the daemon served when first reached):
     /// a reconnect to a daemon serving another one is not used (L7).
     expected_workspace: Mutex<Option<PathBuf>>,
@@ -416,7 +423,9 @@ impl DaemonClient {
     /// disconnected, keeps trying with the reconnect backoff, and reports
     /// [`DaemonEvent::Reconnected`] once it is up and initialized. The [`AgentInfo`] is `None` then
     /// ([`DaemonClient::agent_info`] has it once the daemon was reached). A refused token, a bad
-    /// URL, an agent command that cannot start and a failed `initialize` are still errors.
+    /// URL, an agent command that cannot start and a failed `initialize` at start-up are still
+    /// errors; once started, a refused token and a daemon serving another workspace than `cwd` are
+    /// said at error and tried again on the backoff (L7).
     ///
     /// # Errors
     /// As [`DaemonClient::connect`], without [`Error::Unreachable`] when `wait`ing.
@@ -442,7 +451,6 @@ impl DaemonClient {
             child: std::sync::atomic::AtomicBool::new(false),
             events,
             reconnects: AtomicU64::new(0),
-            reached: std::sync::atomic::AtomicBool::new(false),
             expected_workspace,
             shutdown: CancellationToken::new(),
         });
@@ -1094,25 +1102,25 @@ impl Shared {
         if expected.is_none() {
             expected.clone_from(&info.workspace);
         }
-        self.reached.store(true, Ordering::SeqCst);
     }
 
-    /// After a reconnect: `initialize`, then `session/load` each session with an open turn. A daemon
-    /// reached before that now serves another workspace than the sessions' is not used (L7): every
-    /// `session/new` and `session/load` would be refused, and the held prompts with them.
+    /// After a reconnect, or the first connection of a client started without its daemon:
+    /// `initialize`, then `session/load` each session with an open turn. A daemon that serves
+    /// another workspace than the sessions' (`cwd`, else the one it served when first reached) is
+    /// not used (L7): every `session/new` and `session/load` would be refused, and the held prompts
+    /// with them. It is tried again on the backoff, so one project's daemon in the wrong place does
+    /// not stop the bridge and the others with it.
     async fn resume(&self) -> Result<(), Error> {
         let info = self.initialize().await?;
-        if self.reached.load(Ordering::SeqCst) {
-            let expected = lock(&self.expected_workspace).clone();
-            if let Some(expected) = expected
-                && let Err(m) = info.session_cwd(Some(&expected))
-            {
-                return Err(Error::WorkspaceChanged {
-                    key: self.cfg.key.clone(),
-                    workspace: m.workspace,
-                    expected: m.configured,
-                });
-            }
+        let expected = lock(&self.expected_workspace).clone();
+        if let Some(expected) = expected
+            && let Err(m) = info.session_cwd(Some(&expected))
+        {
+            return Err(Error::WorkspaceChanged {
+                key: self.cfg.key.clone(),
+                workspace: m.workspace,
+                expected: m.configured,
+            });
         }
         self.mark_reached(&info);
         let open: Vec<SessionId> = lock(&self.orphans).keys().cloned().collect();
@@ -1195,14 +1203,15 @@ impl Shared {
                             }
                         }
                     }
-                    // Once the daemon was reached, a refused token is a daemon redeployed with
-                    // another one (or a Secret being rotated): said at error on every attempt, and
-                    // tried again on the backoff until it is accepted (L7). Never reached, it is a
-                    // configuration error, as at start-up.
-                    Err(e @ Error::Unauthorized { .. }) if self.reached.load(Ordering::SeqCst) => {
-                        tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying");
+                    // A refused token after start-up is a daemon redeployed with another one (or a
+                    // Secret being rotated), or one first reached after start-up with a token it
+                    // does not take: said at error on every attempt, and tried again on the backoff
+                    // until it is accepted (L7) — one project's daemon does not stop the bridge and
+                    // the other projects with it. At start-up itself it is a configuration error.
+                    Err(e @ Error::Unauthorized { .. }) => {
+                        tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying (a token file is read at start-up: restart the bridge after changing it)");
                     }
-                    Err(e @ (Error::Unauthorized { .. } | Error::BadUrl { .. })) => {
+                    Err(e @ Error::BadUrl { .. }) => {
                         tracing::error!(project = self.cfg.project.as_deref(), error = %e, "giving up on the daemon connection");
                         self.fail_orphans(|| Error::Closed);
                         self.emit(DaemonEvent::Closed {

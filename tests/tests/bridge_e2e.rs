@@ -123,7 +123,14 @@ on_both! {
         settle(&app).await;
         let warnings = rec.with_tone(Tone::Warning);
         assert_eq!(warnings.len(), 1, "one stall notice: {:#?}", rec.calls());
-        assert!(warnings[0].title.starts_with("No word from the agent for 50"), "{}", warnings[0].title);
+        // The idle limit is 500 ms; the notice says how long it has been, which a loaded machine
+        // stretches by a few tens of milliseconds.
+        let quiet_ms = warnings[0]
+            .title
+            .strip_prefix("No word from the agent for ")
+            .and_then(|rest| rest.split("ms").next())
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(quiet_ms.is_some_and(|ms| (500..2_000).contains(&ms)), "{}", warnings[0].title);
         assert!(warnings[0].title.ends_with("— the turn is still open; `/cancel` stops it."), "{}", warnings[0].title);
         assert!(rec.latest().iter().any(|(_, m)| m.title.starts_with("⏹ make deploy — cancelled")));
         let mut c = app.store.conn().await.expect("conn");

@@ -1201,50 +1201,26 @@ on_both! {
     }
 }
 
-/// L7 keeps configuration errors fatal: a bridge started while its daemon is down runs; when the
-/// daemon comes up and refuses the token, the bridge stops with the error start-up gives for it
-/// (naming the project), instead of holding messages for ever.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn l7_a_daemon_first_reached_after_start_up_that_refuses_the_token_stops_the_bridge() {
-    chat_bridge_tests::init_tracing();
-    let slack = FakeSlack::start().await;
-    let root_dir = tempfile::tempdir().expect("tmp");
-    let root = root_dir.path().canonicalize().expect("canonical");
-    let db = format!("sqlite://{}", root.join("token.db").display());
-    let port = free_port();
-    let token_file = root.join("a.token");
-    std::fs::write(&token_file, "a-token-the-daemon-does-not-take").expect("token file");
-    let mut cfg = config(&db, &root);
-    cfg.daemon.cwd = None;
-    cfg.projects = vec![project(
-        "a",
-        &["slack:C1"],
-        Daemon {
-            url: Some(format!("ws://127.0.0.1:{port}/acp")),
-            token: Some("a-token-the-daemon-does-not-take".to_owned().into()),
-            token_file: Some(token_file),
-            cwd: Some(dir(&root, "a")),
-            ..Daemon::default()
-        },
-    )];
-    let (_, _stop, run) = slack_run(&slack, cfg).await;
-    assert!(!run.is_finished(), "runs while the daemon is down");
-    let daemon = agent_on(port, "the-daemons-own-token").await;
-    let ended = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("stops once the daemon refuses the token")
-        .expect("join");
-    let text = format!("{:#}", ended.expect_err("a configuration error"));
-    assert!(text.contains("project a"), "{text}");
-    assert!(text.contains("refused our credentials"), "{text}");
-    daemon.shutdown().await;
-}
-
 /// L7 on a reconnect: project a's daemon, reached at start-up, drops and comes back refusing the
 /// token. The project stays in `daemons_down`, a message is held (one notice), the client keeps
 /// trying on its backoff; once the daemon takes the token again the held `pwd` runs, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_until_it_accepts() {
+    refused_token_then_accepted(true).await;
+}
+
+/// L7 after start-up: project a's daemon is down when the bridge starts and first comes up refusing
+/// the token. The bridge does not stop (its other projects would stop with it): a is in
+/// `daemons_down`, its message is held, the client keeps trying, and once the daemon takes the
+/// token the held `pwd` runs, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_first_reached_after_start_up_refusing_the_token_is_retried_and_the_bridge_runs_on()
+ {
+    refused_token_then_accepted(false).await;
+}
+
+/// A daemon refusing a's token, reached before (`reached_first`) or never reached yet.
+async fn refused_token_then_accepted(reached_first: bool) {
     chat_bridge_tests::init_tracing();
     let slack = FakeSlack::start().await;
     let root_dir = tempfile::tempdir().expect("tmp");
@@ -1267,12 +1243,22 @@ async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_unt
             ..Daemon::default()
         },
     )];
-    let a = agent_on(port, token).await;
-    let (base, stop, run) = slack_run(&slack, cfg).await;
-    readyz_until(&base, "a up", |r| r["daemons_down"] == json!([])).await;
-
-    a.shutdown().await;
-    let (refused, refusing) = chat_bridge_tests::refusing_daemon(port).await;
+    let (base, stop, run, refused, refusing) = if reached_first {
+        let a = agent_on(port, token).await;
+        let (base, stop, run) = slack_run(&slack, cfg).await;
+        readyz_until(&base, "a up", |r| r["daemons_down"] == json!([])).await;
+        a.shutdown().await;
+        let (refused, refusing) = chat_bridge_tests::refusing_daemon(port).await;
+        (base, stop, run, refused, refusing)
+    } else {
+        let (base, stop, run) = slack_run(&slack, cfg).await;
+        readyz_until(&base, "a down from the start", |r| {
+            r["daemons_down"] == json!(["a"])
+        })
+        .await;
+        let (refused, refusing) = chat_bridge_tests::refusing_daemon(port).await;
+        (base, stop, run, refused, refusing)
+    };
     readyz_until(&base, "a down", |r| r["daemons_down"] == json!(["a"])).await;
     slack.push(event_envelope(
         "env-refused",
@@ -1300,7 +1286,7 @@ async fn l7_a_daemon_back_with_a_refused_token_holds_messages_and_is_retried_unt
     assert_eq!(ready["daemons_down"], json!(["a"]), "{ready}");
     assert!(
         !run.is_finished(),
-        "a refused token on a reconnect does not stop the bridge"
+        "a refused token does not stop the bridge"
     );
     assert!(slack_pwd(&slack, "C1").is_none(), "nothing ran on a yet");
 

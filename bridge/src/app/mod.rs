@@ -873,7 +873,7 @@ impl Shared<'_> {
             Ok(None) => std::env::current_dir().context("reading the current directory")?,
             Err(e) => {
                 client.close();
-                return Err(e.into());
+                return Err(anyhow::anyhow!(e.naming(&key)));
             }
         };
         if info.is_none() {

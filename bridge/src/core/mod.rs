@@ -372,7 +372,7 @@ impl Core {
         let cwd = match info.session_cwd(check.configured_cwd.as_deref()) {
             Ok(cwd) => cwd,
             Err(e) => {
-                self.stop_fatally(format!("{}: {e}", check.key));
+                self.stop_fatally(e.naming(&check.key));
                 return false;
             }
         };
@@ -391,8 +391,15 @@ impl Core {
         true
     }
 
-    /// The daemon connection closed for good before it was ever reached (a refused token): a
-    /// configuration error, as at start-up.
+    /// What the daemon said at its latest `initialize`, also one that was then not used (another
+    /// workspace than `cwd`); `None` before it was ever reached.
+    #[must_use]
+    pub fn daemon_agent(&self) -> Option<daemon_client::AgentInfo> {
+        self.client.agent_info()
+    }
+
+    /// The daemon connection closed for good before it was ever reached (a URL it cannot use): a
+    /// configuration error, as at start-up. (A refused token or another workspace is retried.)
     fn closed_before_reached(&self, reason: &str) {
         if self.shutdown.is_cancelled() {
             return;
