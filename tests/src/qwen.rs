@@ -353,6 +353,22 @@ impl QwenStdio {
         }
         self.agent_pids()
     }
+
+    /// Ends the agent processes an attempt left behind when it panicked before its bridge shut
+    /// down (the bridge ends its child on shutdown, which a panicking test never reached), so a
+    /// retried attempt's check sees its own processes only.
+    pub async fn end_leftover_agents(&self) {
+        for pid in self.agent_pids() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        let left = self.agent_pids_after_exit().await;
+        assert!(
+            left.is_empty(),
+            "the failed attempt's agents would not end: {left:?}"
+        );
+    }
 }
 
 impl Drop for QwenStdio {

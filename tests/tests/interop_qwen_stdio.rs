@@ -182,6 +182,7 @@ async fn stdio_child_qwen_acp_silent_command_timeout_approval_and_text() {
         // qwen's own timing (its heartbeat 10 s into a 13 s silence) can slip on a loaded machine:
         // the whole scenario must pass once, on a fresh database.
         eprintln!("the scenario runs once more on a fresh database");
+        qwen.end_leftover_agents().await;
         let again = tempfile::tempdir().expect("tmp");
         scenario(child_config(&again, &qwen)).await;
     }
@@ -205,6 +206,7 @@ async fn agent_host_qwen_acp_silent_command_timeout_approval_and_text() {
     if tokio::spawn(scenario(via_host(&dir))).await.is_err() {
         // As above: qwen's timing may slip once; the whole scenario must pass on a fresh database.
         eprintln!("the scenario runs once more on a fresh database");
+        qwen.end_leftover_agents().await;
         let again = tempfile::tempdir().expect("tmp");
         scenario(via_host(&again)).await;
     }
