@@ -326,6 +326,13 @@ impl EventStream {
     pub async fn recv(&mut self) -> Option<DaemonEvent> {
         self.0.recv().await
     }
+
+    /// Waits for the next event, then takes it and every event already waiting, up to `limit` in
+    /// all, onto the end of `buffer`, in order. Returns how many were taken: 0 once the client is
+    /// closed and every event was read.
+    pub async fn recv_many(&mut self, buffer: &mut Vec<DaemonEvent>, limit: usize) -> usize {
+        self.0.recv_many(buffer, limit).await
+    }
 }
 
 /// How the daemon ends the history replay of a `session/load` (L6).

@@ -475,6 +475,12 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     }
     cfg.liveness.idle = Duration::from_secs(5);
     cfg.liveness.progress_after = Duration::from_secs(3600);
+    if let Some(n) = std::env::var("P2_DB_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.database.max_connections = n;
+    }
     let chat = Arc::new(Chat::default());
     let app = Application::build(&cfg, chat.clone()).await.expect("build");
     let stop = CancellationToken::new();

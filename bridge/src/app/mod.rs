@@ -242,7 +242,7 @@ impl Application {
         for (platform, _) in channel.each_connected() {
             crate::metrics::register(platform);
         }
-        let store = Store::open(&cfg.database.url).await?;
+        let store = Store::open_with(&cfg.database.url, cfg.database.max_connections).await?;
         let status = Arc::new(Status::default());
         status.set_requests_only_when_active(channel.capabilities().takes_requests);
         let tracker = TaskTracker::new();

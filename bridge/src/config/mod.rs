@@ -75,12 +75,18 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 pub struct Database {
     /// `postgres://…` or `sqlite://…`; default `sqlite://./chat-bridge.db`.
     pub url: String,
+    /// PostgreSQL: connections of the pool the conversations' transactions use (default 10; the
+    /// bookkeeping pool adds 8). Thousands of concurrent sessions finishing tools need more: each
+    /// result is a commit, and a result waits for a free connection. Keep replicas × (this + 8)
+    /// under the server's `max_connections`. SQLite has one writer and ignores it.
+    pub max_connections: u32,
 }
 
 impl Default for Database {
     fn default() -> Self {
         Self {
             url: "sqlite://./chat-bridge.db".into(),
+            max_connections: crate::store::POOL_CONNECTIONS,
         }
     }
 }

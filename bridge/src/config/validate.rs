@@ -232,6 +232,14 @@ impl Config {
                 mask_url(&self.database.url)
             ));
         }
+        if !(1..=crate::store::MAX_POOL_CONNECTIONS).contains(&self.database.max_connections) {
+            problems.push(format!(
+                "database.max_connections must be between 1 and {}, not {} (the pool of PostgreSQL connections for the conversations' transactions; default {})",
+                crate::store::MAX_POOL_CONNECTIONS,
+                self.database.max_connections,
+                crate::store::POOL_CONNECTIONS
+            ));
+        }
         if self.workspace.retain.is_zero() || self.workspace.sweep_every.is_zero() {
             problems.push(
                 "workspace.retain and workspace.sweep_every must be longer than zero (retain: how long an idle thread keeps its worktree, e.g. 7d; sweep_every: how often that is checked, e.g. 1h)".into(),

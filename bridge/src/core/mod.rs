@@ -187,6 +187,47 @@ impl Default for CoreConfig {
     }
 }
 
+/// How many events the router takes from the daemon client at once.
+const ROUTE_BATCH: usize = 256;
+
+/// The router's counters, their labels built once rather than per event.
+struct EventCounters {
+    by_kind: HashMap<&'static str, metrics::Counter>,
+    heartbeats: metrics::Counter,
+    malformed: metrics::Counter,
+}
+
+impl EventCounters {
+    fn new(core: &Core) -> Self {
+        Self {
+            by_kind: DaemonEvent::NAMES
+                .iter()
+                .map(|&kind| {
+                    let labels = core.labels(&[("kind", kind)]);
+                    (
+                        kind,
+                        metrics::counter!("chatbridge_daemon_events_total", labels),
+                    )
+                })
+                .collect(),
+            heartbeats: metrics::counter!("chatbridge_heartbeats_total", core.labels(&[])),
+            malformed: metrics::counter!("chatbridge_malformed_frames_total", core.labels(&[])),
+        }
+    }
+
+    fn count(&self, event: &DaemonEvent) {
+        if let Some(c) = self.by_kind.get(event.name()) {
+            c.increment(1);
+        }
+        match event {
+            // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
+            DaemonEvent::ToolProgress { .. } => self.heartbeats.increment(1),
+            DaemonEvent::Malformed { .. } => self.malformed.increment(1),
+            _ => {}
+        }
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -610,76 +651,72 @@ impl Core {
 
     /// Routes daemon events to the conversation that owns their session, until the stream ends.
     pub async fn route_events(self: Arc<Self>, mut events: EventStream) {
+        let counters = EventCounters::new(&self);
+        let mut batch = Vec::with_capacity(ROUTE_BATCH);
         loop {
-            let event = tokio::select! {
+            // Everything the client has classified meanwhile, in order: one wake-up per batch, not
+            // per frame.
+            tokio::select! {
                 () = self.shutdown.cancelled() => return,
-                e = events.recv() => match e { Some(e) => e, None => return },
-            };
-            metrics::counter!(
-                "chatbridge_daemon_events_total",
-                self.labels(&[("kind", event.name())])
-            )
-            .increment(1);
-            match &event {
-                // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
-                DaemonEvent::ToolProgress { .. } => {
-                    metrics::counter!("chatbridge_heartbeats_total", self.labels(&[])).increment(1);
-                }
-                DaemonEvent::Malformed { .. } => {
-                    metrics::counter!("chatbridge_malformed_frames_total", self.labels(&[]))
-                        .increment(1);
-                }
-                _ => {}
+                n = events.recv_many(&mut batch, ROUTE_BATCH) => if n == 0 { return },
             }
-            match &event {
-                DaemonEvent::Disconnected { reason } => {
-                    self.daemon_connected.store(false, Ordering::SeqCst);
-                    // The client logged it at warn, once per loss (with its backoff).
-                    tracing::debug!(%reason, "daemon connection lost; reconnecting");
-                    self.tell_conversations(false).await;
-                    continue;
-                }
-                DaemonEvent::Reconnected { resumed, lost } => {
-                    if !self.check_late() {
-                        continue;
-                    }
-                    self.daemon_connected.store(true, Ordering::SeqCst);
-                    metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
-                        .increment(1);
-                    tracing::info!(
-                        resumed = resumed.len(),
-                        lost = lost.len(),
-                        "daemon reconnected"
-                    );
-                    self.tell_conversations(true).await;
-                    continue;
-                }
-                DaemonEvent::Closed { reason } => {
-                    self.daemon_connected.store(false, Ordering::SeqCst);
-                    tracing::error!(%reason, "daemon connection closed");
-                    self.closed_before_reached(reason);
-                    continue;
-                }
-                _ => {}
+            for event in batch.drain(..) {
+                counters.count(&event);
+                self.route(event).await;
             }
-            let Some(session) = event.session() else {
-                continue;
-            };
-            let conv = lock(&self.sessions).get(session).cloned();
-            let Some(conv) = conv else {
-                if crate::conversation::late::worth_waking(&event) {
-                    // Work that arrives later for a conversation let go from memory: it is loaded
-                    // again to post it.
-                    self.wake_for_late(event).await;
-                    continue;
-                }
-                tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
-                continue;
-            };
-            let tx = lock(&self.actors).get(&conv).cloned();
-            if let Some(tx) = tx {
-                let _ = tx.send(ConvMsg::Daemon(event)).await;
+        }
+    }
+
+    /// Hands one daemon event to the conversation that owns its session.
+    async fn route(self: &Arc<Self>, event: DaemonEvent) {
+        match &event {
+            DaemonEvent::Disconnected { reason } => {
+                self.daemon_connected.store(false, Ordering::SeqCst);
+                // The client logged it at warn, once per loss (with its backoff).
+                tracing::debug!(%reason, "daemon connection lost; reconnecting");
+                self.tell_conversations(false).await;
+                return;
             }
+            DaemonEvent::Reconnected { resumed, lost } => {
+                if !self.check_late() {
+                    return;
+                }
+                self.daemon_connected.store(true, Ordering::SeqCst);
+                metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
+                    .increment(1);
+                tracing::info!(
+                    resumed = resumed.len(),
+                    lost = lost.len(),
+                    "daemon reconnected"
+                );
+                self.tell_conversations(true).await;
+                return;
+            }
+            DaemonEvent::Closed { reason } => {
+                self.daemon_connected.store(false, Ordering::SeqCst);
+                tracing::error!(%reason, "daemon connection closed");
+                self.closed_before_reached(reason);
+                return;
+            }
+            _ => {}
+        }
+        let Some(session) = event.session() else {
+            return;
+        };
+        let conv = lock(&self.sessions).get(session).cloned();
+        let Some(conv) = conv else {
+            if crate::conversation::late::worth_waking(&event) {
+                // Work that arrives later for a conversation let go from memory: it is loaded
+                // again to post it.
+                self.wake_for_late(event).await;
+                return;
+            }
+            tracing::debug!(session = %session, kind = event.name(), "event for a session no conversation owns");
+            return;
+        };
+        let tx = lock(&self.actors).get(&conv).cloned();
+        if let Some(tx) = tx {
+            let _ = tx.send(ConvMsg::Daemon(event)).await;
         }
     }
 

@@ -219,6 +219,13 @@ pub struct Store {
 /// Connections of the bookkeeping pool (PostgreSQL): the outbox workers and progress writes.
 const RELAXED_CONNECTIONS: u32 = 8;
 
+/// The PostgreSQL pool for the conversations' transactions, unless `database.max_connections` says
+/// otherwise.
+pub const POOL_CONNECTIONS: u32 = 10;
+
+/// The most `database.max_connections` takes (PostgreSQL's own default limit is 100 for everyone).
+pub const MAX_POOL_CONNECTIONS: u32 = 500;
+
 /// Read-only connections beside SQLite's one writer (see [`Store::read_conn`]).
 const SQLITE_READERS: u32 = 4;
 
@@ -321,7 +328,16 @@ impl Store {
     /// [`StoreError::UnknownScheme`], [`StoreError::Unreachable`], [`StoreError::NewerSchema`] or
     /// [`StoreError::Migrate`] — each naming the URL with its password masked.
     pub async fn open(url: &str) -> Result<Self> {
-        let store = Self::connect(url).await?;
+        Self::open_with(url, POOL_CONNECTIONS).await
+    }
+
+    /// [`Store::open`] with `connections` in the PostgreSQL pool for transactions
+    /// (`database.max_connections`; SQLite keeps its one writer).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub async fn open_with(url: &str, connections: u32) -> Result<Self> {
+        let store = Self::connect_with(url, connections).await?;
         store.migrate().await?;
         Ok(store)
     }
@@ -331,6 +347,14 @@ impl Store {
     /// # Errors
     /// As [`Store::open`], except migration errors.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, POOL_CONNECTIONS).await
+    }
+
+    /// [`Store::connect`] with `connections` in the PostgreSQL pool for transactions.
+    ///
+    /// # Errors
+    /// As [`Store::connect`].
+    pub async fn connect_with(url: &str, connections: u32) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let masked = mask_url(url);
         let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -352,7 +376,11 @@ impl Store {
         // instead queues its callers fairly in the pool and hands it on the moment it is free.
         // Single statements (`shared`) and reads that may run long (`read`) have their own.
         let options = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 1 } else { 10 })
+            .max_connections(if backend == Backend::Sqlite {
+                1
+            } else {
+                connections.max(1)
+            })
             .acquire_timeout(Duration::from_secs(5))
             // A local file does not go away under an open connection; a ping per acquire would
             // cost the one writer a round trip each time.

@@ -24,6 +24,7 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 fn defaults_are_the_embedded_default() {
     let c = Config::load(None, env(&[]), &Flags::default()).expect("defaults");
     assert_eq!(c.database.url, "sqlite://./chat-bridge.db");
+    assert_eq!(c.database.max_connections, 10);
     assert_eq!(c.daemon.url, None);
     assert_eq!(c.liveness.idle, Duration::from_secs(120));
     assert_eq!(c.liveness.on_stall, OnStall::Notify);
@@ -670,6 +671,35 @@ fn careless_workspace_and_schedule_settings_are_refused_naming_the_key() {
         assert_eq!(
             cfg.workspace.dir.as_deref(),
             Some(std::path::Path::new(good))
+        );
+    }
+}
+
+#[test]
+fn the_database_pool_size_is_read_and_bounded() {
+    let c = Config::load(
+        None,
+        env(&[("CHAT_BRIDGE_DATABASE__MAX_CONNECTIONS", "40")]),
+        &Flags::default(),
+    )
+    .expect("load");
+    assert_eq!(c.database.max_connections, 40);
+    let refused = match c.validate() {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    assert!(!refused.contains("max_connections"), "{refused}");
+    for bad in ["0", "501"] {
+        let c = Config::load(
+            None,
+            env(&[("CHAT_BRIDGE_DATABASE__MAX_CONNECTIONS", bad)]),
+            &Flags::default(),
+        )
+        .expect("load");
+        let err = c.validate().expect_err("refused").to_string();
+        assert!(
+            err.contains("database.max_connections must be between 1 and 500"),
+            "{err}"
         );
     }
 }

@@ -22,9 +22,15 @@ impl Runner {
     /// A daemon event: decided once; each effect is retried on its own while the database is
     /// unreachable, so a retry never decides (or counts) the event twice.
     pub(super) async fn on_daemon_event(&mut self, e: DaemonEvent) -> Result<()> {
+        let effects = self.handle(Event::Daemon(e));
+        if let [Effect::FlushCounts] = effects.as_slice() {
+            // A heartbeat's usual effect: counts queued for the progress writer, no store call to retry.
+            self.flush_progress(false);
+            return Ok(());
+        }
         let id = self.conv.id.clone();
         let stop = self.core.shutdown.clone();
-        for effect in self.handle(Event::Daemon(e)) {
+        for effect in effects {
             super::retrying!(id, stop, self.apply(effect.clone()))?;
         }
         Ok(())

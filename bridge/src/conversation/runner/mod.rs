@@ -150,25 +150,13 @@ pub(crate) async fn run(
         };
         active = Instant::now();
         let Some(msg) = msg else { break };
-        let id = r.conv.id.clone();
-        let result = match msg {
-            ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
-            ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
-            ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
-            ConvMsg::FilesReady(seq, blocks, refused) => {
-                r.on_files_ready(seq, blocks, refused).await
-            }
-            ConvMsg::Resume(turn) => retrying_step!(id, stop, r.on_resume(turn.clone())),
-            ConvMsg::Connection(up) => r.on_connection(up).await,
-            ConvMsg::Expire(before) => {
-                let done = r.on_expire(before).await;
-                lock(&r.core.expiring).remove(&r.conv.id);
-                r.core.busy_add(-1);
-                done
-            }
-        };
-        if let Err(e) = result {
-            tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");
+        r.step(msg).await;
+        // What is already waiting (a burst of heartbeats) is taken without going back through the
+        // timers: one wake-up for the burst, and the live board told once, after it.
+        while !stop.is_cancelled()
+            && let Ok(msg) = rx.try_recv()
+        {
+            r.step(msg).await;
         }
         r.publish_live();
     }
@@ -182,6 +170,33 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Runner {
+    /// One message for the conversation, carried out.
+    async fn step(&mut self, msg: ConvMsg) {
+        let r = self;
+        let result = match msg {
+            ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
+            ConvMsg::Daemon(e) => r.on_daemon_event(e).await,
+            ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
+            ConvMsg::FilesReady(seq, blocks, refused) => {
+                r.on_files_ready(seq, blocks, refused).await
+            }
+            ConvMsg::Resume(turn) => {
+                let (id, stop) = (r.conv.id.clone(), r.core.shutdown.clone());
+                retrying_step!(id, stop, r.on_resume(turn.clone()))
+            }
+            ConvMsg::Connection(up) => r.on_connection(up).await,
+            ConvMsg::Expire(before) => {
+                let done = r.on_expire(before).await;
+                lock(&r.core.expiring).remove(&r.conv.id);
+                r.core.busy_add(-1);
+                done
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(conversation = %r.conv.id, error = %e, "conversation step failed");
+        }
+    }
+
     /// Tells the live board what this conversation runs now (after every step).
     fn publish_live(&self) {
         let turn = self.state.turn.as_ref().map(|t| self.live_turn(t));
