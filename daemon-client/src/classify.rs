@@ -183,10 +183,16 @@ impl Classifier {
         // every string they meet.
         let inbound = match std::str::from_utf8(bytes) {
             // The hot path: a `session/update` read by hand in one validating pass.
-            Ok(text) => match crate::scan::session_update(text) {
-                Some(mut p) => Inbound::Event(self.scanned_update(&mut p)),
-                None => self.classify_serde_text(text),
-            },
+            Ok(text) => {
+                let mut p = UpdateParams {
+                    session_id: None,
+                    update: None,
+                };
+                match crate::scan::session_update(text, &mut p) {
+                    Some(()) => Inbound::Event(self.scanned_update(&mut p)),
+                    None => self.classify_serde_text(text),
+                }
+            }
             // Not UTF-8: serde_json reads the bytes and says where they fail.
             Err(_) => self.classify_serde_bytes(bytes),
         };
@@ -461,7 +467,7 @@ impl Classifier {
             };
         }
         if u.kind.is_none() && u.title.is_none() {
-            let text = u.take_texts().concat();
+            let text: String = u.take_texts().collect();
             if !text.is_empty() {
                 return DaemonEvent::ToolOutput {
                     session,
@@ -488,7 +494,7 @@ impl Classifier {
 
 fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> DaemonEvent {
     let raw = u.take_raw_output();
-    let texts = u.take_texts();
+    let mut texts = u.take_texts();
     let outcome = if u.status.as_deref() == Some("completed") {
         Outcome::Completed
     } else {
@@ -500,15 +506,23 @@ fn finish<M>(session: SessionId, call: ToolCallId, u: &mut Update<'_, M>) -> Dae
             _ => Outcome::Failed,
         }
     };
-    let output = match raw.output {
-        Some(o) => o.into_owned(),
-        None => texts.join("\n"),
+    // The summary is the first non-empty text, moved out (not copied) when it had to be
+    // unescaped; the texts are collected only when the output falls back to them.
+    let (output, summary) = match raw.output {
+        Some(o) => (
+            o.into_owned(),
+            texts.find(|t| !t.is_empty()).map(Cow::into_owned),
+        ),
+        None => {
+            let texts: Vec<_> = texts.collect();
+            let output = texts.join("\n");
+            let summary = texts
+                .into_iter()
+                .find(|t| !t.is_empty())
+                .map(Cow::into_owned);
+            (output, summary)
+        }
     };
-    // Moved out, not copied, when the text had to be unescaped.
-    let summary = texts
-        .into_iter()
-        .find(|t| !t.is_empty())
-        .map(Cow::into_owned);
     let result = ToolResult {
         outcome,
         summary,

@@ -21,39 +21,52 @@ use crate::wire::{Content, ContentBlock, Meta, RawOutput, ToolCallContent, Updat
 /// Deeper than this, the reader gives the frame to serde (whose own limit is 128).
 const MAX_DEPTH: u32 = 48;
 
-/// The params of a `session/update` notification, when `text` is certainly one and reads plainly;
-/// `None` means "take the serde path" (which also owns every error message).
-pub(crate) fn session_update(text: &str) -> Option<UpdateParams<'_, Option<Meta<'_>>>> {
+/// Reads the params of a `session/update` notification into `out` (which the caller made
+/// empty), when `text` is certainly one and reads plainly; `None` means "take the serde path"
+/// (which also owns every error message), and `out` is then to be dropped. Filled in place rather
+/// than returned: the decoded update is large, and moving it cost a copy per frame.
+pub(crate) fn session_update<'a>(
+    text: &'a str,
+    out: &mut UpdateParams<'a, Option<Meta<'a>>>,
+) -> Option<()> {
     let mut r = Reader {
         text,
         b: text.as_bytes(),
         i: 0,
     };
     let mut method = None;
-    let mut params = None;
+    let mut params = false;
     r.object(|r, key| {
         match key {
             // A request or a response: the serde path reads those.
-            "id" => return None,
-            "method" => once(&mut method, r.string()?)?,
-            "params" => {
-                if params.is_some() {
+            b"id" => return None,
+            b"method" => once(&mut method, r.string()?)?,
+            b"params" => {
+                if params {
                     return None;
                 }
-                r.params(params.insert(UpdateParams {
-                    session_id: None,
-                    update: None,
-                }))?;
+                params = true;
+                r.params(out)?;
             }
             _ => r.skip(1)?,
         }
         Some(())
     })?;
     r.ws();
-    if r.i != r.b.len() || method.as_deref() != Some("session/update") {
+    if r.i != r.b.len() || method.as_deref() != Some("session/update") || !params {
         return None;
     }
-    params
+    Some(())
+}
+
+/// Whether the reader takes `text` (tests: which frames the hot path reads).
+#[cfg(test)]
+pub(crate) fn reads(text: &str) -> bool {
+    let mut out = UpdateParams {
+        session_id: None,
+        update: None,
+    };
+    session_update(text, &mut out).is_some()
 }
 
 /// Sets a field read once; a second occurrence makes serde's derive fail, so the reader gives up.
@@ -122,7 +135,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The next byte that is not whitespace, the reader placed at it. Frames come compact, so
+    /// the byte at the reader is tried first.
     fn peek(&mut self) -> Option<u8> {
+        let c = *self.b.get(self.i)?;
+        if c > b' ' {
+            return Some(c);
+        }
         self.ws();
         self.b.get(self.i).copied()
     }
@@ -144,9 +163,9 @@ impl<'a> Reader<'a> {
         (self.b.get(self.i..self.i + word.len())? == word).then(|| self.i += word.len())
     }
 
-    /// Calls `field` for each key of an object, the reader placed at its value; `field` must read
-    /// the value whole.
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+    /// Calls `field` for each key of an object (its bytes), the reader placed at its value;
+    /// `field` must read the value whole.
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
         self.eat(b'{')?;
         if self.peek()? == b'}' {
             self.i += 1;
@@ -154,7 +173,6 @@ impl<'a> Reader<'a> {
         }
         loop {
             let key = self.key()?;
-            self.eat(b':')?;
             field(self, key)?;
             match self.peek()? {
                 b',' => self.i += 1,
@@ -168,12 +186,27 @@ impl<'a> Reader<'a> {
     }
 
     /// A key without escapes (serde would match an escaped one against the field names; rare
-    /// enough to leave to it).
-    fn key(&mut self) -> Option<&'a str> {
-        match self.raw_string()? {
-            (k, false) => Some(k),
-            (_, true) => None,
+    /// enough to leave to it) and the `:` after it. Its bytes, not a `&str`: keys are only
+    /// compared, and a slice of the bytes needs no char-boundary checks (the frame is UTF-8).
+    #[inline(always)]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        if self.peek()? != b'"' {
+            return None;
         }
+        let start = self.i + 1;
+        let (end, quote) = self.plain_run(start);
+        // An escape (left to serde) or a control character (invalid) ends the key early.
+        if !quote && self.b.get(end) != Some(&b'"') {
+            return None;
+        }
+        let key = self.b.get(start..end)?;
+        self.i = end + 1;
+        if self.b.get(self.i) == Some(&b':') {
+            self.i += 1;
+        } else {
+            self.eat(b':')?;
+        }
+        Some(key)
     }
 
     /// The end of the plain run of string bytes starting at `i`: the first `"`, `\\` or control
@@ -205,27 +238,23 @@ impl<'a> Reader<'a> {
         i
     }
 
-    /// Validates a string and moves past it: its raw contents between the quotes, and whether it
-    /// holds escapes. `None` for a non-string, a control character, a bad escape or any
-    /// surrogate escape (the serde path repairs lone ones, S4). Skipped strings end here,
-    /// nothing built.
-    fn raw_string(&mut self) -> Option<(&'a str, bool)> {
+    /// Validates a string and moves past it, nothing built (skipped strings). `None` for a
+    /// non-string, a control character, a bad escape or any surrogate escape (the serde path
+    /// repairs lone ones, S4).
+    fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"')?;
-        let start = self.i;
-        let mut escaped = false;
         loop {
             let (end, quote) = self.plain_run(self.i);
             if quote {
                 self.i = end + 1;
-                return Some((self.text.get(start..end)?, escaped));
+                return Some(());
             }
             match self.b.get(end)? {
                 b'"' => {
                     self.i = end + 1;
-                    return Some((self.text.get(start..end)?, escaped));
+                    return Some(());
                 }
                 b'\\' => {
-                    escaped = true;
                     self.i = end
                         + match self.b.get(end + 1)? {
                             b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
@@ -243,16 +272,31 @@ impl<'a> Reader<'a> {
     }
 
     /// A string: borrowed when it has no escapes, unescaped otherwise, validated as
-    /// [`Self::raw_string`] validates, in the same single pass (an escaped string's bytes are not
+    /// [`Self::skip_string`] validates, in the same single pass (an escaped string's bytes are not
     /// read again to unescape them).
+    #[inline(always)]
     fn string(&mut self) -> Option<Cow<'a, str>> {
-        self.eat(b'"')?;
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.i += 1;
+        let (end, quote) = self.plain_run(self.i);
+        if quote {
+            // Most strings: no escape, borrowed.
+            let plain = self.text.get(self.i..end)?;
+            self.i = end + 1;
+            return Some(Cow::Borrowed(plain));
+        }
+        self.string_rest(end)
+    }
+
+    /// [`Self::string`] past its first plain run, which ended at `end` on something that may
+    /// not be the closing quote (an escape, a control character, the end of the frame).
+    fn string_rest(&mut self, mut end: usize) -> Option<Cow<'a, str>> {
         let start = self.i;
         let mut out: Option<String> = None;
         loop {
-            let (end, quote) = self.plain_run(self.i);
-            let stop = if quote { b'"' } else { *self.b.get(end)? };
-            match stop {
+            match *self.b.get(end)? {
                 b'"' => {
                     let plain = self.text.get(self.i..end)?;
                     self.i = end + 1;
@@ -276,10 +320,12 @@ impl<'a> Reader<'a> {
                         c @ (b'"' | b'\\' | b'/') => (char::from(*c), 2),
                         _ => return None,
                     };
-                    // Room for what was read so far and as much again: one allocation for
-                    // most texts, doubling past that.
-                    let o =
-                        out.get_or_insert_with(|| String::with_capacity(2 * (end - start) + 16));
+                    // Room for what was read so far, as much again and 256 bytes, never more
+                    // than the rest of the frame: one allocation for most texts (growing it
+                    // measured a sixth of a result's text), doubling past that.
+                    let o = out.get_or_insert_with(|| {
+                        String::with_capacity((2 * (end - start) + 256).min(self.b.len() - start))
+                    });
                     o.push_str(plain);
                     o.push(c);
                     self.i = end + len;
@@ -287,15 +333,25 @@ impl<'a> Reader<'a> {
                 // A control character: invalid JSON.
                 _ => return None,
             }
+            let (next, quote) = self.plain_run(self.i);
+            end = next;
+            if quote {
+                let plain = self.text.get(self.i..end)?;
+                self.i = end + 1;
+                let mut o = out.unwrap_or_default();
+                o.push_str(plain);
+                return Some(Cow::Owned(o));
+            }
         }
     }
 
     /// A string or `null` (`None`); any other value gives up.
     fn opt_string(&mut self) -> Option<Option<Cow<'a, str>>> {
-        if self.null()? {
-            return Some(None);
+        match self.peek()? {
+            b'"' => self.string().map(Some),
+            b'n' => self.literal(b"null").map(|()| None),
+            _ => None,
         }
-        self.string().map(Some)
     }
 
     /// The text of a number, validated by JSON's grammar (what serde accepts), not interpreted.
@@ -368,7 +424,7 @@ impl<'a> Reader<'a> {
             return None;
         }
         match self.peek()? {
-            b'"' => self.raw_string().map(drop),
+            b'"' => self.skip_string(),
             b'{' => self.object(|r, _| r.skip(depth + 1)),
             b'[' => self.array(|r| r.skip(depth + 1)),
             b't' => self.literal(b"true"),
@@ -401,8 +457,8 @@ impl<'a> Reader<'a> {
     fn params(&mut self, out: &mut UpdateParams<'a, Option<Meta<'a>>>) -> Option<()> {
         let mut seen = 0u16;
         self.object(|r, key| match key {
-            "sessionId" => once_opt(&mut seen, 0, &mut out.session_id, r.opt_string()?),
-            "update" => {
+            b"sessionId" => once_opt(&mut seen, 0, &mut out.session_id, r.opt_string()?),
+            b"update" => {
                 first(&mut seen, 1)?;
                 if !r.null()? {
                     r.update(out.update.insert(Update::read_in_place()))?;
@@ -417,17 +473,17 @@ impl<'a> Reader<'a> {
         let mut seen = 0u16;
         self.object(|r, key| {
             let slot = match key {
-                "sessionUpdate" => 0,
-                "toolCallId" => 1,
-                "status" => 2,
-                "kind" => 3,
-                "title" => 4,
-                "content" => 5,
-                "rawOutput" => 6,
-                "rawInput" => 7,
-                "_meta" => 8,
+                b"sessionUpdate" => 0,
+                b"toolCallId" => 1,
+                b"status" => 2,
+                b"kind" => 3,
+                b"title" => 4,
+                b"content" => 5,
+                b"rawOutput" => 6,
+                b"rawInput" => 7,
+                b"_meta" => 8,
                 // Plan entries are read by the serde path.
-                "entries" => return None,
+                b"entries" => return None,
                 _ => return r.skip(3),
             };
             first(&mut seen, slot)?;
@@ -437,10 +493,10 @@ impl<'a> Reader<'a> {
                 2 => u.status = r.opt_string()?,
                 3 => u.kind = r.opt_string()?,
                 4 => u.title = r.opt_string()?,
-                5 => u.content_read = r.content()?.map(Box::new),
+                5 => u.content_read = r.content()?,
                 6 => {
                     if !r.null()? {
-                        let raw = u.raw_output_read.insert(Box::default());
+                        let raw = u.raw_output_read.insert(RawOutput::default());
                         u.error_type_read = Some(r.raw_output(raw)?);
                     }
                 }
@@ -461,21 +517,33 @@ impl<'a> Reader<'a> {
             b'n' => self.literal(b"null").map(|()| None),
             b'{' => self.block().map(|b| Some(Content::Block(b))),
             b'[' => {
+                // One entry (a result's usual content) is kept without a `Vec`.
+                let mut one = None;
                 let mut items = Vec::new();
                 self.array(|r| {
                     let mut content = None;
                     let mut seen = 0u16;
                     r.object(|r, key| {
-                        if key != "content" {
+                        if key != b"content" {
                             return r.skip(5);
                         }
                         let block = if r.null()? { None } else { Some(r.block()?) };
                         once_opt(&mut seen, 0, &mut content, block)
                     })?;
-                    items.push(ToolCallContent { content });
+                    let entry = ToolCallContent { content };
+                    match one.take() {
+                        None if items.is_empty() => one = Some(entry),
+                        first => {
+                            items.extend(first);
+                            items.push(entry);
+                        }
+                    }
                     Some(())
                 })?;
-                Some(Some(Content::Items(items)))
+                Some(Some(match one {
+                    Some(entry) => Content::One(entry),
+                    None => Content::Items(items),
+                }))
             }
             _ => None,
         }
@@ -486,8 +554,8 @@ impl<'a> Reader<'a> {
         let (mut kind, mut text) = (None, None);
         let mut seen = 0u16;
         self.object(|r, key| match key {
-            "type" => once_opt(&mut seen, 0, &mut kind, r.opt_string()?),
-            "text" => once_opt(&mut seen, 1, &mut text, r.opt_string()?),
+            b"type" => once_opt(&mut seen, 0, &mut kind, r.opt_string()?),
+            b"text" => once_opt(&mut seen, 1, &mut text, r.opt_string()?),
             _ => r.skip(6),
         })?;
         Some(ContentBlock { kind, text })
@@ -501,11 +569,11 @@ impl<'a> Reader<'a> {
             return None;
         }
         self.object(|r, key| match key {
-            "output" => once_opt(&mut seen, 0, &mut raw.output, r.opt_string()?),
-            "outcome" => once_opt(&mut seen, 1, &mut raw.outcome, r.opt_string()?),
-            "exitCode" => once_opt(&mut seen, 2, &mut raw.exit_code, r.opt_i64()?),
-            "signal" => once_opt(&mut seen, 3, &mut raw.signal, r.opt_i64()?),
-            "error" => {
+            b"output" => once_opt(&mut seen, 0, &mut raw.output, r.opt_string()?),
+            b"outcome" => once_opt(&mut seen, 1, &mut raw.outcome, r.opt_string()?),
+            b"exitCode" => once_opt(&mut seen, 2, &mut raw.exit_code, r.opt_i64()?),
+            b"signal" => once_opt(&mut seen, 3, &mut raw.signal, r.opt_i64()?),
+            b"error" => {
                 first(&mut seen, 4)?;
                 error_type = r.error_type()?;
                 Some(())
@@ -529,7 +597,7 @@ impl<'a> Reader<'a> {
         let mut kind = None;
         let mut seen = 0u16;
         self.object(|r, key| {
-            if key != "type" {
+            if key != b"type" {
                 return r.skip(6);
             }
             once_opt(&mut seen, 0, &mut kind, r.opt_string()?)
@@ -548,7 +616,7 @@ impl<'a> Reader<'a> {
         let mut timeout = None;
         let mut seen = 0u16;
         self.object(|r, key| {
-            if key != "timeout" {
+            if key != b"timeout" {
                 return r.skip(4);
             }
             first(&mut seen, 0)?;
@@ -577,8 +645,8 @@ impl<'a> Reader<'a> {
     fn meta(&mut self, m: &mut Meta<'a>) -> Option<()> {
         let mut seen = 0u16;
         self.object(|r, key| match key {
-            "toolName" => once_opt(&mut seen, 0, &mut m.tool_name, r.opt_string()?),
-            "shellProgress" => {
+            b"toolName" => once_opt(&mut seen, 0, &mut m.tool_name, r.opt_string()?),
+            b"shellProgress" => {
                 let p = if r.null()? {
                     None
                 } else {
@@ -586,7 +654,7 @@ impl<'a> Reader<'a> {
                 };
                 once_opt(&mut seen, 1, &mut m.shell_progress, p)
             }
-            "usage" => {
+            b"usage" => {
                 let u = if r.null()? { None } else { Some(r.usage()?) };
                 once_opt(&mut seen, 2, &mut m.usage, u)
             }
@@ -601,11 +669,11 @@ impl<'a> Reader<'a> {
             return None;
         }
         self.object(|r, key| match key {
-            "elapsedMs" => once_opt(&mut seen, 0, &mut p.elapsed_ms, r.opt_u64()?),
-            "lastOutputAgeMs" => once_opt(&mut seen, 1, &mut p.last_output_age_ms, r.opt_u64()?),
-            "totalLines" => once_opt(&mut seen, 2, &mut p.total_lines, r.opt_u64()?),
-            "totalBytes" => once_opt(&mut seen, 3, &mut p.total_bytes, r.opt_u64()?),
-            "timeoutMs" => once_opt(&mut seen, 4, &mut p.timeout_ms, r.opt_u64()?),
+            b"elapsedMs" => once_opt(&mut seen, 0, &mut p.elapsed_ms, r.opt_u64()?),
+            b"lastOutputAgeMs" => once_opt(&mut seen, 1, &mut p.last_output_age_ms, r.opt_u64()?),
+            b"totalLines" => once_opt(&mut seen, 2, &mut p.total_lines, r.opt_u64()?),
+            b"totalBytes" => once_opt(&mut seen, 3, &mut p.total_bytes, r.opt_u64()?),
+            b"timeoutMs" => once_opt(&mut seen, 4, &mut p.timeout_ms, r.opt_u64()?),
             _ => r.skip(5),
         })?;
         Some(p)
@@ -618,9 +686,9 @@ impl<'a> Reader<'a> {
             return None;
         }
         self.object(|r, key| match key {
-            "inputTokens" => once_opt(&mut seen, 0, &mut u.input_tokens, r.opt_u64()?),
-            "outputTokens" => once_opt(&mut seen, 1, &mut u.output_tokens, r.opt_u64()?),
-            "totalTokens" => once_opt(&mut seen, 2, &mut u.total_tokens, r.opt_u64()?),
+            b"inputTokens" => once_opt(&mut seen, 0, &mut u.input_tokens, r.opt_u64()?),
+            b"outputTokens" => once_opt(&mut seen, 1, &mut u.output_tokens, r.opt_u64()?),
+            b"totalTokens" => once_opt(&mut seen, 2, &mut u.total_tokens, r.opt_u64()?),
             _ => r.skip(5),
         })?;
         Some(u)

@@ -171,9 +171,9 @@ impl<'a> From<FastParams<'a>> for UpdateParams<'a, Option<Meta<'a>>> {
             kind: u.kind.map(Cow::Borrowed),
             title: u.title.map(Cow::Borrowed),
             content: None,
-            content_read: u.content,
+            content_read: u.content.map(|c| *c),
             raw_output: None,
-            raw_output_read: u.raw_output,
+            raw_output_read: u.raw_output.map(|r| *r),
             raw_input: u.raw_input,
             timeout_read: None,
             error_type_read: None,
@@ -236,12 +236,15 @@ pub(crate) struct Update<'a, M = RawMeta<'a>> {
     pub entries: Option<&'a RawValue>,
     #[serde(default, rename = "_meta")]
     pub meta: M,
-    /// `content` as the single-pass decode read it (then `content` is `None`).
+    /// `content` as the single-pass decode read it (then `content` is `None`). Not boxed: the
+    /// hand-written reader fills the update in place and it is never moved on that path, so a
+    /// result costs no allocation for it.
     #[serde(skip)]
-    pub content_read: Option<Box<Content<'a>>>,
-    /// `rawOutput` as the single-pass decode read it (then `raw_output` is `None`).
+    pub content_read: Option<Content<'a>>,
+    /// `rawOutput` as the single-pass decode read it (then `raw_output` is `None`); not boxed, as
+    /// `content_read`.
     #[serde(skip)]
-    pub raw_output_read: Option<Box<RawOutput<'a>>>,
+    pub raw_output_read: Option<RawOutput<'a>>,
     /// `rawInput.timeout` as the hand-written reader read it (`crate::scan`; then `raw_input` is
     /// `None`). `None`: not read in place.
     #[serde(skip)]
@@ -254,14 +257,15 @@ pub(crate) struct Update<'a, M = RawMeta<'a>> {
 
 impl<'a, M> Update<'a, M> {
     /// The texts of `content`, in order: of each entry of a tool call's array, or of a single block
-    /// (read in place, or parsed from the raw value; an unreadable `content` has none).
-    pub(crate) fn take_texts(&mut self) -> Vec<Cow<'a, str>> {
-        match self.content_read.take().map(|c| *c) {
-            Some(Content::Items(items)) => items
-                .into_iter()
-                .filter_map(|c| c.content.and_then(|b| b.text))
-                .collect(),
-            Some(Content::Block(b)) => b.text.into_iter().collect(),
+    /// (read in place, or parsed from the raw value; an unreadable `content` has none). An
+    /// iterator, not a `Vec`: a result's one text costs no allocation of its own.
+    pub(crate) fn take_texts(&mut self) -> Texts<'a> {
+        match self.content_read.take() {
+            Some(Content::Items(items)) => Texts::entries(None, items),
+            Some(Content::One(item)) => {
+                Texts::entries(item.content.and_then(|b| b.text), Vec::new())
+            }
+            Some(Content::Block(b)) => Texts::entries(b.text, Vec::new()),
             None => self.content.map(raw_texts).unwrap_or_default(),
         }
     }
@@ -269,9 +273,9 @@ impl<'a, M> Update<'a, M> {
     /// `content` as one block (a chunk's). An array is no block (the lenient parse of one reaches
     /// no text either).
     pub(crate) fn take_block(&mut self) -> Option<ContentBlock<'a>> {
-        match self.content_read.take().map(|c| *c) {
+        match self.content_read.take() {
             Some(Content::Block(b)) => Some(b),
-            Some(Content::Items(_)) => None,
+            Some(Content::Items(_) | Content::One(_)) => None,
             None => self
                 .content
                 .and_then(|c| serde_json::from_str::<ContentBlock<'a>>(c.get()).ok()),
@@ -307,7 +311,6 @@ impl<'a, M> Update<'a, M> {
     pub(crate) fn take_raw_output(&mut self) -> RawOutput<'a> {
         self.raw_output_read
             .take()
-            .map(|r| *r)
             .or_else(|| {
                 self.raw_output
                     .and_then(|r| serde_json::from_str(r.get()).ok())
@@ -317,18 +320,43 @@ impl<'a, M> Update<'a, M> {
 }
 
 /// The texts of a raw `content`: a tool call's array, else a single block.
-fn raw_texts(raw: &RawValue) -> Vec<Cow<'_, str>> {
+fn raw_texts(raw: &RawValue) -> Texts<'_> {
     if let Ok(items) = serde_json::from_str::<Vec<ToolCallContent<'_>>>(raw.get()) {
-        return items
-            .into_iter()
-            .filter_map(|c| c.content.and_then(|b| b.text))
-            .collect();
+        return Texts::entries(None, items);
     }
-    serde_json::from_str::<ContentBlock<'_>>(raw.get())
+    let text = serde_json::from_str::<ContentBlock<'_>>(raw.get())
         .ok()
-        .and_then(|b| b.text)
-        .into_iter()
-        .collect()
+        .and_then(|b| b.text);
+    Texts::entries(text, Vec::new())
+}
+
+/// The texts of a `content` in order ([`Update::take_texts`]): a first text, then those of the
+/// entries that follow it.
+#[derive(Debug, Default)]
+pub(crate) struct Texts<'a> {
+    first: Option<Cow<'a, str>>,
+    rest: std::vec::IntoIter<ToolCallContent<'a>>,
+}
+
+impl<'a> Texts<'a> {
+    fn entries(first: Option<Cow<'a, str>>, rest: Vec<ToolCallContent<'a>>) -> Self {
+        Self {
+            first,
+            rest: rest.into_iter(),
+        }
+    }
+}
+
+impl<'a> Iterator for Texts<'a> {
+    type Item = Cow<'a, str>;
+
+    fn next(&mut self) -> Option<Cow<'a, str>> {
+        self.first.take().or_else(|| {
+            self.rest
+                .by_ref()
+                .find_map(|c| c.content.and_then(|b| b.text))
+        })
+    }
 }
 
 /// `content` read in place: an object is a block (chunks), an array is a tool call's entries.
@@ -339,6 +367,9 @@ pub(crate) enum Content<'a> {
     Block(ContentBlock<'a>),
     /// `[{type:"content", content:{…}}, …]`.
     Items(Vec<ToolCallContent<'a>>),
+    /// An array of exactly one entry (a result's usual `content`), which the hand-written reader
+    /// keeps without a `Vec`.
+    One(ToolCallContent<'a>),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {

@@ -607,7 +607,7 @@ fn captured_frames_classify_the_same_on_the_hand_written_reader_and_the_serde_pa
     for (file, bytes) in capture_frames() {
         assert_paths_agree(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
         let text = std::str::from_utf8(&bytes).expect("utf-8");
-        if crate::scan::session_update(text).is_some() {
+        if crate::scan::reads(text) {
             read_by_hand += 1;
         }
     }
@@ -634,7 +634,7 @@ fn the_hand_written_reader_takes_the_hot_frames_and_gives_the_rest_to_serde() {
         ),
     ];
     for frame in &hot {
-        assert!(crate::scan::session_update(frame).is_some(), "{frame}");
+        assert!(crate::scan::reads(frame), "{frame}");
         assert_paths_agree(frame.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
     }
     let given_to_serde = [
@@ -670,7 +670,7 @@ fn the_hand_written_reader_takes_the_hot_frames_and_gives_the_rest_to_serde() {
         format!("{}{}{}", update(r#"{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","d":"#), "[".repeat(60), "]".repeat(60) + "}"),
     ];
     for frame in &given_to_serde {
-        assert!(crate::scan::session_update(frame).is_none(), "{frame}");
+        assert!(!crate::scan::reads(frame), "{frame}");
         assert_paths_agree(frame.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
     }
 }
