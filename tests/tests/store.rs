@@ -577,3 +577,42 @@ async fn d1_a_transaction_begun_while_holding_a_connection_on_sqlite_does_not_wa
     drop(held);
     store.close().await;
 }
+
+/// P2 on SQLite: a commit does not copy the write-ahead log back into the database (SQLite's
+/// default every 1,000 pages put milliseconds on the commit that crossed it); the store's
+/// checkpoint, which the bridge runs every second off the writers' path, does.
+#[tokio::test]
+async fn p2_commits_on_sqlite_leave_the_checkpoint_to_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("wal.db").display());
+    let store = Store::open(&url).await.expect("open");
+    let conv = conversation(&store, "wal").await;
+    // Past SQLite's default of 1,000 pages (4 KiB each) and short of the store's 10,000: about
+    // 2,500 pages of outbox rows and their indexes.
+    let text = "x".repeat(3_000);
+    for i in 0..500 {
+        let mut tx = store.begin().await.expect("begin");
+        outbox::enqueue(tx.conn(), &action(&conv, &format!("{i}{text}")), T0)
+            .await
+            .expect("enqueue");
+        tx.commit().await.expect("commit");
+    }
+    let (wal, db) = (dir.path().join("wal.db-wal"), dir.path().join("wal.db"));
+    let size = |p: &std::path::Path| std::fs::metadata(p).expect("file").len();
+    let (log, kept) = (size(&wal), size(&db));
+    assert!(
+        log > 1_200 * 4096,
+        "the commits left {log} bytes in the log: more than SQLite's default checkpoint would"
+    );
+    assert!(
+        kept < 1_000_000,
+        "the database file holds {kept} bytes: the commits copied the log back themselves"
+    );
+    store.checkpoint().await.expect("checkpoint");
+    assert!(
+        size(&db) > kept + 1_500_000,
+        "after the store's checkpoint the database file holds the rows ({} bytes, was {kept})",
+        size(&db)
+    );
+    store.close().await;
+}

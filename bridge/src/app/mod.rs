@@ -34,7 +34,7 @@ use crate::outbox_worker;
 use crate::replica::{self, Role, Status, Watch};
 use crate::store::Store;
 use crate::store::outbox::RetryPolicy;
-use tasks::{Http, prune_inbox};
+use tasks::{Http, checkpoint_wal, prune_inbox};
 pub use tasks::{INBOX_KEEP, bounded, prune_inbox_once};
 
 mod tasks;
@@ -472,6 +472,7 @@ impl Application {
                 }
             });
         }
+        tracker.spawn(checkpoint_wal(store.clone(), stop.clone()));
         tracker.spawn(prune_inbox(
             store.clone(),
             Arc::new(SystemClock),

@@ -34,6 +34,30 @@ pub(super) async fn prune_inbox(store: Store, clock: Arc<dyn Clock>, stop: Cance
     }
 }
 
+/// Checkpoints an SQLite database's write-ahead log every [`crate::store::CHECKPOINT_EVERY`], off
+/// the writers' path, until `stop` (PostgreSQL: returns at once).
+pub(super) async fn checkpoint_wal(store: Store, stop: CancellationToken) {
+    if store.backend() != crate::store::Backend::Sqlite {
+        return;
+    }
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(crate::store::CHECKPOINT_EVERY) => {}
+        }
+        match store.checkpoint().await {
+            Ok(()) => failing = false,
+            // Said once per spell: past 10,000 pages a commit checkpoints anyway.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "could not checkpoint the SQLite write-ahead log; commits will do it");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// Forgets handled inbox entries received more than [`INBOX_KEEP`] before `clock`'s now; how many.
 ///
 /// # Errors

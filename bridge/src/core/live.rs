@@ -142,7 +142,12 @@ impl Board {
             }
         };
         if changed {
-            self.version.send_modify(|v| *v += 1);
+            // Nobody waiting (no running view open): the version moves without waking anyone.
+            let watched = self.version.receiver_count() > 0;
+            self.version.send_if_modified(|v| {
+                *v += 1;
+                watched
+            });
         }
     }
 

@@ -23,7 +23,7 @@ mod write;
 
 use std::sync::Arc;
 
-use daemon_client::SessionId;
+use daemon_client::{DaemonEvent, SessionId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -128,6 +128,9 @@ pub(crate) async fn run(
         resume_pending: false,
     };
     let mut active = Instant::now();
+    // The live board: when it was last told, and when it is due to be told of heartbeats since.
+    let mut published = Instant::now();
+    let mut live_due: Option<Instant> = None;
     loop {
         let deadline = r.state.next_deadline(&r.core.cfg);
         let idle = r.state.is_idle();
@@ -140,7 +143,13 @@ pub(crate) async fn run(
                     tracing::error!(conversation = %r.conv.id, error = %e, "timer handling failed");
                 }
                 r.publish_live();
+                (published, live_due) = (Instant::now(), None);
                 active = Instant::now();
+                continue;
+            }
+            () = sleep_until(live_due) => {
+                r.publish_live();
+                (published, live_due) = (Instant::now(), None);
                 continue;
             }
             () = tokio::time::sleep_until(active + r.core.cfg.actor_idle), if idle => {
@@ -150,16 +159,34 @@ pub(crate) async fn run(
         };
         active = Instant::now();
         let Some(msg) = msg else { break };
+        let mut beats_only = is_heartbeat(&msg);
         r.step(msg).await;
         // What is already waiting (a burst of heartbeats) is taken without going back through the
-        // timers: one wake-up for the burst, and the live board told once, after it.
+        // timers: one wake-up for the burst.
         while !stop.is_cancelled()
             && let Ok(msg) = rx.try_recv()
         {
+            beats_only &= is_heartbeat(&msg);
             r.step(msg).await;
         }
-        r.publish_live();
+        // The board is told at once of anything but heartbeats; heartbeats (a count and a time) at
+        // most every LIVE_HEARTBEATS_EVERY, so a conversation flooded with them does not rebuild
+        // its snapshot for each.
+        let now = Instant::now();
+        if !beats_only || now >= published + LIVE_HEARTBEATS_EVERY {
+            r.publish_live();
+            (published, live_due) = (now, None);
+        } else {
+            live_due.get_or_insert(published + LIVE_HEARTBEATS_EVERY);
+        }
     }
+}
+
+/// How often the live board hears of a conversation's heartbeats at most.
+const LIVE_HEARTBEATS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+fn is_heartbeat(msg: &ConvMsg) -> bool {
+    matches!(msg, ConvMsg::Daemon(DaemonEvent::ToolProgress { .. }))
 }
 
 async fn sleep_until(at: Option<Instant>) {
