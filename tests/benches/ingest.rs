@@ -10,6 +10,9 @@
 //!
 //! - **Bare reader**: a tokio-tungstenite client counts text frames until it has all `N`; nothing
 //!   else. Timed from the server's first write to the client's last frame.
+//! - **Classifying reader**: the same bare reader handing every frame to a daemon client's
+//!   `Classifier` and dropping the event — the validating decode every frame must pass, and nothing
+//!   else: the most a bridge could absorb.
 //! - **Bridge**: the whole product, a real `Application` on the store (`DATABASE_URL` when set, else
 //!   SQLite) with a real `DaemonClient`. `S` threads each start a tool (one post each); then the server
 //!   sends the `N` heartbeats round-robin over the `S` sessions, then each tool's result. Every frame

@@ -29,9 +29,17 @@ pub const SLACK_SIGNING_SECRET: &str = "test-signing-secret-0123456789ab";
 /// After 60 s / 30 s.
 pub async fn settle(app: &Application) {
     for core in app.cores() {
-        tokio::time::timeout(Duration::from_secs(60), core.wait_idle())
+        if tokio::time::timeout(Duration::from_secs(60), core.wait_idle())
             .await
-            .expect("the turn ends");
+            .is_err()
+        {
+            panic!(
+                "the turns end: {} still open after 60 s ({} progress writes pending, {} conversations in memory)",
+                core.busy(),
+                core.progress_writes_pending(),
+                core.conversations_in_memory()
+            );
+        }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !chat_bridge::outbox_worker::drained(&app.store)
