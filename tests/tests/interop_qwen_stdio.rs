@@ -16,6 +16,7 @@ use chat_bridge_tests::init_tracing;
 use chat_bridge_tests::qwen::{QwenStdio, Unavailable};
 use chat_bridge_tests::recorder::Recorder;
 use daemon_client::AgentCommand;
+use futures_util::FutureExt;
 use shell_agent::AgentHost;
 
 fn qwen() -> Option<QwenStdio> {
@@ -60,11 +61,20 @@ async fn host(qwen: &QwenStdio) -> AgentHost {
     .expect("agent-host starts")
 }
 
-/// The requester clicks "Allow" on every approval, as a person would; returns how many it clicked.
-fn approver(rec: Arc<Recorder>, app: &Application) -> tokio::task::JoinHandle<()> {
+/// Aborts the task it holds when dropped, a failed check included.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The requester clicks "Allow" on every approval, as a person would.
+fn approver(rec: Arc<Recorder>, app: &Application) -> Aborting {
     let core = app.core.clone();
     let user = console::user();
-    tokio::spawn(async move {
+    Aborting(tokio::spawn(async move {
         let mut answered = std::collections::HashSet::new();
         loop {
             for (id, m) in rec.posts() {
@@ -79,7 +89,7 @@ fn approver(rec: Arc<Recorder>, app: &Application) -> tokio::task::JoinHandle<()
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    })
+    }))
 }
 
 async fn settle(app: &Application) {
@@ -102,11 +112,22 @@ async fn settle(app: &Application) {
 /// idle limit) measures the agent's timing, which two more node processes on two cores would skew.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The four must-show behaviours over one thread: approval, silent command, timeout, text.
-async fn scenario(cfg: Config) {
+/// The four must-show behaviours over one thread: approval, silent command, timeout, text. The
+/// bridge is shut down whatever the checks found: a bridge left running after a failed check keeps
+/// its daemon client alive, which reconnects and starts a fresh agent behind the retry's back.
+/// Returns the failed check's panic, for the caller to retry once or re-raise.
+async fn scenario(cfg: Config) -> Result<(), Box<dyn std::any::Any + Send>> {
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
-    let approve = approver(rec.clone(), &app);
+    let outcome = std::panic::AssertUnwindSafe(checks(&app, rec))
+        .catch_unwind()
+        .await;
+    app.shutdown().await;
+    outcome
+}
+
+async fn checks(app: &Application, rec: Arc<Recorder>) {
+    let approve = approver(rec.clone(), app);
     // 13 s of silence: qwen's one heartbeat at 10 s is what keeps the 12 s idle limit from firing.
     for prompt in [
         "RUN 30000 python3 -c 'import time; time.sleep(13); print(42)'",
@@ -118,8 +139,8 @@ async fn scenario(cfg: Config) {
             .await
             .expect("accept");
     }
-    settle(&app).await;
-    approve.abort();
+    settle(app).await;
+    drop(approve);
     let stats = app.client_stats();
     let latest = rec.latest();
     let posts = rec.posts();
@@ -166,7 +187,6 @@ async fn scenario(cfg: Config) {
         "{} posts for three turns: heartbeats must not post: {posts:#?}",
         posts.len()
     );
-    app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,16 +195,15 @@ async fn stdio_child_qwen_acp_silent_command_timeout_approval_and_text() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(qwen) = qwen() else { return };
     let dir = tempfile::tempdir().expect("tmp");
-    if tokio::spawn(scenario(child_config(&dir, &qwen)))
-        .await
-        .is_err()
-    {
+    if scenario(child_config(&dir, &qwen)).await.is_err() {
         // qwen's own timing (its heartbeat 10 s into a 13 s silence) can slip on a loaded machine:
         // the whole scenario must pass once, on a fresh database.
         eprintln!("the scenario runs once more on a fresh database");
         qwen.end_leftover_agents().await;
         let again = tempfile::tempdir().expect("tmp");
-        scenario(child_config(&again, &qwen)).await;
+        if let Err(panic) = scenario(child_config(&again, &qwen)).await {
+            std::panic::resume_unwind(panic);
+        }
     }
     let left = qwen.agent_pids_after_exit().await;
     assert!(left.is_empty(), "the child ended with the bridge: {left:?}");
@@ -203,12 +222,14 @@ async fn agent_host_qwen_acp_silent_command_timeout_approval_and_text() {
         cfg
     };
     let dir = tempfile::tempdir().expect("tmp");
-    if tokio::spawn(scenario(via_host(&dir))).await.is_err() {
+    if scenario(via_host(&dir)).await.is_err() {
         // As above: qwen's timing may slip once; the whole scenario must pass on a fresh database.
         eprintln!("the scenario runs once more on a fresh database");
         qwen.end_leftover_agents().await;
         let again = tempfile::tempdir().expect("tmp");
-        scenario(via_host(&again)).await;
+        if let Err(panic) = scenario(via_host(&again)).await {
+            std::panic::resume_unwind(panic);
+        }
     }
     host.shutdown().await;
     let left: Vec<String> = qwen
