@@ -222,6 +222,41 @@ on_both! {
         assert_eq!(outbox::stats(&mut c, T0).await.expect("stats"), outbox::Stats { pending: 0, oldest_pending_age_ms: 0, dead: 0 });
     }
 
+    async fn d1_a_claim_in_flight_does_not_hold_back_another_conversations_head(db) {
+        let (a, b) = (conversation(&db.store, "a").await, conversation(&db.store, "b").await);
+        let mut c = db.store.conn().await.expect("conn");
+        outbox::enqueue(&mut c, &action(&a, "a0"), T0).await.expect("e");
+        outbox::enqueue(&mut c, &action(&a, "a1"), T0).await.expect("e");
+        outbox::enqueue(&mut c, &action(&b, "b0"), T0).await.expect("e");
+        drop(c);
+        let lease = Duration::from_secs(60);
+        match db.store.backend() {
+            Backend::Postgres => {
+                // One worker's claim not yet committed (its row locked): another worker takes the
+                // other conversation's head at once, never a's second action, and never waits on it.
+                let mut first = db.store.begin().await.expect("tx");
+                let held = outbox::claim_next(first.conn(), "w1", T0, lease).await.expect("claim").expect("a head");
+                assert_eq!(held.action, "a0");
+                let mut c = db.store.conn().await.expect("conn");
+                let other = tokio::time::timeout(Duration::from_secs(5), outbox::claim_next(&mut c, "w2", T0, lease))
+                    .await
+                    .expect("the second claim does not wait for the first")
+                    .expect("claim")
+                    .expect("the other head");
+                assert_eq!(other.action, "b0");
+                assert_eq!(outbox::claim_next(&mut c, "w3", T0, lease).await.expect("claim"), None, "a1 waits behind a0");
+                first.commit().await.expect("commit");
+            }
+            Backend::Sqlite => {
+                let mut c = db.store.conn().await.expect("conn");
+                let one = outbox::claim_next(&mut c, "w1", T0, lease).await.expect("claim").expect("a head");
+                let two = outbox::claim_next(&mut c, "w2", T0, lease).await.expect("claim").expect("the other head");
+                assert_eq!((one.action.as_str(), two.action.as_str()), ("a0", "b0"));
+                assert_eq!(outbox::claim_next(&mut c, "w3", T0, lease).await.expect("claim"), None, "a1 waits behind a0");
+            }
+        }
+    }
+
     async fn d1_failures_back_off_rate_limits_wait_without_counting_and_dead_letters_unblock(db) {
         let conv = conversation(&db.store, "a").await;
         let mut c = db.store.conn().await.expect("conn");

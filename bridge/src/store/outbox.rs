@@ -117,8 +117,35 @@ pub struct Claimed {
     pub platform: Option<String>,
 }
 
+/// The claim, with `$lock` (empty, or PostgreSQL's row lock) on the chosen head.
+macro_rules! claim_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE outbox SET claimed_by = $1, claim_until = $2
+         WHERE id = (
+             SELECT o.id FROM outbox o
+             WHERE o.status = 'pending' AND o.next_attempt_at <= $3
+               AND (o.claimed_by IS NULL OR o.claim_until < $3)
+               AND NOT EXISTS (SELECT 1 FROM outbox e
+                               WHERE e.conversation_id = o.conversation_id AND e.status = 'pending' AND e.id < o.id)
+             ORDER BY o.id LIMIT 1",
+            $lock,
+            ")
+           AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
+         RETURNING id, conversation_id, kind, coalesce_key, action, attempts,
+                   (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform"
+        )
+    };
+}
+
 /// Claims the next deliverable action: the oldest due head of any conversation's queue not already
 /// claimed. `None` when nothing is due.
+///
+/// On PostgreSQL the head is locked with `SKIP LOCKED`: workers claiming at the same moment take
+/// different heads. Without it they all pick the same row; one wins, the others wait for its lock,
+/// find the row claimed, take nothing and rest until woken — at 10,000 sessions three claims in five
+/// came back empty and delivery ran at one worker's pace. SQLite has one writer: claims never
+/// overlap there.
 ///
 /// # Errors
 /// Database errors.
@@ -128,24 +155,17 @@ pub async fn claim_next(
     now: i64,
     lease: Duration,
 ) -> Result<Option<Claimed>> {
-    Ok(sqlx::query_as::<_, Claimed>(
-        "UPDATE outbox SET claimed_by = $1, claim_until = $2
-         WHERE id = (
-             SELECT o.id FROM outbox o
-             WHERE o.status = 'pending' AND o.next_attempt_at <= $3
-               AND (o.claimed_by IS NULL OR o.claim_until < $3)
-               AND NOT EXISTS (SELECT 1 FROM outbox e
-                               WHERE e.conversation_id = o.conversation_id AND e.status = 'pending' AND e.id < o.id)
-             ORDER BY o.id LIMIT 1)
-           AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
-         RETURNING id, conversation_id, kind, coalesce_key, action, attempts,
-                   (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform",
-    )
-    .arg(worker)
-    .arg(now.saturating_add(ms(lease)))
-    .arg(now)
-    .fetch_optional(c)
-    .await?)
+    let query = if c.backend_name().eq_ignore_ascii_case("postgresql") {
+        claim_sql!(" FOR UPDATE OF o SKIP LOCKED")
+    } else {
+        claim_sql!("")
+    };
+    Ok(sqlx::query_as::<_, Claimed>(query)
+        .arg(worker)
+        .arg(now.saturating_add(ms(lease)))
+        .arg(now)
+        .fetch_optional(c)
+        .await?)
 }
 
 /// Marks a claimed action delivered; `false` if this worker no longer held the claim.
