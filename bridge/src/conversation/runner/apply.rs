@@ -19,15 +19,21 @@ impl Runner {
         self.state.handle(event, Instant::now(), &self.core.cfg)
     }
 
-    /// A daemon event: decided once; each effect is retried on its own while the database is
-    /// unreachable, so a retry never decides (or counts) the event twice.
-    pub(super) async fn on_daemon_event(&mut self, e: DaemonEvent) -> Result<()> {
+    /// A daemon event, decided once. A heartbeat's usual effect (counts queued for the progress
+    /// writer) is carried out here and `None` returned; otherwise the effects to carry out with
+    /// [`Runner::apply_daemon_effects`].
+    pub(super) fn decide_daemon_event(&mut self, e: DaemonEvent) -> Option<Vec<Effect>> {
         let effects = self.handle(Event::Daemon(e));
         if let [Effect::FlushCounts] = effects.as_slice() {
-            // A heartbeat's usual effect: counts queued for the progress writer, no store call to retry.
             self.flush_progress(false);
-            return Ok(());
+            return None;
         }
+        Some(effects)
+    }
+
+    /// Carries out a daemon event's effects; each is retried on its own while the database is
+    /// unreachable, so a retry never decides (or counts) the event twice.
+    pub(super) async fn apply_daemon_effects(&mut self, effects: Vec<Effect>) -> Result<()> {
         let id = self.conv.id.clone();
         let stop = self.core.shutdown.clone();
         for effect in effects {
