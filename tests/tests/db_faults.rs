@@ -330,3 +330,82 @@ async fn q3_slack_http_events_an_event_during_a_database_outage_gets_503_and_its
     stop.cancel();
     task.await.expect("join").expect("the Slack bridge");
 }
+
+/// D3 (and "a restarted database loses nothing"): the database goes away just as a turn ends.
+/// The end is retried until the database is back, not dropped: the turn is closed in the store,
+/// its answer posted once, and the core counts nothing open. (The end used to take the turn out of
+/// the conversation's memory before writing it; the retry found no turn and ended nothing, so the
+/// turn stayed open in the store and the core busy for good — 2,696–4,562 turns of 10,000 in P2.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q3_a_turn_that_ends_while_the_database_is_down_is_ended_once_it_is_back() {
+    use chat_bridge_tests::scripted::ScriptedDaemon;
+    use serde_json::json;
+    let cluster = Cluster::start();
+    // The daemon answers the prompt's text at once and ends the turn when the test says so.
+    let prompted = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let daemon = ScriptedDaemon::start({
+        let (prompted, release) = (prompted.clone(), release.clone());
+        move |mut peer| {
+            let (prompted, release) = (prompted.clone(), release.clone());
+            async move {
+                peer.handshake().await;
+                while let Some(msg) = peer.recv().await {
+                    match msg["method"].as_str() {
+                        Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
+                        Some("session/prompt") => {
+                            peer.send(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1",
+                                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "the answer"}}}}))
+                                .await;
+                            prompted.notify_one();
+                            release.notified().await;
+                            peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
+                        }
+                        Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(&cluster.url(), dir.path());
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+    cfg.liveness.idle = Duration::from_secs(60);
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    let stop = CancellationToken::new();
+    app.accept(message(0, "what is the answer?"), &stop).await;
+    tokio::time::timeout(Duration::from_secs(30), prompted.notified())
+        .await
+        .expect("the prompt reached the daemon");
+    cluster.stop();
+    release.notify_one();
+    // The turn's end arrives now, with the database down: its write waits for a connection for the
+    // pool's 5 s, fails, and is retried.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(
+        app.core.busy(),
+        1,
+        "the turn is not over while its end is unwritten"
+    );
+    cluster.start_again();
+    settle(&app).await;
+
+    let answers: Vec<_> = rec
+        .latest()
+        .into_iter()
+        .filter(|(_, m)| m.title == "💬 answer")
+        .collect();
+    assert_eq!(answers.len(), 1, "the answer, once: {answers:#?}");
+    assert_eq!(answers[0].1.body.as_deref(), Some("the answer"));
+    let store = Store::connect(&cluster.url()).await.expect("store");
+    let mut c = store.conn().await.expect("conn");
+    let open = chat_bridge::store::turns::open(&mut c).await.expect("open");
+    assert!(open.is_empty(), "no turn left open in the store: {open:#?}");
+    drop(c);
+    store.close().await;
+    app.shutdown().await;
+}

@@ -735,6 +735,18 @@ impl State {
         turn.tools.remove(call)
     }
 
+    /// Undoes [`State::tool_done`] (its result could not be written yet): the call runs again as
+    /// it was, its outcome not yet counted.
+    pub fn tool_undone(&mut self, call: ToolCallId, tool: Option<ToolState>) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        turn.outcomes.pop();
+        if let Some(tool) = tool {
+            turn.tools.insert(call, tool);
+        }
+    }
+
     /// The daemon lost the session: every running call of the turn is over (interrupted).
     pub fn interrupt_tools(&mut self) -> Vec<(ToolCallId, String)> {
         let Some(turn) = self.turn.as_mut() else {

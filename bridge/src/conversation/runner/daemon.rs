@@ -10,6 +10,7 @@ use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::ToolOutcome;
 use crate::conversation::state::{Line, scoped_id};
+use crate::conversation::tools::ToolState;
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render};
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
@@ -110,14 +111,19 @@ impl Runner {
             return Ok(());
         };
         let turn_id = turn.row.id.clone();
-        let scoped = self.state.scoped(&call);
         let tool = self
             .state
             .tool_done(&call, ToolOutcome::from(result.outcome));
-        let (title, took) = match &tool {
-            Some(t) => (t.title.clone(), Some(t.started.elapsed())),
-            None => ("tool".to_owned(), None),
-        };
+        let took = tool.as_ref().map(|t| t.started.elapsed());
+        if let Err(e) = self
+            .write_tool_result(&call, &turn_id, &result, tool.as_ref(), took)
+            .await
+        {
+            // Nothing was written: the call stays running with its unwritten heartbeat counts, so
+            // the step's retry writes the result as it would have now.
+            self.state.tool_undone(call, tool);
+            return Err(e);
+        }
         if let Some(took) = took {
             metrics::histogram!(
                 "chatbridge_tool_duration_seconds",
@@ -125,13 +131,28 @@ impl Runner {
             )
             .record(took.as_secs_f64());
         }
+        Ok(())
+    }
+
+    /// A tool's result, in one transaction: its row finished (with its last heartbeat counts), the
+    /// transcript line, and its message edited into the result.
+    async fn write_tool_result(
+        &mut self,
+        call: &ToolCallId,
+        turn_id: &str,
+        result: &ToolResult,
+        tool: Option<&ToolState>,
+        took: Option<std::time::Duration>,
+    ) -> Result<()> {
+        let scoped = self.state.scoped(call);
+        let title = tool.map_or_else(|| "tool".to_owned(), |t| t.title.clone());
         let mut tx = self.begin().await?;
         if tool.is_none() {
             // Started before a restart, or never announced: make sure the row exists.
             tool_calls::start(
                 tx.conn(),
                 &self.conv.id,
-                Some(&turn_id),
+                Some(turn_id),
                 &scoped,
                 "",
                 None,
@@ -141,7 +162,7 @@ impl Runner {
         }
         // This tool's unwritten heartbeat count goes into the result's own transaction: the result
         // never waits for a separate write (P2).
-        if let Some(t) = tool.as_ref().filter(|t| t.unflushed > 0) {
+        if let Some(t) = tool.filter(|t| t.unflushed > 0) {
             tool_calls::progress(
                 tx.conn(),
                 &self.conv.id,
@@ -179,7 +200,7 @@ impl Runner {
             .unwrap_or_else(|| result.outcome.as_str().to_owned());
         self.record(
             &mut tx,
-            Some(&turn_id),
+            Some(turn_id),
             "tool_finished",
             "agent",
             &self.kept(&summary),
@@ -189,7 +210,7 @@ impl Runner {
         let msg = render::tool_finished(
             &self.core.redactor,
             &title,
-            &result,
+            result,
             took,
             &db_id,
             self.core.cfg.output_cap,

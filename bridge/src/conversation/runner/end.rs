@@ -28,22 +28,62 @@ impl Runner {
         let Some(turn) = self.state.turn.take() else {
             return Ok(());
         };
+        // Questions the turn asked die with it: their buttons go, the daemon hears "cancelled",
+        // and the next message is a prompt again, not a wrong answer (R6).
+        let unanswered = self.state.approvals.take_all();
         let ending = turn.ending(stop.as_ref(), forced);
         let status = ending.status.as_str();
+        if let Err(e) = self
+            .write_ending(&turn, &ending, stop.as_ref(), &unanswered)
+            .await
+        {
+            // Nothing of the ending was written: the turn and its questions stay as they were, so
+            // the step's retry (the database back) ends it then — taken out here, a retry would
+            // find no turn, and the turn would stay open in the store and counted busy for good.
+            self.state.turn = Some(turn);
+            for p in unanswered {
+                self.state.approvals.ask(p);
+            }
+            return Err(e);
+        }
+        for p in unanswered {
+            let _ = self
+                .core
+                .client
+                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+                .await;
+        }
+        tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
+        let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
+        metrics::histogram!(
+            "chatbridge_turn_duration_seconds",
+            self.core.labels(&[("status", status)])
+        )
+        .record(took);
+        let _ended = BusyGuard(self.core.clone());
+        self.run_queued().await
+    }
+
+    /// The turn's ending, in one transaction: the row, its unanswered questions' messages, the
+    /// answer (recorded and posted) and the person's mark.
+    async fn write_ending(
+        &mut self,
+        turn: &TurnState,
+        ending: &crate::conversation::turn::Ending,
+        stop: Option<&StopReason>,
+        unanswered: &[Pending],
+    ) -> Result<()> {
         let answer = turn.answer.trim().to_owned();
         let kept_answer = self.kept(&answer).into_owned();
         let mut tx = self.begin().await?;
         let row = Ending {
-            status,
-            stop_reason: stop.as_ref().map(StopReason::as_str),
+            status: ending.status.as_str(),
+            stop_reason: stop.map(StopReason::as_str),
             end_cause: ending.end_cause,
             answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
         turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
-        // Questions the turn asked die with it: their buttons go, the daemon hears "cancelled",
-        // and the next message is a prompt again, not a wrong answer (R6).
-        let unanswered = self.state.approvals.take_all();
-        for p in &unanswered {
+        for p in unanswered {
             permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
             let msg = render::permission(
                 &self.core.redactor,
@@ -102,23 +142,7 @@ impl Runner {
                 self.enqueue(&mut tx, &action).await?;
             }
         }
-        self.commit(tx).await?;
-        for p in unanswered {
-            let _ = self
-                .core
-                .client
-                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
-                .await;
-        }
-        tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
-        let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
-        metrics::histogram!(
-            "chatbridge_turn_duration_seconds",
-            self.core.labels(&[("status", status)])
-        )
-        .record(took);
-        let _ended = BusyGuard(self.core.clone());
-        self.run_queued().await
+        self.commit(tx).await
     }
 
     /// Starts the first queued prompt whose author may still prompt here (its busy count, taken

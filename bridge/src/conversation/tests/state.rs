@@ -375,6 +375,32 @@ fn a_failed_tool_keeps_the_turn_from_done() {
 }
 
 #[test]
+fn a_result_whose_write_failed_leaves_the_call_running_for_the_retry() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "false");
+    let tool = s.tool_done(&call(1), ToolOutcome::Failed);
+    assert!(tool.is_some());
+    // The database refused the result: undone, the call runs again and its outcome is not counted.
+    s.tool_undone(call(1), tool);
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Done)
+    );
+    let again = s.tool_done(&call(1), ToolOutcome::Failed);
+    assert_eq!(
+        again.map(|t| t.title),
+        Some("false".into()),
+        "the retry finds the call"
+    );
+    assert_eq!(
+        s.mark_if_ended(Some(&StopReason::EndTurn)),
+        Some(Mark::Failed)
+    );
+}
+
+#[test]
 fn a_lost_session_interrupts_every_running_tool() {
     let c = cfg();
     let clock = Clock::new();
