@@ -437,32 +437,17 @@ impl Runner {
             return Ok(());
         };
         let label = p.label(option);
-        let mut tx = self.begin().await?;
-        if permissions::resolve(tx.conn(), &p.db_id, user, option, now_ms())
-            .await?
-            .is_none()
-        {
-            return Ok(());
+        match self.write_decision(&p, user, option, &label).await {
+            Ok(true) => {}
+            // Decided elsewhere meanwhile (another replica, an expiry): the first decision wins.
+            Ok(false) => return Ok(()),
+            Err(e) => {
+                // Nothing was written: the question still waits, so the step's retry decides it.
+                self.state.approvals.ask(p);
+                return Err(e);
+            }
         }
         self.state.approval_closed(&p, Some(option), Instant::now());
-        let who = self.person(user);
-        let heading = approvals::decided_heading(&who, p.kind(option), &label);
-        let shown = approvals::decided_text(&who, &label);
-        let msg = render::permission(
-            &self.core.redactor,
-            &p.db_id,
-            &p.title,
-            &p.options,
-            p.detail.as_deref(),
-            Some((&heading, &shown)),
-        );
-        let decided = approvals::decided_text(user, &label);
-        let key = MessageKey::Permission(p.db_id.clone());
-        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-            .await?;
-        self.record(&mut tx, None, "permission", user, &decided, None)
-            .await?;
-        self.commit(tx).await?;
         if let Err(e) = self
             .core
             .client
@@ -480,5 +465,42 @@ impl Runner {
                 .await;
         }
         Ok(())
+    }
+
+    /// A decision, in one transaction: the request resolved, its message edited to say who
+    /// decided what, the transcript line. `false` when it was already decided.
+    async fn write_decision(
+        &mut self,
+        p: &Pending,
+        user: &str,
+        option: &str,
+        label: &str,
+    ) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        if permissions::resolve(tx.conn(), &p.db_id, user, option, now_ms())
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let who = self.person(user);
+        let heading = approvals::decided_heading(&who, p.kind(option), label);
+        let shown = approvals::decided_text(&who, label);
+        let msg = render::permission(
+            &self.core.redactor,
+            &p.db_id,
+            &p.title,
+            &p.options,
+            p.detail.as_deref(),
+            Some((&heading, &shown)),
+        );
+        let decided = approvals::decided_text(user, label);
+        let key = MessageKey::Permission(p.db_id.clone());
+        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
+            .await?;
+        self.record(&mut tx, None, "permission", user, &decided, None)
+            .await?;
+        self.commit(tx).await?;
+        Ok(true)
     }
 }
