@@ -103,6 +103,36 @@ on_both! {
         assert_eq!(row.last_progress.as_deref(), Some(r#"{"elapsedMs":30000}"#));
     }
 
+    async fn p2_heartbeat_counts_of_many_calls_are_written_in_one_statement(db) {
+        use tool_calls::ProgressRow;
+        let (a, b) = (conversation(&db.store, "1.1").await, conversation(&db.store, "2.2").await);
+        let mut c = db.store.conn().await.expect("conn");
+        let one = tool_calls::start(&mut c, &a, None, "call_1", "make", None, T0).await.expect("start");
+        let two = tool_calls::start(&mut c, &b, None, "call_1", "make test", None, T0).await.expect("start");
+        let done = tool_calls::start(&mut c, &b, None, "call_2", "ls", None, T0).await.expect("start");
+        let f = tool_calls::Finish { outcome: "completed", summary: None, output: "", exit_code: Some(0), signal: None };
+        tool_calls::finish(&mut c, &b, "call_2", &f, T0 + 1).await.expect("finish");
+        let row = |conversation, call_id, heartbeats, last_progress| ProgressRow { conversation, call_id, heartbeats, last_progress };
+        let rows = [
+            row(&a, "call_1", 2, Some(r#"{"elapsedMs":1}"#)),
+            row(&b, "call_1", 1, None),
+            // The same call twice in one batch: counts add up, the latest progress wins.
+            row(&a, "call_1", 3, Some(r#"{"elapsedMs":2}"#)),
+            row(&a, "call_1", 1, None),
+            // A finished call: its count still adds up, its progress stays.
+            row(&b, "call_2", 4, Some(r#"{"elapsedMs":9}"#)),
+            // A call nobody stored: nothing happens.
+            row(&a, "call_9", 1, None),
+        ];
+        tool_calls::progress_many(&mut c, &rows, T0 + 5).await.expect("progress_many");
+        let get = |id: String| { let db = db.store.clone(); async move { let mut c = db.conn().await.expect("conn"); tool_calls::get(&mut c, &id).await.expect("get").expect("row") } };
+        let (one, two, done) = (get(one).await, get(two).await, get(done).await);
+        assert_eq!((one.heartbeats, one.last_progress.as_deref(), one.progress_at), (6, Some(r#"{"elapsedMs":2}"#), Some(T0 + 5)));
+        assert_eq!((two.heartbeats, two.last_progress.as_deref(), two.progress_at), (1, None, Some(T0 + 5)));
+        assert_eq!((done.heartbeats, done.last_progress.as_deref(), done.status.as_str()), (4, None, "completed"));
+        tool_calls::progress_many(&mut c, &[], T0 + 6).await.expect("an empty batch is nothing");
+    }
+
     async fn transcript_keeps_order_and_message_map_replaces(db) {
         let conv = conversation(&db.store, "1.1").await;
         let mut c = db.store.conn().await.expect("conn");

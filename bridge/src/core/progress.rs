@@ -21,8 +21,13 @@ pub(crate) struct ProgressWrite {
 /// next flush.
 pub(super) const PROGRESS_QUEUE: usize = 4096;
 
-/// How many progress writes go into one transaction.
+/// How many progress writes go into one statement at most.
 const PROGRESS_BATCH: usize = 256;
+
+/// How long the writer gathers writes after the first of a batch. Counts are bookkeeping (the
+/// thread shows none of them), so 50 ms later costs nothing; at 10,000 running commands it turns
+/// thousands of one-row statements a second into tens of batched ones.
+const PROGRESS_GATHER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Writes heartbeat counts in batches, off the actors' path: a conversation never waits for the
 /// database because a silent command is alive (P2). On the bookkeeping connections (a count lost to a
@@ -43,10 +48,13 @@ pub(super) async fn progress_writer(
         };
         let Some(first) = first else { return };
         let mut batch = vec![first];
+        // What else arrives within PROGRESS_GATHER goes into the same statement: the conversations
+        // flush at their own moments, so without the wait nearly every batch held one count.
+        let until = tokio::time::Instant::now() + PROGRESS_GATHER;
         while batch.len() < PROGRESS_BATCH {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(w)) => batch.push(w),
+                Ok(None) | Err(_) => break,
             }
         }
         match store::retry_transient(20, &stop, |_| {}, || write_progress(&store, &batch)).await {
@@ -64,17 +72,15 @@ pub(super) async fn progress_writer(
 }
 
 async fn write_progress(store: &Store, batch: &[ProgressWrite]) -> Result<(), store::StoreError> {
-    let mut tx = store.relaxed_begin().await?;
-    for w in batch {
-        store::tool_calls::progress(
-            tx.conn(),
-            &w.conversation,
-            &w.call,
-            w.heartbeats,
-            w.progress.as_deref(),
-            now_ms(),
-        )
-        .await?;
-    }
-    tx.commit().await
+    let rows: Vec<store::tool_calls::ProgressRow<'_>> = batch
+        .iter()
+        .map(|w| store::tool_calls::ProgressRow {
+            conversation: &w.conversation,
+            call_id: &w.call,
+            heartbeats: w.heartbeats,
+            last_progress: w.progress.as_deref(),
+        })
+        .collect();
+    let mut c = store.relaxed_conn().await?;
+    store::tool_calls::progress_many(&mut c, &rows, now_ms()).await
 }

@@ -112,6 +112,79 @@ pub async fn progress(
     Ok(status.is_some_and(|(s,)| s == "running"))
 }
 
+/// One call's heartbeat count and latest progress, for [`progress_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressRow<'a> {
+    /// The conversation.
+    pub conversation: &'a str,
+    /// The call's stored id (scoped by session).
+    pub call_id: &'a str,
+    /// Heartbeats to add.
+    pub heartbeats: i64,
+    /// The latest progress (JSON), if any came.
+    pub last_progress: Option<&'a str>,
+}
+
+/// [`progress`] for many calls in one statement (the progress writer's batch): one `UPDATE … FROM
+/// (VALUES …)` instead of one per call, which at thousands of running commands is a large share of
+/// the database's statements. Rows of the same call are added up first (a statement updates a row
+/// once), the latest progress kept. Same rules as [`progress`]: counts always add up, a terminal
+/// call's progress stays as it was.
+///
+/// # Errors
+/// Database errors.
+pub async fn progress_many(
+    c: &mut AnyConnection,
+    rows: &[ProgressRow<'_>],
+    now: i64,
+) -> Result<()> {
+    let mut merged: Vec<ProgressRow<'_>> = Vec::with_capacity(rows.len());
+    let mut at: std::collections::HashMap<(&str, &str), usize> =
+        std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        match at.get(&(r.conversation, r.call_id)) {
+            Some(&i) => {
+                merged[i].heartbeats += r.heartbeats;
+                if r.last_progress.is_some() {
+                    merged[i].last_progress = r.last_progress;
+                }
+            }
+            None => {
+                at.insert((r.conversation, r.call_id), merged.len());
+                merged.push(r.clone());
+            }
+        }
+    }
+    // 4 parameters a row, well under both backends' limits at the writer's batch of 256.
+    for chunk in merged.chunks(1000) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let n = 4 * i + 2;
+                format!("(${n}, ${}, ${}, ${})", n + 1, n + 2, n + 3)
+            })
+            .collect();
+        // VALUES columns are column1… on both PostgreSQL and SQLite.
+        let query = format!(
+            "UPDATE tool_calls SET heartbeats = heartbeats + v.column3,
+                 last_progress = CASE WHEN status = 'running' THEN COALESCE(v.column4, last_progress) ELSE last_progress END,
+                 progress_at = CASE WHEN status = 'running' THEN $1 ELSE progress_at END
+             FROM (VALUES {}) AS v
+             WHERE tool_calls.conversation_id = v.column1 AND tool_calls.call_id = v.column2",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(sql(query)).arg(now);
+        for r in chunk {
+            q = q
+                .arg(r.conversation)
+                .arg(r.call_id)
+                .arg(r.heartbeats)
+                .arg(r.last_progress.map(Json));
+        }
+        q.execute(&mut *c).await?;
+    }
+    Ok(())
+}
+
 /// A call's terminal state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish<'a> {
