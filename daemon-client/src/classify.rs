@@ -295,6 +295,7 @@ impl Classifier {
                         session: None,
                         method: method.clone().into_owned(),
                         kind: None,
+                        stop_reason: None,
                     }
                 };
                 if let DaemonEvent::Malformed { .. } = event {
@@ -323,6 +324,7 @@ impl Classifier {
                 session: None,
                 method: other.to_owned(),
                 kind: None,
+                stop_reason: None,
             }),
         }
     }
@@ -363,6 +365,7 @@ impl Classifier {
                 session: Some(session),
                 method: "session/update".into(),
                 kind: Some(other.to_owned()),
+                stop_reason: None,
             },
         }
     }
@@ -661,6 +664,7 @@ fn chunk<'a, M: MetaSource<'a>>(
             session: Some(session),
             method: "session/update".into(),
             kind: u.session_update.as_deref().map(str::to_owned),
+            stop_reason: None,
         };
     }
     let text = block
@@ -752,15 +756,17 @@ fn vendor_notify(method: &str, params: Option<&RawValue>) -> Inbound {
         .as_ref()
         .and_then(|(_, d)| d.session_id.as_deref())
         .and_then(|s| SessionId::parse(s).ok());
+    let stop = parsed
+        .as_ref()
+        .filter(|_| kind.as_deref() == Some("turn_complete"))
+        .and_then(|(_, d)| d.stop_reason.as_deref())
+        .map(StopReason::from_wire);
     let event = DaemonEvent::Other {
         session: session.clone(),
         method: method.to_owned(),
         kind: kind.clone(),
+        stop_reason: stop.clone(),
     };
-    let stop = parsed
-        .as_ref()
-        .and_then(|(_, d)| d.stop_reason.as_deref())
-        .map(StopReason::from_wire);
     match (kind.as_deref(), session, stop) {
         (Some("turn_complete"), Some(session), Some(stop_reason)) => Inbound::VendorTurnComplete {
             event,

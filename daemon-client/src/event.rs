@@ -118,6 +118,9 @@ pub enum DaemonEvent {
         method: String,
         /// The `sessionUpdate` kind or vendor `kind`, when there was one.
         kind: Option<String>,
+        /// The stop reason a vendor `turn_complete` names (`cancelled` when the daemon stopped the
+        /// prompt itself, e.g. as the connection that sent it closed).
+        stop_reason: Option<StopReason>,
     },
     /// A frame that could not be understood (F2). Logged, counted and skipped.
     Malformed {

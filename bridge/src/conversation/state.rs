@@ -70,6 +70,10 @@ pub const CUT_OFF_TEXT: &str = "The bridge restarted just after this message rea
 /// replay: the daemon stopped its command when the bridge's connection died (D6).
 pub const RESUMED_CANCELLED_TEXT: &str = "The bridge restarted while this command ran, and the agent stopped it when the bridge's connection closed: the turn is marked interrupted and was not re-run; send the message again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
 
+/// What a thread hears when the daemon ends a turn taken back after a restart as cancelled: it
+/// stopped the prompt when the bridge's connection died (D6).
+pub const RESUMED_STOPPED_TEXT: &str = "The bridge restarted during this turn, and the agent stopped it when the bridge's connection closed: what it did so far stands, the rest did not run. The turn is marked interrupted and was not re-run; send the message again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+
 /// Why the thread continues in a new session after a turn that was cut off (D6).
 pub const FRESH_SESSION_TEXT: &str = "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
 
@@ -132,6 +136,11 @@ pub enum DaemonStep {
     /// so the call is finished, the turn ends at once as interrupted (not re-run) and what waits
     /// behind it runs (D6).
     ResumedCancelled(ToolCallId, ToolResult),
+    /// A turn taken back after a restart hears the daemon end it as cancelled without anyone here
+    /// asking: it stopped the prompt when the bridge's connection died. The calls still running
+    /// (scoped id, title) are closed as interrupted and the turn ends as interrupted, not re-run
+    /// (D6).
+    ResumedStopped(Vec<(String, String)>),
 }
 
 /// What becomes of a prompt.
@@ -264,6 +273,14 @@ impl State {
                     Effect::EndTurnAs(TurnStatus::Interrupted),
                 ],
                 DaemonStep::Draft(seq, text) => vec![Effect::Draft(seq, text)],
+                DaemonStep::ResumedStopped(running) => vec![
+                    Effect::InterruptTools(running),
+                    Effect::Notice(
+                        crate::channel::Tone::Warning,
+                        RESUMED_STOPPED_TEXT.to_owned(),
+                    ),
+                    Effect::EndTurnAs(TurnStatus::Interrupted),
+                ],
                 DaemonStep::ResumedCancelled(call, result) => vec![
                     Effect::FinishTool(call, result),
                     Effect::Notice(
@@ -663,19 +680,38 @@ impl State {
                 }
             }
             DaemonEvent::TurnEnded { stop_reason, .. } => DaemonStep::EndTurn(stop_reason),
-            DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" && turn.resumed => {
-                if turn.replay_at_own == Some(true)
-                    && turn.answer.trim().is_empty()
+            DaemonEvent::Other {
+                kind: Some(k),
+                stop_reason,
+                ..
+            } if k == "turn_complete" && turn.resumed => {
+                let nothing_done = turn.answer.trim().is_empty()
                     && turn.outcomes.is_empty()
-                    && turn.tools.is_empty()
-                {
+                    && turn.tools.is_empty();
+                // Nobody here asked for a cancel: the daemon stopped the prompt itself, as the
+                // connection that sent it closed with the bridge's old process (D6).
+                let stopped_by_daemon =
+                    stop_reason == Some(StopReason::Cancelled) && turn.cancel_by.is_none();
+                if nothing_done && (turn.replay_at_own == Some(true) || stopped_by_daemon) {
                     // D6: the prompt reached the daemon and its turn ended with nothing done — cut
                     // off when the bridge's connection died. Not re-sent; the session, which holds
                     // it unanswered, is left for a new one.
                     self.abandon_session = true;
                     return DaemonStep::CutOff;
                 }
-                DaemonStep::EndTurn(StopReason::EndTurn)
+                if stopped_by_daemon {
+                    // D6: what it did so far stands, the rest will not run (a call it had not
+                    // started yet comes back "cancelled before execution"): the turn is
+                    // interrupted, not ended, and not re-sent.
+                    self.abandon_session = true;
+                    let running = turn
+                        .tools
+                        .iter()
+                        .map(|(call, t)| (scoped_id(self.session.as_ref(), call), t.title.clone()))
+                        .collect();
+                    return DaemonStep::ResumedStopped(running);
+                }
+                DaemonStep::EndTurn(stop_reason.unwrap_or(StopReason::EndTurn))
             }
             _ => DaemonStep::Nothing,
         }

@@ -217,6 +217,7 @@ fn l7_a_turn_open_across_a_reconnect_that_hears_nothing_live_is_ended_as_interru
         session: Some(session()),
         method: "session/update".into(),
         kind: Some("available_commands_update".into()),
+        stop_reason: None,
     };
     let _ = s.handle(Event::Daemon(chatter), clock.now(), &c);
     let effects: Vec<Effect> = s

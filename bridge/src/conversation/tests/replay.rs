@@ -1,8 +1,9 @@
 //! L6: frames a `session/load` replays are history, except what the turn still waits on.
 
-use daemon_client::{DaemonEvent, Outcome};
+use daemon_client::{DaemonEvent, Outcome, StopReason};
 
-use super::{Clock, call, cfg, info, result, running, session, started};
+use super::{Clock, call, cfg, info, result, running, secs, session, started, text};
+use crate::conversation::event::ToolOutcome;
 use crate::conversation::state::{DaemonStep, State};
 
 fn start(s: &mut State, clock: &Clock, n: u32, title: &str) {
@@ -119,6 +120,7 @@ fn turn_complete() -> DaemonEvent {
         session: Some(session()),
         method: "_qwen/notify".into(),
         kind: Some("turn_complete".into()),
+        stop_reason: Some(StopReason::EndTurn),
     })
 }
 
@@ -334,4 +336,123 @@ fn d6_a_replayed_cancel_with_another_call_running_does_not_end_the_turn() {
         &c,
     );
     assert!(matches!(step, DaemonStep::ToolFinished(..)), "{step:?}");
+}
+
+/// A live `turn_complete` of a resumed turn, with the stop reason the daemon gave.
+fn live_complete(stop: StopReason) -> DaemonEvent {
+    DaemonEvent::Other {
+        session: Some(session()),
+        method: "_qwen/notify".into(),
+        kind: Some("turn_complete".into()),
+        stop_reason: Some(stop),
+    }
+}
+
+/// D6 (the real qwen daemon, killed 1.4-1.6 s into a turn): the bridge dies while the model is
+/// still answering; the new process loads the session while the prompt is in flight, and the
+/// daemon — which cancels a prompt when the connection that sent it closes — streams the call it
+/// refused to start ("cancelled before execution", outcome failed) and a `turn_complete` whose stop
+/// reason is `cancelled`. Nothing ran: the turn is interrupted (not "ended", which would say the
+/// agent finished it), not re-run, and the next message opens a new session.
+#[test]
+fn d6_a_resumed_turn_the_daemon_ends_as_cancelled_is_interrupted_not_ended() {
+    use crate::conversation::effects::Effect;
+    use crate::conversation::event::{Event, TurnStatus};
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(started(1, "echo c0 >> count.txt"), clock.now(), &c);
+    s.tool_running(call(1), "echo c0 >> count.txt".into(), clock.now(), true);
+    let mut refused = result(Outcome::Failed);
+    refused.summary = Some("Tool call was cancelled before execution.".into());
+    let step = s.on_daemon(
+        DaemonEvent::ToolFinished {
+            session: session(),
+            call: call(1),
+            result: refused,
+        },
+        clock.now(),
+        &c,
+    );
+    assert!(matches!(step, DaemonStep::ToolFinished(..)), "{step:?}");
+    let _ = s.tool_done(&call(1), ToolOutcome::Failed);
+    let effects = s.handle(
+        Event::Daemon(live_complete(StopReason::Cancelled)),
+        clock.now(),
+        &c,
+    );
+    let [
+        Effect::InterruptTools(running),
+        Effect::Notice(_, notice),
+        Effect::EndTurnAs(TurnStatus::Interrupted),
+    ] = effects.as_slice()
+    else {
+        panic!("{effects:?}")
+    };
+    assert!(running.is_empty(), "{running:?}");
+    assert!(notice.contains("was not re-run"), "{notice}");
+    assert!(s.abandon_session, "the next message opens a new session");
+}
+
+/// D6: a call still running when the daemon ends the resumed turn as cancelled is closed as
+/// interrupted with the turn; with nothing done at all, the turn was cut off.
+#[test]
+fn d6_a_resumed_turn_ended_as_cancelled_closes_its_running_calls_and_nothing_done_is_cut_off() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    let _ = s.on_daemon(started(1, "sleep 30"), clock.now(), &c);
+    s.tool_running(call(1), "sleep 30".into(), clock.now(), true);
+    let step = s.on_daemon(live_complete(StopReason::Cancelled), clock.now(), &c);
+    let DaemonStep::ResumedStopped(running) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].1, "sleep 30");
+
+    let mut s = running_resumed(&clock, &c);
+    assert_eq!(
+        s.on_daemon(live_complete(StopReason::Cancelled), clock.now(), &c),
+        DaemonStep::CutOff,
+        "no replay named the prompt, but the daemon says it stopped it with nothing done"
+    );
+    assert!(s.abandon_session);
+}
+
+/// D6: a resumed turn someone here cancelled (`/cancel`) ends as cancelled, and a resumed turn the
+/// agent finished ends as ended — only a cancel nobody asked for means the restart stopped it.
+#[test]
+fn d6_a_resumed_turn_cancelled_from_chat_or_finished_ends_as_the_daemon_says() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running_resumed(&clock, &c);
+    let _ = s.on_daemon(text("working"), clock.now(), &c);
+    s.record_cancel(clock.now(), secs(10));
+    assert_eq!(
+        s.on_daemon(live_complete(StopReason::Cancelled), clock.now(), &c),
+        DaemonStep::EndTurn(StopReason::Cancelled)
+    );
+    assert!(!s.abandon_session);
+
+    let mut s = running_resumed(&clock, &c);
+    let _ = s.on_daemon(text("done"), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(live_complete(StopReason::EndTurn), clock.now(), &c),
+        DaemonStep::EndTurn(StopReason::EndTurn)
+    );
+    let mut s = running_resumed(&clock, &c);
+    let _ = s.on_daemon(text("long"), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(live_complete(StopReason::MaxTokens), clock.now(), &c),
+        DaemonStep::EndTurn(StopReason::MaxTokens),
+        "the daemon's stop reason is kept"
+    );
+}
+
+fn running_resumed(clock: &Clock, c: &crate::core::CoreConfig) -> State {
+    let mut s = running(clock, c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    s
 }

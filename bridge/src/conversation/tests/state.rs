@@ -152,8 +152,9 @@ fn d3_turn_complete_ends_only_a_resumed_turn() {
     let clock = Clock::new();
     let complete = || DaemonEvent::Other {
         session: Some(session()),
-        method: "session/update".into(),
+        method: "_qwen/notify".into(),
         kind: Some("turn_complete".into()),
+        stop_reason: Some(StopReason::EndTurn),
     };
     let mut s = running(&clock, &c);
     assert_eq!(
