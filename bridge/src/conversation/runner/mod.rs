@@ -202,14 +202,20 @@ impl Runner {
     /// inline it would make every idle conversation's task that large (10,000 sessions: 100 MB).
     async fn step(&mut self, msg: ConvMsg) {
         let result = match msg {
-            ConvMsg::Daemon(e) => match self.decide_daemon_event(e) {
-                None => Ok(()),
-                Some(effects) => Box::pin(self.apply_daemon_effects(effects)).await,
-            },
+            ConvMsg::Daemon(e) => self.on_daemon_msg(e).await,
             msg => Box::pin(self.step_other(msg)).await,
         };
         if let Err(e) = result {
             tracing::error!(conversation = %self.conv.id, error = %e, "conversation step failed");
+        }
+    }
+
+    /// A daemon event: decided inline (a heartbeat's step writes nothing), its effects applied
+    /// boxed, so the task's future stays the size of the state it holds.
+    async fn on_daemon_msg(&mut self, e: DaemonEvent) -> crate::store::Result<()> {
+        match self.decide_daemon_event(e) {
+            None => Ok(()),
+            Some(effects) => Box::pin(self.apply_daemon_effects(effects)).await,
         }
     }
 
@@ -218,10 +224,7 @@ impl Runner {
         let r = self;
         match msg {
             ConvMsg::Inbound(m) => r.on_inbound_msg(m).await,
-            ConvMsg::Daemon(e) => match r.decide_daemon_event(e) {
-                None => Ok(()),
-                Some(effects) => r.apply_daemon_effects(effects).await,
-            },
+            ConvMsg::Daemon(e) => r.on_daemon_msg(e).await,
             ConvMsg::PromptDone(seq, res) => r.on_prompt_done(seq, res).await,
             ConvMsg::FilesReady(seq, blocks, refused) => {
                 r.on_files_ready(seq, blocks, refused).await
