@@ -488,6 +488,15 @@ impl DaemonClient {
         };
         let info = match first {
             Ok(info) => info,
+            // A daemon that hangs up before it answers — restarting, or an agent-host whose agent
+            // just ended — is waited for like one that does not listen yet (L7).
+            Err(e @ Error::ConnectionLost) if wait => {
+                tracing::warn!(project = shared.cfg.project.as_deref(), error = %e, "the agent daemon hung up before answering; starting without it and retrying");
+                io.abort();
+                shared.on_disconnect("hung up before answering");
+                tokio::spawn(Shared::supervise(shared, None));
+                return Ok((client, None, EventStream(rx)));
+            }
             Err(e) => {
                 shared.shutdown.cancel();
                 return Err(e);

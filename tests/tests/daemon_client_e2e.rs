@@ -721,6 +721,70 @@ async fn l7_connect_or_wait_starts_without_the_daemon_and_connects_once_it_liste
     agent.shutdown().await;
 }
 
+/// L7 at start-up: a daemon that takes the WebSocket and hangs up before answering `initialize` — a
+/// daemon restarting, or an agent-host whose agent has just ended — is waited for like one that does
+/// not listen yet: the bridge starts without it and connects once a daemon answers on that URL. (It
+/// made start-up fail with "the connection to the daemon was lost".) Not waiting, it stays an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l7_a_daemon_that_hangs_up_before_answering_at_start_up_is_waited_for() {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let url = format!("ws://{addr}/acp");
+    let token = "token-of-the-restarting-daemon";
+    // Two connections taken and hung up on after the upgrade, before any answer.
+    let hang_up = tokio::spawn(async move {
+        for _ in 0..2 {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+            let _ = futures_util::StreamExt::next(&mut ws).await;
+            drop(ws);
+        }
+    });
+    let err = DaemonClient::connect_or_wait(ClientConfig::new(&url).with_token(token), false)
+        .await
+        .expect_err("not waiting, a hang-up fails start-up");
+    assert!(matches!(err, Error::ConnectionLost), "{err:?}");
+
+    let mut cfg = ClientConfig::new(&url).with_token(token);
+    cfg.backoff_base = Duration::from_millis(20);
+    cfg.backoff_cap = Duration::from_millis(200);
+    let (client, info, mut events) =
+        tokio::time::timeout(LIMIT, DaemonClient::connect_or_wait(cfg, true))
+            .await
+            .expect("in time")
+            .expect("starts without the daemon");
+    assert!(info.is_none());
+    hang_up.await.expect("hang-ups done");
+    let dir = tempfile::tempdir().expect("tmp");
+    let err = client
+        .new_session(dir.path())
+        .await
+        .expect_err("no daemon yet");
+    assert!(err.is_retryable(), "{err:?}");
+
+    let agent = shell_agent::ShellAgent::start(
+        addr,
+        Some(token.into()),
+        shell_agent::AgentConfig::default(),
+    )
+    .await
+    .expect("the daemon answers on that port now");
+    let first = next(&mut events).await;
+    assert!(
+        matches!(first, DaemonEvent::Reconnected { .. }),
+        "{first:?}"
+    );
+    client
+        .new_session(dir.path())
+        .await
+        .expect("a session once it answers");
+    client.close();
+    agent.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l7_a_daemon_back_with_a_refused_token_is_retried_until_it_accepts_again() {
     init_tracing();
