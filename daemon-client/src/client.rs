@@ -991,6 +991,8 @@ impl Shared {
                 session,
                 stop_reason,
             } => {
+                // A load's replay of an old turn's end is history like the rest of it (L6, D6).
+                let event = self.replayed(event);
                 self.emit(event).await;
                 let orphan = lock(&self.orphans).remove(&session);
                 if let Some(orphan) = orphan {

@@ -194,6 +194,12 @@ async fn turn_complete_of(events: &mut EventStream, session: &daemon_client::Ses
             .await
             .expect("the turn's end reaches the client that loaded the session")
             .expect("open");
+        // A turn that ended before the load comes with the load's replay (marked as such; the
+        // resumed turn takes it as its own end, D6), one that ends after it live.
+        let e = match e {
+            DaemonEvent::Replayed { event, .. } => *event,
+            e => e,
+        };
         if let DaemonEvent::Other {
             session: Some(s),
             kind: Some(k),

@@ -536,7 +536,8 @@ async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_r
         peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"old answer"}}))).await;
         peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c0","title":"echo old","kind":"execute","status":"pending"}))).await;
         peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c0","status":"completed","rawOutput":{"output":"old","exitCode":0}}))).await;
-        peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"replay_complete","data":{"replayedCount":4}}})).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"turn_complete","data":{"sessionId":"s1","stopReason":"end_turn","promptId":"p0"}}})).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"replay_complete","data":{"replayedCount":5}}})).await;
         peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"new answer"}}))).await;
         let _ = peer.recv().await;
     })
@@ -571,6 +572,7 @@ async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_r
             "replayed",
             "replayed",
             "replayed",
+            "replayed",
             "other",
             "agent_text"
         ],
@@ -578,8 +580,14 @@ async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_r
     );
     assert!(matches!(&seen[1], DaemonEvent::Replayed { event, .. }
             if matches!(&**event, DaemonEvent::AgentText { text, .. } if text == "old answer")));
+    // An old turn's end in the replay is history too (D6: it must not end a resumed turn as live).
     assert!(
-        matches!(&seen[5], DaemonEvent::AgentText { text, .. } if text == "new answer"),
+        matches!(&seen[4], DaemonEvent::Replayed { event, .. }
+            if matches!(&**event, DaemonEvent::Other { kind: Some(k), stop_reason: Some(StopReason::EndTurn), .. } if k == "turn_complete")),
+        "{seen:?}"
+    );
+    assert!(
+        matches!(&seen[6], DaemonEvent::AgentText { text, .. } if text == "new answer"),
         "{seen:?}"
     );
 }
