@@ -699,25 +699,39 @@ async fn l7_connect_or_wait_starts_without_the_daemon_and_connects_once_it_liste
         .expect("starts without the daemon");
     assert!(info.is_none());
     assert!(client.agent_info().is_none());
+    answered_later(
+        &client,
+        &mut events,
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        token,
+    )
+    .await;
+}
+
+/// For a client started without its daemon: calls fail as retryable until a daemon answers on
+/// `addr`; then the client reports the connection, knows the agent and opens a session.
+async fn answered_later(
+    client: &DaemonClient,
+    events: &mut EventStream,
+    addr: std::net::SocketAddr,
+    token: &str,
+) {
     let dir = tempfile::tempdir().expect("tmp");
     let err = client
         .new_session(dir.path())
         .await
         .expect_err("no daemon yet");
     assert!(err.is_retryable(), "{err:?}");
-
     let agent = shell_agent::ShellAgent::start(
-        format!("127.0.0.1:{port}").parse().expect("addr"),
+        addr,
         Some(token.into()),
         shell_agent::AgentConfig::default(),
     )
     .await
     .expect("the daemon starts on its port");
-    let first = tokio::time::timeout(LIMIT, events.recv())
-        .await
-        .expect("connects once it listens");
+    let first = next(events).await;
     assert!(
-        matches!(first, Some(DaemonEvent::Reconnected { .. })),
+        matches!(first, DaemonEvent::Reconnected { .. }),
         "{first:?}"
     );
     assert!(client.agent_info().is_some());
@@ -766,31 +780,7 @@ async fn l7_a_daemon_that_hangs_up_before_answering_at_start_up_is_waited_for() 
             .expect("starts without the daemon");
     assert!(info.is_none());
     hang_up.await.expect("hang-ups done");
-    let dir = tempfile::tempdir().expect("tmp");
-    let err = client
-        .new_session(dir.path())
-        .await
-        .expect_err("no daemon yet");
-    assert!(err.is_retryable(), "{err:?}");
-
-    let agent = shell_agent::ShellAgent::start(
-        addr,
-        Some(token.into()),
-        shell_agent::AgentConfig::default(),
-    )
-    .await
-    .expect("the daemon answers on that port now");
-    let first = next(&mut events).await;
-    assert!(
-        matches!(first, DaemonEvent::Reconnected { .. }),
-        "{first:?}"
-    );
-    client
-        .new_session(dir.path())
-        .await
-        .expect("a session once it answers");
-    client.close();
-    agent.shutdown().await;
+    answered_later(&client, &mut events, addr, token).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
