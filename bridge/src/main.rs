@@ -22,9 +22,9 @@ struct Cli {
     /// A TOML config file (see docs/configuration.md).
     #[arg(long, global = true, env = "CHAT_BRIDGE_CONFIG")]
     config: Option<std::path::PathBuf>,
-    /// Overrides database.url.
-    #[arg(long, global = true)]
-    database_url: Option<String>,
+    /// Overrides database.url (a password in it shows in `ps`: prefer CHAT_BRIDGE_DATABASE__URL).
+    #[arg(long, global = true, value_parser = secret)]
+    database_url: Option<SecretString>,
     /// Overrides daemon.url (unset: the built-in shell agent).
     #[arg(long, global = true)]
     daemon_url: Option<String>,
@@ -335,7 +335,10 @@ fn env() -> Vec<(String, String)> {
 /// The configuration, validated: the one path start-up and `check-config` share (S3).
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let flags = Flags {
-        database_url: cli.database_url.clone(),
+        database_url: cli
+            .database_url
+            .as_ref()
+            .map(|u| u.expose_secret().to_owned()),
         daemon_url: cli.daemon_url.clone(),
         daemon_token: cli
             .daemon_token
@@ -487,6 +490,15 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if let Some(url) = &cli.database_url
+        && chat_bridge::store::mask_url(url.expose_secret()) != url.expose_secret()
+    {
+        // S2: any local user reads a process's arguments.
+        tracing::warn!(
+            url = %chat_bridge::store::mask_url(url.expose_secret()),
+            "--database-url holds a password, which every local user can read in the process list; set CHAT_BRIDGE_DATABASE__URL or database.url in the configuration file instead"
+        );
+    }
     let result = match cli.command.take() {
         // The standalone agent reads its flags, not the bridge's configuration.
         Some(Command::ShellAgent(args)) => shell_agent(args).await,
@@ -549,6 +561,8 @@ mod tests {
     fn s2_the_parsed_command_line_never_debug_prints_a_token() {
         let cli = Cli::try_parse_from([
             "chat-bridge",
+            "--database-url",
+            "postgres://bridge:db-424242@db/bridge",
             "--daemon-token",
             "flag-424242",
             "shell-agent",
@@ -561,6 +575,10 @@ mod tests {
         assert_eq!(
             cli.daemon_token.as_ref().map(ExposeSecret::expose_secret),
             Some("flag-424242")
+        );
+        assert_eq!(
+            cli.database_url.as_ref().map(ExposeSecret::expose_secret),
+            Some("postgres://bridge:db-424242@db/bridge")
         );
     }
 }

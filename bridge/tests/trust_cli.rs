@@ -305,3 +305,44 @@ fn s2_commands_never_inherit_the_bridges_own_settings_and_secrets() {
         "no CHAT_BRIDGE_ variable reaches the command, the rest of the environment does: {stdout}"
     );
 }
+
+/// S2: a database URL with a password given as a flag is readable by every local user in the process
+/// list: the bridge says so (the URL masked) and points at the variable; without a password it is
+/// quiet. The password is never printed.
+#[test]
+fn s2_a_database_url_flag_with_a_password_is_warned_about_and_never_printed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let with = format!(
+        "postgres://bridge:db-pass-5151@127.0.0.1:{}/bridge",
+        closed_port()
+    );
+    let out = run(
+        dir.path(),
+        &["--database-url", &with, "check-config"],
+        &[("CHAT_BRIDGE_LOG", "warn")],
+    );
+    let err = stderr(&out);
+    let said = format!("{}{err}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        err.contains("--database-url holds a password")
+            && err.contains("CHAT_BRIDGE_DATABASE__URL"),
+        "{said}"
+    );
+    assert!(
+        err.contains("bridge:***@"),
+        "the URL is named, masked: {said}"
+    );
+    assert!(!said.contains("db-pass-5151"), "{said}");
+
+    let without = format!("sqlite://{}", dir.path().join("b.db").display());
+    let out = run(
+        dir.path(),
+        &["--database-url", &without, "check-config"],
+        &[("CHAT_BRIDGE_LOG", "warn")],
+    );
+    assert!(
+        !stderr(&out).contains("holds a password"),
+        "{}",
+        stderr(&out)
+    );
+}
