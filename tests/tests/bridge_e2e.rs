@@ -566,3 +566,126 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+/// D6 (an outside tester's finding): a turn taken back after a restart and cut off there — the daemon
+/// shows its prompt and ends it cancelled with nothing done — lets go of the thread's session in the
+/// store, not only in memory. A bridge that stops before the thread's next message and starts again
+/// opens a new session for it; it used to load the one holding the interrupted prompt, which qwen
+/// folds into the next prompt (the interrupted command ran with the next message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_session_let_go_after_an_interrupted_turn_stays_let_go_across_a_restart() {
+    use chat_bridge::store::conversations;
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("d6.db").display());
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let seen = seen.clone();
+        async move {
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+            peer.handshake().await;
+            if peer.number == 1 {
+                // The restarted bridge takes the open turn back.
+                let load = peer.expect("session/load").await;
+                peer.send(update(json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"echo cut"}}))).await;
+                peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"turn_complete",
+                    "data":{"sessionId":"s1","stopReason":"cancelled","promptId":"p1"}}})).await;
+                peer.reply(&load, json!({})).await;
+                let _ = peer.recv().await;
+                return;
+            }
+            // The next run: whatever the bridge asks is noted.
+            while let Some(req) = peer.recv().await {
+                let method = req["method"].as_str().unwrap_or_default().to_owned();
+                seen.lock().expect("lock").push(method.clone());
+                match method.as_str() {
+                    "session/load" => peer.reply(&req, json!({})).await,
+                    "session/new" => peer.reply(&req, json!({"sessionId": "s2"})).await,
+                    "session/prompt" => {
+                        let session = req["params"]["sessionId"].clone();
+                        peer.send(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,"update":
+                            {"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"fresh"}}}})).await;
+                        peer.reply(&req, json!({"stopReason": "end_turn"})).await;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    let mut cfg = config(&url, dir.path());
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+
+    // As a crash just after the prompt was sent leaves it: the thread's session and an open turn.
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let conv = {
+        let mut c = store.conn().await.expect("conn");
+        let now = chat_bridge::store::now_ms();
+        let key = conversations::Key {
+            platform: "console",
+            workspace: "local",
+            channel: "console",
+            thread: "main",
+        };
+        let (conv, _) = conversations::find_or_create(&mut c, &key, &console::user(), "", now)
+            .await
+            .expect("conversation");
+        let cwd = dir.path().display().to_string();
+        conversations::set_session(&mut c, &conv.id, "s1", &cwd, now)
+            .await
+            .expect("session");
+        turns::start(&mut c, &conv.id, "echo cut", &console::user(), now)
+            .await
+            .expect("an open turn");
+        conv
+    };
+
+    // The restart takes the turn back, hears it was cut off, and stops before any other message.
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    assert!(
+        rec.with_tone(Tone::Warning)
+            .iter()
+            .any(|m| format!("{m:?}").contains("was not re-run")),
+        "the thread is told: {:#?}",
+        rec.calls()
+    );
+    app.shutdown().await;
+    let row = {
+        let mut c = store.conn().await.expect("conn");
+        conversations::get(&mut c, &conv.id)
+            .await
+            .expect("get")
+            .expect("the conversation")
+    };
+    assert_eq!(
+        row.daemon_session, None,
+        "the session is let go in the store"
+    );
+
+    // Started again, the thread's next message runs in a new session.
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound("echo next"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    assert!(
+        rec.latest()
+            .iter()
+            .any(|(_, m)| m.body.as_deref() == Some("fresh")),
+        "{:#?}",
+        rec.calls()
+    );
+    app.shutdown().await;
+    store.close().await;
+    assert_eq!(
+        *asked.lock().expect("lock"),
+        ["session/new", "session/prompt"],
+        "a new session, not the one holding the interrupted prompt"
+    );
+}

@@ -16,7 +16,7 @@ use crate::core::access::Act;
 use crate::core::keys::MessageKey;
 use crate::core::{Core, lock, render};
 use crate::store::turns::{self, Ending, Turn};
-use crate::store::{Result, now_ms, permissions, tool_calls};
+use crate::store::{Result, conversations, now_ms, permissions, tool_calls};
 
 impl Runner {
     pub(super) async fn end_turn(
@@ -83,6 +83,12 @@ impl Runner {
             answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
         turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
+        if self.state.abandon_session {
+            // D6: the session holds the interrupted prompt, which the daemon would fold into the
+            // next one; let go of it with the turn, so a restart before the next message opens a
+            // new session too.
+            conversations::forget_session(tx.conn(), &self.conv.id, now_ms()).await?;
+        }
         for p in unanswered {
             permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
             let msg = render::permission(
