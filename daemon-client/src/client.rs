@@ -1204,8 +1204,18 @@ impl Shared {
                 }
                 match self.open().await {
                     Ok(link) => {
-                        let io = Self::spawn_connection(&self, link);
-                        match self.resume().await {
+                        let mut io = Self::spawn_connection(&self, link);
+                        // A daemon that hangs up before answering is a failed attempt now, not a
+                        // wait for the request timeout.
+                        let resumed = tokio::select! {
+                            r = self.resume() => r,
+                            ended = &mut io => {
+                                let reason = ended.unwrap_or_else(|e| format!("connection task failed: {e}"));
+                                tracing::warn!(project = self.cfg.project.as_deref(), %reason, attempt, "the daemon hung up before answering initialize");
+                                Err(Error::ConnectionLost)
+                            }
+                        };
+                        match resumed {
                             Ok(()) => {
                                 up_since = tokio::time::Instant::now();
                                 break io;

@@ -746,7 +746,8 @@ async fn answered_later(
 /// L7 at start-up: a daemon that takes the WebSocket and hangs up before answering `initialize` — a
 /// daemon restarting, or an agent-host whose agent has just ended — is waited for like one that does
 /// not listen yet: the bridge starts without it and connects once a daemon answers on that URL. (It
-/// made start-up fail with "the connection to the daemon was lost".) Not waiting, it stays an error.
+/// made start-up fail with "the connection to the daemon was lost"; and a retry that met the same
+/// hang-up waited a minute for its `initialize` answer.) Not waiting, it stays an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l7_a_daemon_that_hangs_up_before_answering_at_start_up_is_waited_for() {
     init_tracing();
@@ -756,9 +757,11 @@ async fn l7_a_daemon_that_hangs_up_before_answering_at_start_up_is_waited_for() 
     let addr = listener.local_addr().expect("addr");
     let url = format!("ws://{addr}/acp");
     let token = "token-of-the-restarting-daemon";
-    // Two connections taken and hung up on after the upgrade, before any answer.
+    // Three connections taken and hung up on after the upgrade, before any answer: the start-up
+    // without waiting, the start-up that waits, and the first retry — which must count as a failed
+    // attempt at once, not wait the 60 s `initialize` timeout on a closed connection.
     let hang_up = tokio::spawn(async move {
-        for _ in 0..2 {
+        for _ in 0..3 {
             let (tcp, _) = listener.accept().await.expect("accept");
             let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
             let _ = futures_util::StreamExt::next(&mut ws).await;
