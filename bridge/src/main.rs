@@ -491,11 +491,12 @@ async fn run() -> ExitCode {
         }
     }
     if let Some(url) = &cli.database_url
-        && chat_bridge::store::mask_url(url.expose_secret()) != url.expose_secret()
+        && let masked = chat_bridge::store::mask_url(url.expose_secret())
+        && masked != url.expose_secret()
     {
         // S2: any local user reads a process's arguments.
         tracing::warn!(
-            url = %chat_bridge::store::mask_url(url.expose_secret()),
+            url = %masked,
             "--database-url holds a password, which every local user can read in the process list; set CHAT_BRIDGE_DATABASE__URL or database.url in the configuration file instead"
         );
     }

@@ -63,19 +63,35 @@ pub struct State {
     pub late: Late,
 }
 
+/// [`FRESH_SESSION_TEXT`] as a literal, for the notices that end with it.
+macro_rules! fresh_session {
+    () => {
+        "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message."
+    };
+}
+
 /// What a thread hears about a prompt the bridge's restart cut off (D6).
-pub const CUT_OFF_TEXT: &str = "The bridge restarted just after this message reached the agent, and the agent dropped it unfinished: it is marked interrupted and was not re-run; send it again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+pub const CUT_OFF_TEXT: &str = concat!(
+    "The bridge restarted just after this message reached the agent, and the agent dropped it unfinished: it is marked interrupted and was not re-run; send it again if it still matters. ",
+    fresh_session!()
+);
 
 /// What a thread hears when a turn taken back after a restart is found cancelled in the load's
 /// replay: the daemon stopped its command when the bridge's connection died (D6).
-pub const RESUMED_CANCELLED_TEXT: &str = "The bridge restarted while this command ran, and the agent stopped it when the bridge's connection closed: the turn is marked interrupted and was not re-run; send the message again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+pub const RESUMED_CANCELLED_TEXT: &str = concat!(
+    "The bridge restarted while this command ran, and the agent stopped it when the bridge's connection closed: the turn is marked interrupted and was not re-run; send the message again if it still matters. ",
+    fresh_session!()
+);
 
 /// What a thread hears when the daemon ends a turn taken back after a restart as cancelled: it
 /// stopped the prompt when the bridge's connection died (D6).
-pub const RESUMED_STOPPED_TEXT: &str = "The bridge restarted during this turn, and the agent stopped it when the bridge's connection closed: what it did so far stands, the rest did not run. The turn is marked interrupted and was not re-run; send the message again if it still matters. The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+pub const RESUMED_STOPPED_TEXT: &str = concat!(
+    "The bridge restarted during this turn, and the agent stopped it when the bridge's connection closed: what it did so far stands, the rest did not run. The turn is marked interrupted and was not re-run; send the message again if it still matters. ",
+    fresh_session!()
+);
 
 /// Why the thread continues in a new session after a turn that was cut off (D6).
-pub const FRESH_SESSION_TEXT: &str = "The next message starts a new agent session: the old one still holds the interrupted request unanswered, and the agent would run it again with your next message.";
+pub const FRESH_SESSION_TEXT: &str = fresh_session!();
 
 /// What a thread is told the first time a message is held during an outage (L7).
 pub const HELD_TEXT: &str = "The agent is unreachable; your message is queued and will run when it is back. `/cancel` drops what is queued.";
