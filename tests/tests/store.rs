@@ -133,6 +133,40 @@ on_both! {
         tool_calls::progress_many(&mut c, &[], T0 + 6).await.expect("an empty batch is nothing");
     }
 
+    async fn p2_a_thread_is_looked_up_by_its_whole_key_from_a_new_databases_first_lookup(db) {
+        // PostgreSQL keeps the generic plan it makes of a prepared statement executed five times:
+        // made while the table is empty, it must still be the key's index once a channel holds
+        // thousands of threads (before the fix: the channel's index, every thread scanned).
+        use sqlx::Row;
+        let mut c = db.store.conn().await.expect("conn");
+        let plan: Vec<String> = match db.store.backend() {
+            Backend::Postgres => {
+                sqlx::raw_sql("PREPARE lookup(text, text, text, text) AS SELECT * FROM conversations WHERE platform = $1 AND workspace = $2 AND channel = $3 AND thread = $4").execute(&mut *c).await.expect("prepare");
+                for _ in 0..6 {
+                    sqlx::raw_sql("EXECUTE lookup('slack', 'T1', 'C1', 'none')").execute(&mut *c).await.expect("execute");
+                }
+                sqlx::raw_sql("INSERT INTO conversations (id, platform, workspace, channel, thread, started_by, created_at, updated_at)
+                               SELECT 'c' || g, 'slack', 'T1', 'C1', 't' || g, 'U1', g, g FROM generate_series(1, 3000) g")
+                    .execute(&mut *c).await.expect("fill");
+                sqlx::raw_sql("EXPLAIN EXECUTE lookup('slack', 'T1', 'C1', 't1500')").fetch_all(&mut *c).await.expect("explain")
+                    .iter().map(|r| r.get::<String, _>(0)).collect()
+            }
+            Backend::Sqlite => {
+                for i in 0..300 {
+                    conversations::find_or_create(&mut c, &key(&format!("t{i}")), "U1", "t", T0).await.expect("fill");
+                }
+                sqlx::raw_sql("EXPLAIN QUERY PLAN SELECT * FROM conversations WHERE platform = 'slack' AND workspace = 'T1' AND channel = 'C1' AND thread = 't150'").fetch_all(&mut *c).await.expect("explain")
+                    .iter().map(|r| r.get::<String, _>(3)).collect()
+            }
+        };
+        let plan = plan.join("\n");
+        let by_key = match db.store.backend() {
+            Backend::Postgres => plan.contains("Index Cond") && plan.contains("(thread = $4)") && !plan.contains("Filter"),
+            Backend::Sqlite => plan.contains("thread=?") && plan.contains("workspace=?"),
+        };
+        assert!(by_key, "the lookup does not use an index on the whole key:\n{plan}");
+    }
+
     async fn transcript_keeps_order_and_message_map_replaces(db) {
         let conv = conversation(&db.store, "1.1").await;
         let mut c = db.store.conn().await.expect("conn");
