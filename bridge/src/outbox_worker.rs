@@ -140,11 +140,13 @@ pub async fn deliver_step(
 ) -> Result<Step, StoreError> {
     let claimed = {
         let mut c = store.relaxed_conn().await?;
-        outbox::claim_next(
+        let floor = store.claim_floor(&mut c).await?;
+        outbox::claim_next_from(
             &mut c,
             cx.worker,
             cx.clock.now_ms(),
             Duration::from_secs(60),
+            floor,
         )
         .await?
     };

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chat_bridge::store::bind::BindExt;
 use chat_bridge::store::conversations::{self, Key};
 use chat_bridge::store::history::{self, Filter, HistoryError};
 use chat_bridge::store::outbox::{self, Enqueued, Failure, Kind, NewAction, Retry, RetryPolicy};
@@ -165,6 +166,64 @@ on_both! {
             Backend::Sqlite => plan.contains("thread=?") && plan.contains("workspace=?"),
         };
         assert!(by_key, "the lookup does not use an index on the whole key:\n{plan}");
+    }
+
+    async fn d1_p2_claims_start_at_the_floor_pass_over_no_pending_row_and_walk_no_delivered_history(db) {
+        const HISTORY: i64 = 8000;
+        let (conv, other) = (conversation(&db.store, "1.1").await, conversation(&db.store, "2.2").await);
+        let old = conversation(&db.store, "3.3").await;
+        let mut c = db.store.conn().await.expect("conn");
+        // The oldest pending row: a delivery that failed and waits for its retry.
+        let Enqueued::Inserted(waiting) = outbox::enqueue(&mut c, &action(&other, "retry me"), T0).await.expect("enqueue") else { panic!("inserted") };
+        let held = outbox::claim_next(&mut c, "w", T0, Duration::from_secs(60)).await.expect("claim").expect("row");
+        assert_eq!(held.id, waiting);
+        let policy = RetryPolicy { base: Duration::from_secs(30), cap: Duration::from_secs(30), max_attempts: 5 };
+        outbox::retry(&mut c, waiting, "w", &Failure::Error("down"), &policy, T0).await.expect("retry");
+        // History: rows enqueued and delivered since (on PostgreSQL each leaves an entry in the
+        // pending-rows index until a vacuum).
+        sqlx::query("WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 8000)
+                     INSERT INTO outbox (conversation_id, kind, action, status, attempts, next_attempt_at, created_at)
+                     SELECT $1, 'post', '{}', 'pending', 0, 0, 0 FROM g")
+            .arg(&old).execute(&mut *c).await.expect("history");
+        let done = sqlx::query("UPDATE outbox SET status = 'delivered' WHERE conversation_id = $1 AND status = 'pending'")
+            .arg(&old).execute(&mut *c).await.expect("delivered").rows_affected();
+        assert_eq!(done, HISTORY as u64);
+        let Enqueued::Inserted(fresh) = outbox::enqueue(&mut c, &action(&conv, "new"), T0).await.expect("enqueue") else { panic!("inserted") };
+        let floor = db.store.claim_floor(&mut c).await.expect("floor");
+        assert!(floor <= waiting, "the floor ({floor}) passed over the pending row {waiting}");
+        let got = outbox::claim_next_from(&mut c, "w", T0 + 1, Duration::from_secs(60), floor).await.expect("claim").expect("the new row");
+        assert_eq!(got.id, fresh, "the retry is not due yet");
+        let due = T0 + 60_000;
+        let got = outbox::claim_next_from(&mut c, "w", due, Duration::from_secs(60), floor).await.expect("claim").expect("the retry");
+        assert_eq!(got.id, waiting, "the retry, once due, is claimed from the same floor");
+        assert!(outbox::mark_delivered(&mut c, waiting, "w", due).await.expect("mark"));
+        assert!(outbox::mark_delivered(&mut c, fresh, "w", due).await.expect("mark"));
+        if db.store.backend() == Backend::Postgres {
+            // What a claim reads: from the floor, a few pages; from the first id, the history.
+            use sqlx::Row;
+            let next = outbox::enqueue(&mut c, &action(&conv, "next"), due).await.expect("enqueue");
+            assert!(matches!(next, Enqueued::Inserted(_)));
+            let floor = outbox::ClaimFloor::default().get(&mut c).await.expect("floor");
+            assert!(floor > waiting, "nothing older is pending now: the floor moves up ({floor})");
+            sqlx::query("ANALYZE outbox").execute(&mut *c).await.expect("analyze");
+            let mut blocks = Vec::new();
+            for from in [0, floor, 0, floor] {
+                let mut tx = db.store.begin().await.expect("begin");
+                let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {}", outbox::CLAIM_ON_POSTGRES)))
+                    .arg("w").arg(due + 60_000).arg(due).arg(from)
+                    .fetch_all(tx.conn()).await.expect("explain").iter().map(|r| r.get(0)).collect();
+                drop(tx); // rolled back: the claim EXPLAIN ANALYZE made is undone
+                // The pages the scan for candidates read (the node "… on outbox o", then its
+                // "Buffers:" line).
+                let scan = plan.iter().position(|l| l.contains(" on outbox o ")).expect("the candidates' scan");
+                let line = plan[scan..].iter().find(|l| l.trim_start().starts_with("Buffers:")).expect("buffers line");
+                let pages: i64 = line.split([' ', ',']).filter_map(|w| w.split_once('=')).map(|(_, n)| n.parse::<i64>().expect("a count")).sum();
+                blocks.push(pages);
+            }
+            // The second pair, after the first has marked the dead entries: still the history.
+            let (from_zero, from_floor) = (blocks[2], blocks[3]);
+            assert!(from_floor * 3 < from_zero, "a claim from the floor read {from_floor} pages, from the first id {from_zero} ({blocks:?})");
+        }
     }
 
     async fn transcript_keeps_order_and_message_map_replaces(db) {

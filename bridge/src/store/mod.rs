@@ -26,6 +26,7 @@ pub mod tool_calls;
 pub mod transcript;
 pub mod turns;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::AnyConnection;
@@ -214,6 +215,8 @@ pub struct Store {
     read: AnyPool,
     backend: Backend,
     url: String,
+    /// Where the outbox workers' claims start looking (PostgreSQL; see [`outbox::ClaimFloor`]).
+    claim_floor: Arc<outbox::ClaimFloor>,
 }
 
 /// Connections of the bookkeeping pool (PostgreSQL): the outbox workers and progress writes.
@@ -447,7 +450,21 @@ impl Store {
             read,
             backend,
             url: masked,
+            claim_floor: Arc::default(),
         })
+    }
+
+    /// The lowest outbox id a claim needs to look at ([`outbox::ClaimFloor`]): found again at most
+    /// every [`outbox::FLOOR_EVERY`] by one caller while the others use the last one; always 0 on
+    /// SQLite, whose indexes keep no delivered rows to walk.
+    ///
+    /// # Errors
+    /// Database errors (the floor is left as it was).
+    pub async fn claim_floor(&self, c: &mut AnyConnection) -> Result<i64> {
+        match self.backend {
+            Backend::Sqlite => Ok(0),
+            Backend::Postgres => self.claim_floor.get(c).await,
+        }
     }
 
     /// Runs the embedded migrations; idempotent.
