@@ -32,7 +32,6 @@ use chat_bridge::app::Application;
 use chat_bridge::channel::{
     BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
 };
-use chat_bridge::store::bind::BindExt;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -536,6 +535,19 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     let last = chat.results.lock().expect("lock").clone();
     let mut lat: Vec<Duration> = Vec::new();
     let mut to_outbox: Vec<Duration> = Vec::new();
+    // The results' outbox rows: the newest edit of each conversation (unix ms, as the store keeps
+    // it), read in one statement rather than one per session.
+    let newest_edit: HashMap<String, i64> = {
+        let mut c = app.store.conn().await.expect("conn");
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT conversation_id, MAX(created_at) FROM outbox WHERE kind = 'edit' GROUP BY conversation_id",
+        )
+        .fetch_all(&mut *c)
+        .await
+        .expect("outbox rows")
+        .into_iter()
+        .collect()
+    };
     for (thread, delivered) in &last {
         // thread t{i} → its conversation and daemon session, from the store.
         let mut c = app.store.conn().await.expect("conn");
@@ -560,14 +572,7 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
             continue;
         };
         lat.push(delivered.saturating_duration_since(at));
-        // The result's outbox row: the newest edit of the conversation (unix ms, as the store keeps it).
-        let (created,): (i64,) = sqlx::query_as(
-            "SELECT MAX(created_at) FROM outbox WHERE conversation_id = $1 AND kind = 'edit'",
-        )
-        .arg(&conv.id)
-        .fetch_one(&mut *c)
-        .await
-        .expect("outbox row");
+        let created = *newest_edit.get(&conv.id).expect("the result's outbox row");
         to_outbox.push(Duration::from_secs_f64(
             ((created as f64 - at_ms).max(0.0)) / 1000.0,
         ));
