@@ -131,14 +131,31 @@ pub(crate) async fn run(
     // The live board: when it was last told, and when it is due to be told of heartbeats since.
     let mut published = Instant::now();
     let mut live_due: Option<Instant> = None;
+    // The state's next deadline, armed on one timer that is moved only when the deadline comes
+    // earlier: a heartbeat moves the stall deadline later each time, and that is found when the
+    // timer fires early instead of re-registering a timer per message.
+    let mut timer = std::pin::pin!(tokio::time::sleep(std::time::Duration::ZERO));
+    let mut armed: Option<Instant> = None;
+    let mut stopped = std::pin::pin!(stop.cancelled());
     loop {
         let deadline = r.state.next_deadline(&r.core.cfg);
+        if let Some(d) = deadline
+            && armed.is_none_or(|a| d < a)
+        {
+            timer.as_mut().reset(d);
+            armed = Some(d);
+        }
         let idle = r.state.is_idle();
         let msg = tokio::select! {
             biased;
-            () = stop.cancelled() => return,
+            () = &mut stopped => return,
             m = rx.recv() => m,
-            () = sleep_until(deadline) => {
+            () = &mut timer, if armed.is_some() => {
+                armed = None;
+                if deadline.is_none_or(|d| d > Instant::now()) {
+                    // Fired early (the deadline moved on, or went): armed again above.
+                    continue;
+                }
                 if let Err(e) = Box::pin(r.on_timer()).await {
                     tracing::error!(conversation = %r.conv.id, error = %e, "timer handling failed");
                 }
