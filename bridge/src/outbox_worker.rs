@@ -233,6 +233,8 @@ pub async fn deliver_step(
         return Ok(Step::Idle);
     };
     let idempotency = idempotency_key(&a.conversation_id, &key);
+    // The id the map already holds for this message: an edit of it need not write it again.
+    let mapped = known.clone().filter(|id| !id.is_empty());
     let known = match known {
         // An earlier attempt to create it may have reached the platform before a crash: ask.
         Some(id) if id.is_empty() => match channel.find_posted(target, &idempotency).await {
@@ -296,7 +298,11 @@ pub async fn deliver_step(
         metrics::counter!("chatbridge_deliveries_total", "result" => "skipped").increment(1);
         return Ok(Step::Skipped);
     }
-    finish(store, cx, a.id, &a.conversation_id, Some(&key), result).await
+    let remember = match (&mapped, &result) {
+        (Some(held), Ok(id)) if held == id => None,
+        _ => Some(key.as_str()),
+    };
+    finish(store, cx, a.id, &a.conversation_id, remember, result).await
 }
 
 /// At most this many messages carry a file's text when its upload failed for good.
@@ -426,17 +432,22 @@ async fn record_delivered(
 ) -> Result<(), StoreError> {
     // Relaxed: lost only with a database crash, and then the delivery is repeated harmlessly (the
     // post is found again by its idempotency key; edits and reactions repeat themselves).
+    let Some(key) = key else {
+        // Nothing to remember (a reaction, or an edit of a message the map already holds): the
+        // mark alone, one statement.
+        let mut c = store.relaxed_conn().await?;
+        outbox::mark_delivered(&mut c, id, cx.worker, cx.clock.now_ms()).await?;
+        return Ok(());
+    };
     let mut tx = store.relaxed_begin().await?;
-    if let Some(key) = key {
-        message_map::put(
-            tx.conn(),
-            conversation_id,
-            key,
-            platform_id,
-            cx.clock.now_ms(),
-        )
-        .await?;
-    }
+    message_map::put(
+        tx.conn(),
+        conversation_id,
+        key,
+        platform_id,
+        cx.clock.now_ms(),
+    )
+    .await?;
     outbox::mark_delivered(tx.conn(), id, cx.worker, cx.clock.now_ms()).await?;
     tx.commit().await?;
     Ok(())

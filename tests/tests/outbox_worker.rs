@@ -7,8 +7,9 @@ use std::time::Duration;
 use chat_bridge::channel::{
     BoxFuture, Capabilities, Channel, ChatAction, DeliveryError, Message, Target, Tone,
 };
-use chat_bridge::clock::ManualClock;
+use chat_bridge::clock::{Clock, ManualClock};
 use chat_bridge::outbox_worker::{ProgressBudget, Step, StepContext, deliver_once, deliver_step};
+use chat_bridge::store::bind::BindExt;
 use chat_bridge::store::conversations::{self, Key};
 use chat_bridge::store::outbox::{self, Kind, NewAction, RetryPolicy};
 use chat_bridge::store::{Store, now_ms};
@@ -182,6 +183,28 @@ async fn enqueue_edit(store: &Store, conv: &str, key: &str, title: &str, progres
         progress,
     };
     queue(store, conv, &action, Kind::Edit).await;
+}
+
+on_both! {
+    async fn p2_an_edit_of_a_mapped_message_does_not_write_its_mapping_again(db) {
+        // The map is written when a post makes the id (and when an interrupted post is found
+        // again); an edit of that id changes nothing in it, so it writes nothing there.
+        let conv = conversation(&db.store).await;
+        let channel = Flaky::new(vec![]);
+        let policy = RetryPolicy::default();
+        enqueue(&db.store, &conv, "one").await;
+        let clock = ManualClock::at(now_ms());
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered);
+        let posted_at = clock.now_ms();
+        enqueue_edit(&db.store, &conv, "k:one", "one, edited", false).await;
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered);
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["one", "one, edited"]);
+        let mut c = db.store.conn().await.expect("conn");
+        let (id, updated): (String, i64) = sqlx::query_as("SELECT platform_id, updated_at FROM message_map WHERE conversation_id = $1 AND logical_key = 'k:one'")
+            .arg(&conv).fetch_one(&mut *c).await.expect("mapped");
+        assert_eq!((id.as_str(), updated), ("id-one", posted_at), "the edit rewrote the mapping");
+    }
 }
 
 on_both! {
