@@ -219,9 +219,13 @@ pub async fn deliver_step(
         )
         .await;
     };
-    let known = {
+    let known = async {
         let mut c = store.relaxed_conn().await?;
-        message_map::get(&mut c, &a.conversation_id, &key).await?
+        message_map::get(&mut c, &a.conversation_id, &key).await
+    };
+    let known = match known.await {
+        Ok(known) => known,
+        Err(e) => return Err(give_back(store, cx, a.id, e).await),
     };
     let (ChatAction::Post {
         target, message, ..
@@ -254,8 +258,13 @@ pub async fn deliver_step(
         Some(id) => Some(id),
         None => {
             // The intent, committed before the platform sees anything (D1/Q1).
-            let mut c = store.conn().await?;
-            message_map::put(&mut c, &a.conversation_id, &key, "", cx.clock.now_ms()).await?;
+            let intent = async {
+                let mut c = store.conn().await?;
+                message_map::put(&mut c, &a.conversation_id, &key, "", cx.clock.now_ms()).await
+            };
+            if let Err(e) = intent.await {
+                return Err(give_back(store, cx, a.id, e).await);
+            }
             None
         }
     };
@@ -303,6 +312,21 @@ pub async fn deliver_step(
         _ => Some(key.as_str()),
     };
     finish(store, cx, a.id, &a.conversation_id, remember, result).await
+}
+
+/// A store error before the platform saw anything of the claimed action `id`: the claim is given
+/// back — on the bookkeeping connections, which conversations holding every transaction connection
+/// do not hold up — so the action goes out at the next step, not a lease (60 s) later. If that
+/// fails too, the lease still frees it. Returns `e`.
+async fn give_back(store: &Store, cx: &StepContext<'_>, id: i64, e: StoreError) -> StoreError {
+    let released = async {
+        let mut c = store.relaxed_conn().await?;
+        outbox::release(&mut c, id, cx.worker).await
+    };
+    if let Err(r) = released.await {
+        tracing::debug!(action = id, error = %r, "could not give a claim back; its lease frees it");
+    }
+    e
 }
 
 /// At most this many messages carry a file's text when its upload failed for good.

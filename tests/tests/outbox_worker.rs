@@ -208,6 +208,29 @@ on_both! {
 }
 
 on_both! {
+    async fn d1_a_claim_whose_step_fails_before_delivery_is_given_back_at_once(db) {
+        // A store error after the claim and before the platform call (the message map unreadable,
+        // as when every connection is held): the action is not held for its lease.
+        let conv = conversation(&db.store).await;
+        enqueue(&db.store, &conv, "one").await;
+        let clock = ManualClock::at(now_ms());
+        let channel = Flaky::new(vec![]);
+        let policy = RetryPolicy::default();
+        let mut c = db.store.conn().await.expect("conn");
+        sqlx::query("ALTER TABLE message_map RENAME TO message_map_away").execute(&mut *c).await.expect("rename");
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new() };
+        assert!(deliver_step(&db.store, &channel, &cx).await.is_err(), "the map could not be read");
+        sqlx::query("ALTER TABLE message_map_away RENAME TO message_map").execute(&mut *c).await.expect("rename back");
+        let (claimed,): (Option<String>,) = sqlx::query_as("SELECT claimed_by FROM outbox WHERE conversation_id = $1")
+            .arg(&conv).fetch_one(&mut *c).await.expect("row");
+        assert_eq!(claimed, None, "the claim was kept after the failed step");
+        drop(c);
+        assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "taken again at once, not after the lease");
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["one"]);
+    }
+}
+
+on_both! {
     async fn progress_edits_have_a_smaller_budget_and_never_delay_results(db) {
         use chat_bridge::outbox_worker::deliver_once_budgeted;
         let conv = conversation(&db.store).await;

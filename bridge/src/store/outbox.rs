@@ -284,6 +284,25 @@ pub async fn mark_delivered(
         == 1)
 }
 
+/// Gives back a claim whose delivery could not start (its step failed before the platform saw
+/// anything): the next claim takes the action at once instead of after the lease. `false` if this
+/// worker no longer held it.
+///
+/// # Errors
+/// Database errors.
+pub async fn release(c: &mut AnyConnection, id: i64, worker: &str) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE outbox SET claimed_by = NULL, claim_until = NULL
+         WHERE id = $1 AND claimed_by = $2 AND status = 'pending'",
+    )
+    .arg(id)
+    .arg(worker)
+    .execute(c)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 /// How failed deliveries are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
