@@ -7,6 +7,7 @@ use std::time::Duration;
 use chat_bridge::app::Application;
 use chat_bridge::channel::{Tone, console};
 use chat_bridge::core::OnStall;
+use chat_bridge::store::bind::BindExt;
 use chat_bridge::store::{tool_calls, turns};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::on_both;
@@ -687,5 +688,99 @@ async fn d6_a_session_let_go_after_an_interrupted_turn_stays_let_go_across_a_res
         *asked.lock().expect("lock"),
         ["session/new", "session/prompt"],
         "a new session, not the one holding the interrupted prompt"
+    );
+}
+
+/// D3 (an outside tester's finding): a turn taken back after a restart still marks the message that
+/// asked for it with its outcome — 👀 taken away, the outcome added — as a turn that never met a
+/// restart does. The message's id was held only in memory, so a turn resumed and ended after a
+/// restart left 👀 on the person's message for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_it() {
+    use chat_bridge::store::conversations;
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("d3.db").display());
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| async move {
+        let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+        peer.handshake().await;
+        // The restarted bridge takes the open turn back: the daemon shows its prompt and ends it
+        // cancelled with nothing done (the turn is cut off: interrupted).
+        let load = peer.expect("session/load").await;
+        peer.send(update(json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"echo cut"}}))).await;
+        peer.send(json!({"jsonrpc":"2.0","method":"_qwen/notify","params":{"kind":"turn_complete",
+            "data":{"sessionId":"s1","stopReason":"cancelled","promptId":"p1"}}})).await;
+        peer.reply(&load, json!({})).await;
+        while peer.recv().await.is_some() {}
+    })
+    .await;
+    let mut cfg = config(&url, dir.path());
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+
+    // As a crash just after the prompt was sent leaves it: the session and an open turn, asked for
+    // by message m-1 (which got 👀 when the turn started).
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let conv = {
+        let mut c = store.conn().await.expect("conn");
+        let now = chat_bridge::store::now_ms();
+        let key = conversations::Key {
+            platform: "console",
+            workspace: "local",
+            channel: "console",
+            thread: "main",
+        };
+        let (conv, _) = conversations::find_or_create(&mut c, &key, &console::user(), "", now)
+            .await
+            .expect("conversation");
+        let cwd = dir.path().display().to_string();
+        conversations::set_session(&mut c, &conv.id, "s1", &cwd, now)
+            .await
+            .expect("session");
+        turns::start_for(
+            &mut c,
+            &conv.id,
+            "echo cut",
+            &console::user(),
+            Some("m-1"),
+            now,
+        )
+        .await
+        .expect("an open turn");
+        conv
+    };
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    app.shutdown().await;
+    let marks: Vec<String> = {
+        let mut c = store.conn().await.expect("conn");
+        sqlx::query_as::<_, (String,)>(
+            "SELECT action FROM outbox WHERE conversation_id = $1 AND kind = 'other' ORDER BY id",
+        )
+        .arg(&conv.id)
+        .fetch_all(&mut *c)
+        .await
+        .expect("outbox")
+        .into_iter()
+        .map(|(a,)| a)
+        .collect()
+    };
+    store.close().await;
+    let on_m1: Vec<serde_json::Value> = marks
+        .iter()
+        .map(|a| serde_json::from_str::<serde_json::Value>(a).expect("json"))
+        .filter(|a| a.to_string().contains("\"m-1\""))
+        .collect();
+    assert_eq!(
+        on_m1.len(),
+        2,
+        "👀 taken away and the outcome added on m-1: {marks:#?}"
+    );
+    let s = |v: &serde_json::Value| v.to_string();
+    assert!(
+        s(&on_m1[0]).contains("\"add\":false") && s(&on_m1[1]).contains("\"add\":true"),
+        "{on_m1:#?}"
     );
 }

@@ -95,6 +95,7 @@ impl TurnState {
         resumed: bool,
         prompt_seq: u64,
     ) -> Self {
+        let user_message = row.message_id.clone();
         Self {
             row,
             liveness: Liveness::new(liveness, now),
@@ -102,7 +103,7 @@ impl TurnState {
             answer: String::new(),
             resumed,
             prompt_seq,
-            user_message: None,
+            user_message,
             outcomes: Vec::new(),
             rejected: false,
             cancel_by: None,

@@ -31,9 +31,13 @@ pub struct Turn {
     pub started_at: i64,
     /// Unix ms.
     pub ended_at: Option<i64>,
+    /// The platform id of the message that asked for it, when there is one (its outcome mark goes
+    /// there, also after a restart).
+    #[serde(skip)]
+    pub message_id: Option<String>,
 }
 
-const COLUMNS: &str = "id, conversation_id, seq, prompt, requested_by, status, stop_reason, end_cause, answer, started_at, ended_at";
+const COLUMNS: &str = "id, conversation_id, seq, prompt, requested_by, status, stop_reason, end_cause, answer, started_at, ended_at, message_id";
 
 /// Opens a turn.
 ///
@@ -46,16 +50,32 @@ pub async fn start(
     requested_by: &str,
     now: i64,
 ) -> Result<Turn> {
+    start_for(c, conversation, prompt, requested_by, None, now).await
+}
+
+/// Opens a turn asked for by the platform message `message_id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn start_for(
+    c: &mut AnyConnection,
+    conversation: &str,
+    prompt: &str,
+    requested_by: &str,
+    message_id: Option<&str>,
+    now: i64,
+) -> Result<Turn> {
     let id = new_id();
     sqlx::query(
-        "INSERT INTO turns (id, conversation_id, seq, prompt, requested_by, status, started_at)
-         SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, 'open', $5 FROM turns WHERE conversation_id = $2",
+        "INSERT INTO turns (id, conversation_id, seq, prompt, requested_by, status, started_at, message_id)
+         SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4, 'open', $5, $6 FROM turns WHERE conversation_id = $2",
     )
     .arg(&id)
     .arg(conversation)
     .arg(prompt)
     .arg(requested_by)
     .arg(now)
+    .arg(message_id)
     .execute(&mut *c)
     .await?;
     get(c, &id)

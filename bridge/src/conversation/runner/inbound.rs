@@ -183,9 +183,10 @@ impl Runner {
                 answer: None,
                 started_at: now_ms(),
                 ended_at: None,
+                message_id: message_id.clone(),
             }
         } else {
-            match self.record_turn(&text, &user).await {
+            match self.record_turn(&text, &user, message_id.as_deref()).await {
                 Ok(row) => row,
                 Err(e) => {
                     // Not started: no longer busy (a retry counts itself again).
@@ -278,7 +279,15 @@ impl Runner {
         for e in &unsent.events {
             self.state.marks.add(Some(e.clone()));
         }
-        match self.record_turn(&unsent.text, &unsent.user).await {
+        let message = self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.user_message.clone());
+        match self
+            .record_turn(&unsent.text, &unsent.user, message.as_deref())
+            .await
+        {
             Ok(row) => {
                 tracing::info!(conversation = %self.conv.id, turn = %row.id, "its files are in; the prompt goes out");
                 if let Some(turn) = self.state.turn.as_mut() {
@@ -473,10 +482,16 @@ impl Runner {
     }
 
     /// Records a new turn and its prompt, marking the inbox entries of this step.
-    async fn record_turn(&mut self, text: &str, user: &str) -> Result<Turn> {
+    async fn record_turn(
+        &mut self,
+        text: &str,
+        user: &str,
+        message_id: Option<&str>,
+    ) -> Result<Turn> {
         let mut tx = self.begin().await?;
         let kept = self.kept(text).into_owned();
-        let row = turns::start(tx.conn(), &self.conv.id, &kept, user, now_ms()).await?;
+        let row =
+            turns::start_for(tx.conn(), &self.conv.id, &kept, user, message_id, now_ms()).await?;
         // Activity: the idle sweep measures `workspace.retain` from here.
         conversations::touch(tx.conn(), &self.conv.id, "active", now_ms()).await?;
         let title = crate::core::inbox::title_of(&self.core.redactor, text);

@@ -94,6 +94,7 @@ pub(super) fn row(id: &str, requested_by: &str) -> Turn {
         answer: None,
         started_at: 0,
         ended_at: None,
+        message_id: None,
     }
 }
 
