@@ -335,6 +335,12 @@ async fn handle(agent: &Arc<Agent>, conn: &Conn, bytes: &[u8]) {
                 ),
                 Some(cancel) => {
                     let text = prompt_text(&params);
+                    // The prompt and (below) the turn's end are kept for `session/load`, as qwen
+                    // replays them: a client that reconnects after the turn ended while it was away
+                    // reads from the replay which prompt the frames belong to and that it ended.
+                    session.keep(json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+                        "sessionId": session.id,
+                        "update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}}}}));
                     let (agent, conn) = (agent.clone(), conn.clone());
                     tokio::spawn(async move {
                         let stop = run_prompt(&agent, &session, &text, cancel).await;
@@ -345,7 +351,7 @@ async fn handle(agent: &Arc<Agent>, conn: &Conn, bytes: &[u8]) {
                         }
                         let done = json!({"jsonrpc": "2.0", "method": "_shell_agent/turn_complete",
                                           "params": {"sessionId": session.id, "stopReason": stop}});
-                        session.notify(&done).await;
+                        session.notify_kept(&done).await;
                     });
                     return;
                 }

@@ -153,6 +153,21 @@ impl Session {
         }
     }
 
+    /// Keeps `msg` for replay without sending it now.
+    pub(crate) fn keep(&self, msg: Value) {
+        let mut g = lock(&self.inner);
+        g.history.push_back(msg);
+        if g.history.len() > HISTORY_CAP {
+            g.history.pop_front();
+        }
+    }
+
+    /// Sends a notification to the attached connection and keeps it for replay.
+    pub(crate) async fn notify_kept(&self, msg: &Value) {
+        self.keep(msg.clone());
+        self.notify(msg).await;
+    }
+
     /// Asks the attached connection to approve; `None` when nobody could answer (no connection, or it
     /// went away).
     pub(crate) async fn request_permission(&self, params: Value) -> Option<Value> {

@@ -784,3 +784,84 @@ async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_i
         "{on_m1:#?}"
     );
 }
+
+/// D6 (an outside tester's finding): a command that finishes while the bridge is down, on a shell
+/// agent that outlives the bridge, ends its turn when the bridge comes back — the load's replay
+/// shows the prompt, the result and the turn's end — instead of waiting for the idle limit and
+/// being reported interrupted although it completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_agent() {
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("d6.db").display());
+    let agent = shell_agent::ShellAgent::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        None,
+        shell_agent::AgentConfig {
+            heartbeat_interval: Duration::from_millis(200),
+            ..shell_agent::AgentConfig::default()
+        },
+    )
+    .await
+    .expect("agent");
+    let mut cfg = config(&url, dir.path());
+    cfg.daemon.url = Some(agent.url());
+    cfg.daemon.token = Some(agent.token().to_owned().into());
+    let marker = dir.path().join("ran");
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound(&format!(
+            "sleep 0.3; touch {}; echo finished",
+            marker.display()
+        )))
+        .await
+        .expect("accept");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !rec
+        .calls()
+        .iter()
+        .any(|c| format!("{c:?}").contains("sleep 0.3"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the command started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The bridge goes away while the command runs; the command finishes on the agent meanwhile.
+    app.shutdown().await;
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "the command ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    app.shutdown().await;
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let mut c = store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let turn = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns")
+        .remove(0);
+    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    drop(c);
+    store.close().await;
+    assert_eq!(
+        (turn.status.as_str(), turn.end_cause.as_deref()),
+        ("ended", None),
+        "the turn ended on the agent while the bridge was down; notices: {:#?}",
+        rec.calls()
+    );
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, "completed");
+    agent.shutdown().await;
+}

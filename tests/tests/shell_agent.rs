@@ -689,6 +689,66 @@ async fn s1_an_empty_shell_agent_token_is_a_startup_error() {
     }
 }
 
+/// D6: a load replays each prompt (`user_message_chunk`) and its turn's end (`turn_complete`)
+/// around the turn's frames, as qwen does, so a client that reconnects after a turn ended while it
+/// was away can tell which frames are the turn it resumed and that it is over (an outside tester saw
+/// such a turn wait for the bridge's 2-minute idle limit, then reported interrupted).
+#[tokio::test]
+async fn d6_a_load_replays_each_prompt_and_the_end_of_its_turn_in_order() {
+    let agent = start(cfg(100)).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut first, s) = session(&agent, dir.path()).await;
+    let (frames, _) = run(&mut first, &s, "echo one").await;
+    assert_eq!(terminal(&frames)["status"], "completed");
+    while first.recv().await["method"] != "_shell_agent/turn_complete" {}
+    drop(first);
+    let mut second = RawClient::connect(&agent.url(), agent.token())
+        .await
+        .expect("connect");
+    second
+        .call("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let (r, replay) = second
+        .call(
+            "session/load",
+            json!({"sessionId": s, "cwd": dir.path(), "mcpServers": []}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let seen: Vec<String> = replay
+        .iter()
+        .map(|v| match v["method"].as_str() {
+            Some("_shell_agent/turn_complete") => {
+                format!(
+                    "turn_complete {}",
+                    v["params"]["stopReason"].as_str().unwrap_or_default()
+                )
+            }
+            _ => {
+                let u = &v["params"]["update"];
+                match u["sessionUpdate"].as_str().unwrap_or_default() {
+                    "user_message_chunk" => format!(
+                        "prompt {}",
+                        u["content"]["text"].as_str().unwrap_or_default()
+                    ),
+                    kind => format!("{kind} {}", u["status"].as_str().unwrap_or_default()),
+                }
+            }
+        })
+        .collect();
+    let at = |what: &str| seen.iter().position(|s| s.as_str() == what);
+    let (prompt_at, result_at, end_at) = (
+        at("prompt echo one"),
+        at("tool_call_update completed"),
+        at("turn_complete end_turn"),
+    );
+    assert!(
+        prompt_at.is_some() && prompt_at < result_at && result_at < end_at,
+        "the prompt, its result, its end, in order: {seen:#?}"
+    );
+    agent.shutdown().await;
+}
+
 #[tokio::test]
 async fn session_load_from_a_new_connection_replays_history_and_receives_the_running_command() {
     let agent = start(cfg(100)).await;
