@@ -410,6 +410,49 @@ on_both! {
         assert_eq!((dead[0].attempts, dead[0].last_error.as_deref()), (3, Some("channel_not_found")));
     }
 
+    async fn p2_a_result_written_with_its_last_heartbeats_counts_them_in_one_statement(db) {
+        let conv = conversation(&db.store, "1.2").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let id = tool_calls::start(&mut c, &conv, None, "call_1", "make", None, T0).await.expect("start");
+        assert!(tool_calls::progress(&mut c, &conv, "call_1", 3, Some(r#"{"elapsedMs":3000}"#), T0 + 3_000).await.expect("p"));
+        let f = tool_calls::Finish { outcome: "completed", summary: None, output: "ok", exit_code: Some(0), signal: None };
+        let done = tool_calls::finish_counted(&mut c, &conv, "call_1", &f, 2, Some(r#"{"elapsedMs":5000}"#), T0 + 5_000).await.expect("finish");
+        assert_eq!(done, Some(id.clone()));
+        let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+        assert_eq!((row.status.as_str(), row.heartbeats, row.last_progress.as_deref()), ("completed", 5, Some(r#"{"elapsedMs":5000}"#)));
+        assert_eq!((row.progress_at, row.finished_at), (Some(T0 + 5_000), Some(T0 + 5_000)));
+        let again = tool_calls::finish_counted(&mut c, &conv, "call_1", &f, 4, Some(r#"{"elapsedMs":9}"#), T0 + 9_000).await.expect("dup");
+        assert_eq!(again, None, "never twice");
+        let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+        assert_eq!((row.heartbeats, row.last_progress.as_deref(), row.finished_at), (5, Some(r#"{"elapsedMs":5000}"#), Some(T0 + 5_000)), "a terminal call is left as it was");
+        // Without counts the progress stays as the last flush left it.
+        tool_calls::start(&mut c, &conv, None, "call_2", "ls", None, T0).await.expect("start");
+        assert!(tool_calls::progress(&mut c, &conv, "call_2", 1, Some(r#"{"elapsedMs":1}"#), T0 + 1).await.expect("p"));
+        let id2 = tool_calls::finish(&mut c, &conv, "call_2", &f, T0 + 7).await.expect("finish").expect("finished");
+        let row = tool_calls::get(&mut c, &id2).await.expect("get").expect("row");
+        assert_eq!((row.heartbeats, row.last_progress.as_deref(), row.progress_at), (1, Some(r#"{"elapsedMs":1}"#), Some(T0 + 1)));
+    }
+
+    async fn d1_actions_queued_together_keep_their_order_and_never_replace_a_waiting_edit(db) {
+        let conv = conversation(&db.store, "a").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let edit = NewAction { conversation_id: &conv, kind: Kind::Edit, coalesce_key: Some("tool:1"), action: "progress" };
+        let Enqueued::Inserted(waiting) = outbox::enqueue(&mut c, &edit, T0).await.expect("edit") else { panic!("inserted") };
+        let result = outbox::insert(&mut c, &NewAction { action: "result", ..edit.clone() }, T0).await.expect("insert");
+        assert!(result > waiting, "a row of its own, after the waiting edit");
+        let marks: Vec<NewAction<'_>> = ["unmark", "mark", "third"]
+            .into_iter()
+            .map(|action| NewAction { conversation_id: &conv, kind: Kind::Other, coalesce_key: None, action })
+            .collect();
+        outbox::insert_all(&mut c, &marks, T0 + 1).await.expect("insert all");
+        let mut delivered = Vec::new();
+        while let Some(a) = outbox::claim_next(&mut c, "w", T0 + 2, Duration::from_secs(30)).await.expect("claim") {
+            delivered.push(a.action.clone());
+            assert!(outbox::mark_delivered(&mut c, a.id, "w", T0 + 2).await.expect("mark"));
+        }
+        assert_eq!(delivered, ["progress", "result", "unmark", "mark", "third"]);
+    }
+
     async fn d1_pending_edits_of_one_message_coalesce_but_not_once_claimed(db) {
         let conv = conversation(&db.store, "a").await;
         let mut c = db.store.conn().await.expect("conn");

@@ -769,7 +769,17 @@ impl State {
                 turn.answer.clear();
                 turn.draft = None;
             }
-            turn.tools.insert(call, ToolState::new(title, now));
+            let mut tool = ToolState::new(title, now);
+            // Followed again (a replay after a restart): an edit queued before may still wait.
+            tool.edits_queued = !fresh;
+            turn.tools.insert(call, tool);
+        }
+    }
+
+    /// An edit of the running call `call`'s message was queued (see [`ToolState::edits_queued`]).
+    pub fn tool_edited(&mut self, call: &ToolCallId) {
+        if let Some(tool) = self.turn.as_mut().and_then(|t| t.tools.get_mut(call)) {
+            tool.edits_queued = true;
         }
     }
 

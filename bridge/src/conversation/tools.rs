@@ -34,6 +34,10 @@ pub struct ToolState {
     pub awaiting_approval: Option<String>,
     /// Its stored id (`tool_calls.id`, the tool call's page), once the row is written.
     pub stored_id: Option<String>,
+    /// Whether an edit of its message may still wait in the outbox (a new title, a progress
+    /// line, or a call followed again after a restart): its result then replaces that edit;
+    /// otherwise the result's edit is simply queued, without looking for one (P2).
+    pub edits_queued: bool,
 }
 
 impl ToolState {
@@ -52,6 +56,7 @@ impl ToolState {
             flushed: now,
             awaiting_approval: None,
             stored_id: None,
+            edits_queued: false,
         }
     }
 

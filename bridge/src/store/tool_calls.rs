@@ -212,8 +212,29 @@ pub async fn finish(
     f: &Finish<'_>,
     now: i64,
 ) -> Result<Option<String>> {
+    finish_counted(c, conversation, call_id, f, 0, None, now).await
+}
+
+/// [`finish`] with the call's last `heartbeats` (and its latest progress) added in the same
+/// statement, as [`progress`] would have before it — one statement for a result instead of two
+/// (P2). Nothing is added to a call that was terminal already.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_counted(
+    c: &mut AnyConnection,
+    conversation: &str,
+    call_id: &str,
+    f: &Finish<'_>,
+    heartbeats: i64,
+    last_progress: Option<&str>,
+    now: i64,
+) -> Result<Option<String>> {
     let row: Option<(String,)> = sqlx::query_as(
-        "UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8
+        "UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8,
+             heartbeats = heartbeats + $9,
+             last_progress = COALESCE($10, last_progress),
+             progress_at = CASE WHEN $9 > 0 THEN $8 ELSE progress_at END
          WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'
          RETURNING id",
     )
@@ -225,6 +246,8 @@ pub async fn finish(
     .arg(f.exit_code)
     .arg(f.signal)
     .arg(now)
+    .arg(heartbeats)
+    .arg(last_progress.map(Json))
     .fetch_optional(c)
     .await?;
     Ok(row.map(|r| r.0))

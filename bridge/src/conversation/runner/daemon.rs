@@ -24,6 +24,7 @@ impl Runner {
         kind: Option<&str>,
     ) -> Result<()> {
         let scoped = self.state.scoped(call);
+        self.state.tool_edited(call);
         let mut tx = self.begin().await?;
         tool_calls::start(
             tx.conn(),
@@ -160,19 +161,6 @@ impl Runner {
             )
             .await?;
         }
-        // This tool's unwritten heartbeat count goes into the result's own transaction: the result
-        // never waits for a separate write (P2).
-        if let Some(t) = tool.filter(|t| t.unflushed > 0) {
-            tool_calls::progress(
-                tx.conn(),
-                &self.conv.id,
-                &scoped,
-                t.unflushed,
-                t.progress_json().as_deref(),
-                now_ms(),
-            )
-            .await?;
-        }
         let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
         let kept_output = self.kept(&result.output);
         let finish = tool_calls::Finish {
@@ -182,8 +170,21 @@ impl Runner {
             exit_code: result.exit_code,
             signal: result.signal,
         };
-        let Some(db_id) =
-            tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?
+        // This tool's unwritten heartbeat count goes into the result's own statement: the result
+        // never waits for a separate write (P2).
+        let counts = tool.filter(|t| t.unflushed > 0);
+        let progress = counts.and_then(ToolState::progress_json);
+        let unflushed = counts.map_or(0, |t| t.unflushed);
+        let Some(db_id) = tool_calls::finish_counted(
+            tx.conn(),
+            &self.conv.id,
+            &scoped,
+            &finish,
+            unflushed,
+            progress.as_deref(),
+            now_ms(),
+        )
+        .await?
         else {
             // Already recorded (a replay): the thread already shows it.
             return Ok(());
@@ -221,8 +222,15 @@ impl Runner {
             (None, false) => render::without_api_pointer(msg),
         };
         let key = MessageKey::Tool(scoped);
-        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-            .await?;
+        // No edit of the message can wait in the outbox when none was queued since its post in
+        // this process: the result's edit is queued without looking for one to replace.
+        let replaces = tool.is_none_or(|t| t.edits_queued);
+        self.enqueue_as(
+            &mut tx,
+            &effects::edit(&self.target, &key, msg, false),
+            replaces,
+        )
+        .await?;
         self.commit(tx).await?;
         metrics::counter!(
             "chatbridge_tool_results_total",
@@ -272,6 +280,7 @@ impl Runner {
             Some((line.elapsed, line.age)),
         );
         let key = MessageKey::Tool(self.state.scoped(&line.call));
+        self.state.tool_edited(&line.call);
         let mut tx = self.begin().await?;
         self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, true))
             .await?;

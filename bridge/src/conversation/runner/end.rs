@@ -7,7 +7,7 @@ use daemon_client::{PermissionOutcome, Stall, StopReason};
 use tokio::time::Instant;
 
 use super::Runner;
-use crate::channel::Tone;
+use crate::channel::{ChatAction, Tone};
 use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
@@ -143,11 +143,13 @@ impl Runner {
                     .await?;
             }
         }
-        for id in turn.user_message.iter().chain(&turn.merged_messages) {
-            for action in effects::outcome_marks(&self.target, id, ending.mark) {
-                self.enqueue(&mut tx, &action).await?;
-            }
-        }
+        let marks: Vec<ChatAction> = turn
+            .user_message
+            .iter()
+            .chain(&turn.merged_messages)
+            .flat_map(|id| effects::outcome_marks(&self.target, id, ending.mark))
+            .collect();
+        self.enqueue_all(&mut tx, &marks).await?;
         self.commit(tx).await
     }
 

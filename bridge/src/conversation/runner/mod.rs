@@ -49,6 +49,9 @@ pub(crate) struct Runner {
     /// A turn left open by the previous run, taken back while the daemon was unreachable: its
     /// session is loaded (or the turn closed as interrupted) once the daemon is reached (L7, D3).
     resume_pending: bool,
+    /// Whether the open transaction queued a chat action: its commit then wakes an outbox worker
+    /// (a commit that queued nothing woke one to find nothing — P2).
+    queued: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Runner {
@@ -126,6 +129,7 @@ pub(crate) async fn run(
         tx,
         checkout: None,
         resume_pending: false,
+        queued: std::sync::atomic::AtomicBool::new(false),
     };
     let mut active = Instant::now();
     // The live board: when it was last told, and when it is due to be told of heartbeats since.

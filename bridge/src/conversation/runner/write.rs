@@ -2,6 +2,7 @@
 //! handled marked inside it (D2), and the outbox woken after it commits.
 
 use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 
 use super::Runner;
 use crate::channel::{ChatAction, Tone};
@@ -22,6 +23,17 @@ impl Runner {
 
     /// Writes `action` to the outbox inside `tx`.
     pub(super) async fn enqueue(&self, tx: &mut Tx, action: &ChatAction) -> Result<()> {
+        self.enqueue_as(tx, action, true).await
+    }
+
+    /// [`Runner::enqueue`]; an edit replaces its message's edit still waiting in the outbox only
+    /// when `replaces` (the caller knows when none can wait, and saves the look).
+    pub(super) async fn enqueue_as(
+        &self,
+        tx: &mut Tx,
+        action: &ChatAction,
+        replaces: bool,
+    ) -> Result<()> {
         let json = serde_json::to_string(action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let (kind, coalesce_key) = effects::outbox_row(action);
         let a = NewAction {
@@ -30,8 +42,44 @@ impl Runner {
             coalesce_key,
             action: &json,
         };
-        outbox::enqueue(tx.conn(), &a, now_ms()).await?;
+        self.queued.store(true, Ordering::Relaxed);
+        if replaces {
+            outbox::enqueue(tx.conn(), &a, now_ms()).await?;
+        } else {
+            outbox::insert(tx.conn(), &a, now_ms()).await?;
+        }
         Ok(())
+    }
+
+    /// [`Runner::enqueue`] for each of `actions` in order, in one statement when none is an edit
+    /// (an edit looks for a waiting edit of its message to replace).
+    pub(super) async fn enqueue_all(&self, tx: &mut Tx, actions: &[ChatAction]) -> Result<()> {
+        if actions.len() < 2 || actions.iter().any(|a| matches!(a, ChatAction::Edit { .. })) {
+            for action in actions {
+                self.enqueue(tx, action).await?;
+            }
+            return Ok(());
+        }
+        let json = actions
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let rows: Vec<NewAction<'_>> = actions
+            .iter()
+            .zip(&json)
+            .map(|(action, json)| {
+                let (kind, coalesce_key) = effects::outbox_row(action);
+                NewAction {
+                    conversation_id: &self.conv.id,
+                    kind,
+                    coalesce_key,
+                    action: json,
+                }
+            })
+            .collect();
+        self.queued.store(true, Ordering::Relaxed);
+        outbox::insert_all(tx.conn(), &rows, now_ms()).await
     }
 
     /// Appends to the conversation's transcript inside `tx`.
@@ -63,7 +111,9 @@ impl Runner {
         }
         tx.commit().await?;
         self.state.marks.committed(&marks);
-        self.core.wake_outbox.notify_one();
+        if self.queued.swap(false, Ordering::Relaxed) {
+            self.core.wake_outbox.notify_one();
+        }
         Ok(())
     }
 

@@ -437,3 +437,35 @@ fn t2_a_cancel_the_daemon_never_confirms_ends_the_turn_after_the_grace_and_frees
             .is_empty()
     );
 }
+
+#[test]
+fn p2_a_call_started_here_has_no_edit_waiting_until_one_is_queued_and_a_followed_one_may() {
+    let c = cfg();
+    let clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.tool_running(call(1), "make".into(), clock.now(), true);
+    s.tool_running(call(2), "make test".into(), clock.now(), false);
+    let queued = |s: &State, n| {
+        s.turn
+            .as_ref()
+            .expect("turn")
+            .tools
+            .get(&call(n))
+            .expect("tool")
+            .edits_queued
+    };
+    assert!(
+        !queued(&s, 1),
+        "posted here, nothing edited yet: its result need not look"
+    );
+    assert!(
+        queued(&s, 2),
+        "followed again after a restart: an edit queued before may wait"
+    );
+    s.tool_edited(&call(1));
+    assert!(
+        queued(&s, 1),
+        "a new title or progress line queued: its result replaces it"
+    );
+    s.tool_edited(&call(9));
+}
