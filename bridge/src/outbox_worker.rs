@@ -5,6 +5,7 @@
 //! the platform message id and mark delivered together (short).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -110,6 +111,7 @@ pub async fn deliver_once_budgeted(
         budget,
         clock: &SystemClock,
         give_up: &CancellationToken::new(),
+        queued: None,
     };
     deliver_step(store, channel, &cx).await
 }
@@ -127,7 +129,14 @@ pub struct StepContext<'a> {
     pub clock: &'a dyn Clock,
     /// Cancelled when waiting for the database to record a delivery must end (the drain deadline).
     pub give_up: &'a CancellationToken,
+    /// Set when the step claimed a row that had been due for [`QUEUE_AFTER`] or more: the rows
+    /// are queueing, and a resting worker should take from them too.
+    pub queued: Option<&'a AtomicBool>,
 }
+
+/// How long a claimed row may have been due before the claim says the rows are queueing (a row
+/// claimed as it is queued waited about a millisecond).
+pub const QUEUE_AFTER: Duration = Duration::from_millis(20);
 
 /// Delivers one due action, if any, as of `cx.clock`.
 ///
@@ -153,6 +162,10 @@ pub async fn deliver_step(
     let Some(a) = claimed else {
         return Ok(Step::Idle);
     };
+    if let Some(queued) = cx.queued {
+        let waited = cx.clock.now_ms().saturating_sub(a.due_at);
+        queued.store(waited >= crate::store::ms(QUEUE_AFTER), Ordering::Relaxed);
+    }
     // One process may serve several platforms: the conversation's own delivers it.
     let channel = a
         .platform
@@ -577,6 +590,7 @@ pub async fn run(
                 budget: budget.clone(),
                 clock: clock.clone(),
                 give_up: give_up.clone(),
+                queued: AtomicBool::new(false),
             },
             wake.clone(),
             stop.clone(),
@@ -602,6 +616,8 @@ struct Worker {
     budget: Arc<ProgressBudget>,
     clock: Arc<dyn Clock>,
     give_up: CancellationToken,
+    /// Whether its last claim found the rows queueing ([`StepContext::queued`]).
+    queued: AtomicBool,
 }
 
 impl Worker {
@@ -612,6 +628,7 @@ impl Worker {
             budget: &self.budget,
             clock: self.clock.as_ref(),
             give_up: &self.give_up,
+            queued: Some(&self.queued),
         };
         deliver_step(&self.store, self.channel.as_ref(), &cx).await
     }
@@ -619,16 +636,13 @@ impl Worker {
 
 async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drain: Duration) {
     let name = format!("worker-{}", uuid::Uuid::new_v4().simple());
-    // Rows taken one after another since this worker last found nothing.
-    let mut streak = 0u32;
     loop {
         match w.step(&name).await {
             Ok(Step::Delivered | Step::Failed | Step::Skipped) => {
-                // A second row in a row means a queue: let a resting sibling take from it too.
-                // After one row the worker looks again itself; a sibling woken then mostly found
-                // nothing (P2: at 10,000 sessions two claims in three came back empty).
-                streak += 1;
-                if streak >= 2 {
+                // Rows queueing: let a resting sibling take from them too. A row claimed as it was
+                // queued means none wait; the worker looks again itself, and a sibling woken then
+                // mostly found nothing (P2: at 10,000 sessions two claims in three came back empty).
+                if w.queued.load(Ordering::Relaxed) {
                     wake.notify_one();
                 }
                 continue;
@@ -636,7 +650,6 @@ async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drai
             Ok(Step::Idle) => {}
             Err(e) => tracing::warn!(error = %e, "outbox step failed; retrying"),
         }
-        streak = 0;
         tokio::select! {
             () = stop.cancelled() => break,
             () = wake.notified() => {}

@@ -108,6 +108,7 @@ async fn step_at(
         budget: &ProgressBudget::unlimited(),
         clock,
         give_up: &CancellationToken::new(),
+        queued: None,
     };
     deliver_step(store, channel, &cx).await.expect("step")
 }
@@ -218,7 +219,7 @@ on_both! {
         let policy = RetryPolicy::default();
         let mut c = db.store.conn().await.expect("conn");
         sqlx::query("ALTER TABLE message_map RENAME TO message_map_away").execute(&mut *c).await.expect("rename");
-        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new() };
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: None };
         assert!(deliver_step(&db.store, &channel, &cx).await.is_err(), "the map could not be read");
         sqlx::query("ALTER TABLE message_map_away RENAME TO message_map").execute(&mut *c).await.expect("rename back");
         let (claimed,): (Option<String>,) = sqlx::query_as("SELECT claimed_by FROM outbox WHERE conversation_id = $1")
@@ -231,6 +232,34 @@ on_both! {
 }
 
 on_both! {
+    async fn p2_a_claim_says_whether_its_row_waited_so_a_resting_worker_is_woken_only_for_a_queue(db) {
+        use chat_bridge::outbox_worker::QUEUE_AFTER;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let conv = conversation(&db.store).await;
+        let channel = Flaky::new(vec![]);
+        let policy = RetryPolicy::default();
+        let clock = ManualClock::at(0);
+        let queued = AtomicBool::new(true);
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: Some(&queued) };
+        let due_at = || async {
+            let mut c = db.store.conn().await.expect("conn");
+            let (at,): (i64,) = sqlx::query_as("SELECT next_attempt_at FROM outbox WHERE conversation_id = $1 AND status = 'pending'")
+                .arg(&conv).fetch_one(&mut *c).await.expect("row");
+            at
+        };
+        // Claimed as it was queued: no queue, no sibling woken.
+        enqueue(&db.store, &conv, "fresh").await;
+        clock.set(due_at().await + 1);
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        assert!(!queued.load(Ordering::Relaxed), "a row claimed as it was queued says nothing waits");
+        // Claimed after waiting: the rows are queueing.
+        enqueue(&db.store, &conv, "waited").await;
+        clock.set(due_at().await + chat_bridge::store::ms(QUEUE_AFTER));
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        assert!(queued.load(Ordering::Relaxed), "a row due {QUEUE_AFTER:?} before its claim says the rows queue");
+        assert_eq!(*channel.delivered.lock().expect("lock"), ["fresh", "waited"]);
+    }
+
     async fn progress_edits_have_a_smaller_budget_and_never_delay_results(db) {
         use chat_bridge::outbox_worker::deliver_once_budgeted;
         let conv = conversation(&db.store).await;

@@ -162,6 +162,8 @@ pub struct Claimed {
     /// The conversation's platform (which channel delivers it when one process serves several);
     /// `None` for a row whose conversation is gone.
     pub platform: Option<String>,
+    /// When it became due (unix ms): queued, or its retry's time.
+    pub due_at: i64,
 }
 
 /// The claim, with `$lock` (empty, or PostgreSQL's row lock) on the chosen head.
@@ -179,7 +181,7 @@ macro_rules! claim_sql {
             $lock,
             ")
            AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
-         RETURNING id, conversation_id, kind, coalesce_key, action, attempts,
+         RETURNING id, conversation_id, kind, coalesce_key, action, attempts, next_attempt_at AS due_at,
                    (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform"
         )
     };
