@@ -568,6 +568,40 @@ on_both! {
     }
 }
 
+/// The console thread as a crash just after its prompt was sent leaves it: the daemon session `s1`
+/// and an open turn ("echo cut"), asked for by the chat message `message` when given.
+async fn crashed_mid_turn(
+    url: &str,
+    cwd: &std::path::Path,
+    message: Option<&str>,
+) -> (
+    chat_bridge::store::Store,
+    chat_bridge::store::conversations::Conversation,
+) {
+    use chat_bridge::store::conversations;
+    let store = chat_bridge::store::Store::open(url).await.expect("store");
+    let mut c = store.conn().await.expect("conn");
+    let now = chat_bridge::store::now_ms();
+    let key = conversations::Key {
+        platform: "console",
+        workspace: "local",
+        channel: "console",
+        thread: "main",
+    };
+    let (conv, _) = conversations::find_or_create(&mut c, &key, &console::user(), "", now)
+        .await
+        .expect("conversation");
+    let cwd = cwd.display().to_string();
+    conversations::set_session(&mut c, &conv.id, "s1", &cwd, now)
+        .await
+        .expect("session");
+    turns::start_for(&mut c, &conv.id, "echo cut", &console::user(), message, now)
+        .await
+        .expect("an open turn");
+    drop(c);
+    (store, conv)
+}
+
 /// D6 (an outside tester's finding): a turn taken back after a restart and cut off there — the daemon
 /// shows its prompt and ends it cancelled with nothing done — lets go of the thread's session in the
 /// store, not only in memory. A bridge that stops before the thread's next message and starts again
@@ -620,28 +654,7 @@ async fn d6_a_session_let_go_after_an_interrupted_turn_stays_let_go_across_a_res
     cfg.daemon.token = Some(daemon.token.clone().into());
 
     // As a crash just after the prompt was sent leaves it: the thread's session and an open turn.
-    let store = chat_bridge::store::Store::open(&url).await.expect("store");
-    let conv = {
-        let mut c = store.conn().await.expect("conn");
-        let now = chat_bridge::store::now_ms();
-        let key = conversations::Key {
-            platform: "console",
-            workspace: "local",
-            channel: "console",
-            thread: "main",
-        };
-        let (conv, _) = conversations::find_or_create(&mut c, &key, &console::user(), "", now)
-            .await
-            .expect("conversation");
-        let cwd = dir.path().display().to_string();
-        conversations::set_session(&mut c, &conv.id, "s1", &cwd, now)
-            .await
-            .expect("session");
-        turns::start(&mut c, &conv.id, "echo cut", &console::user(), now)
-            .await
-            .expect("an open turn");
-        conv
-    };
+    let (store, conv) = crashed_mid_turn(&url, dir.path(), None).await;
 
     // The restart takes the turn back, hears it was cut off, and stops before any other message.
     let rec = Arc::new(Recorder::default());
@@ -697,7 +710,6 @@ async fn d6_a_session_let_go_after_an_interrupted_turn_stays_let_go_across_a_res
 /// restart left 👀 on the person's message for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_it() {
-    use chat_bridge::store::conversations;
     chat_bridge_tests::init_tracing();
     let dir = tempfile::tempdir().expect("tmp");
     let url = format!("sqlite://{}", dir.path().join("d3.db").display());
@@ -720,35 +732,7 @@ async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_i
 
     // As a crash just after the prompt was sent leaves it: the session and an open turn, asked for
     // by message m-1 (which got 👀 when the turn started).
-    let store = chat_bridge::store::Store::open(&url).await.expect("store");
-    let conv = {
-        let mut c = store.conn().await.expect("conn");
-        let now = chat_bridge::store::now_ms();
-        let key = conversations::Key {
-            platform: "console",
-            workspace: "local",
-            channel: "console",
-            thread: "main",
-        };
-        let (conv, _) = conversations::find_or_create(&mut c, &key, &console::user(), "", now)
-            .await
-            .expect("conversation");
-        let cwd = dir.path().display().to_string();
-        conversations::set_session(&mut c, &conv.id, "s1", &cwd, now)
-            .await
-            .expect("session");
-        turns::start_for(
-            &mut c,
-            &conv.id,
-            "echo cut",
-            &console::user(),
-            Some("m-1"),
-            now,
-        )
-        .await
-        .expect("an open turn");
-        conv
-    };
+    let (store, conv) = crashed_mid_turn(&url, dir.path(), Some("m-1")).await;
 
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");

@@ -689,6 +689,24 @@ async fn s1_an_empty_shell_agent_token_is_a_startup_error() {
     }
 }
 
+/// A new connection that loads session `s` (in `cwd`): the client and the frames the load replayed.
+async fn load_anew(agent: &ShellAgent, s: &str, cwd: &Path) -> (RawClient, Vec<Value>) {
+    let mut client = RawClient::connect(&agent.url(), agent.token())
+        .await
+        .expect("connect");
+    client
+        .call("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let (r, replay) = client
+        .call(
+            "session/load",
+            json!({"sessionId": s, "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    (client, replay)
+}
+
 /// D6: a load replays each prompt (`user_message_chunk`) and its turn's end (`turn_complete`)
 /// around the turn's frames, as qwen does, so a client that reconnects after a turn ended while it
 /// was away can tell which frames are the turn it resumed and that it is over (an outside tester saw
@@ -702,19 +720,7 @@ async fn d6_a_load_replays_each_prompt_and_the_end_of_its_turn_in_order() {
     assert_eq!(terminal(&frames)["status"], "completed");
     while first.recv().await["method"] != "_shell_agent/turn_complete" {}
     drop(first);
-    let mut second = RawClient::connect(&agent.url(), agent.token())
-        .await
-        .expect("connect");
-    second
-        .call("initialize", json!({"protocolVersion": 1}))
-        .await;
-    let (r, replay) = second
-        .call(
-            "session/load",
-            json!({"sessionId": s, "cwd": dir.path(), "mcpServers": []}),
-        )
-        .await;
-    assert!(r.get("result").is_some(), "{r}");
+    let (_second, replay) = load_anew(&agent, &s, dir.path()).await;
     let seen: Vec<String> = replay
         .iter()
         .map(|v| match v["method"].as_str() {
@@ -762,19 +768,7 @@ async fn session_load_from_a_new_connection_replays_history_and_receives_the_run
         .await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     drop(first);
-    let mut second = RawClient::connect(&agent.url(), agent.token())
-        .await
-        .expect("connect");
-    second
-        .call("initialize", json!({"protocolVersion": 1}))
-        .await;
-    let (r, replay) = second
-        .call(
-            "session/load",
-            json!({"sessionId": s, "cwd": dir.path(), "mcpServers": []}),
-        )
-        .await;
-    assert!(r.get("result").is_some(), "{r}");
+    let (mut second, replay) = load_anew(&agent, &s, dir.path()).await;
     let replayed = updates(&replay);
     assert!(
         replayed.iter().any(|u| u["status"] == "completed"),
