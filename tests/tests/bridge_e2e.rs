@@ -849,3 +849,77 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     assert_eq!(calls[0].status, "completed");
     agent.shutdown().await;
 }
+
+/// Slack answers each event within 3 s or delivers it again: a burst's later events are recorded
+/// (and the platform told) while the earlier ones still wait to be handed to their conversations.
+/// Recorded and handed on in one go, an outside tester's burst of 300 new threads had half its events
+/// answered 503 — each waited for every earlier thread's conversation to be opened first (D2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_events_are_recorded_and_acknowledged_while_earlier_ones_wait_to_be_handed_on() {
+    use chat_bridge::channel::Arrival;
+    use sqlx::Connection;
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
+        .await
+        .expect("build");
+    // No conversation can be opened meanwhile: another session holds the table.
+    let mut blocker = sqlx::AnyConnection::connect(&db.url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    sqlx::query("LOCK TABLE conversations IN EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .expect("lock");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let burst = async {
+        let mut acks = Vec::new();
+        for i in 0..3 {
+            let mut m = console::inbound(&format!("echo burst-{i}"));
+            m.target.thread = format!("t{i}");
+            let (arrival, recorded) = Arrival::acknowledged(m);
+            tx.send(arrival).await.expect("pump");
+            acks.push(recorded);
+        }
+        for (i, recorded) in acks.into_iter().enumerate() {
+            tokio::time::timeout(Duration::from_secs(5), recorded)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("event {i} was not recorded while the first waited to be handed on")
+                })
+                .expect("recorded");
+        }
+        let (opened,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM conversations")
+            .fetch_one(&mut blocker)
+            .await
+            .expect("count");
+        assert_eq!(opened, 0, "none was handed on yet");
+        sqlx::query("COMMIT")
+            .execute(&mut blocker)
+            .await
+            .expect("release");
+        // Handed on once the table is free: each command runs once.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while rec.posts().len() < 3 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.cancel();
+    };
+    let (pumped, ()) = tokio::join!(app.pump(&mut rx, &stop), burst);
+    pumped.expect("pump");
+    settle(&app).await;
+    let mut posted: Vec<String> = rec.posts().iter().map(|(_, m)| m.title.clone()).collect();
+    posted.sort();
+    assert_eq!(posted.len(), 3, "{:#?}", rec.calls());
+    for (i, title) in posted.iter().enumerate() {
+        assert!(title.contains(&format!("echo burst-{i}")), "{posted:?}");
+    }
+    app.shutdown().await;
+}

@@ -39,6 +39,10 @@ pub use tasks::{INBOX_KEEP, bounded, prune_inbox_once};
 
 mod tasks;
 
+/// Events recorded ahead of the one being handed on (see [`Application::pump`]); past that, recording
+/// waits.
+const RECORDED_AHEAD: usize = 1024;
+
 /// How long shutdown waits, beyond `service.drain_timeout`, for tasks to end before it abandons
 /// them and closes the store.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -556,6 +560,18 @@ impl Application {
         arrival: impl Into<crate::channel::Arrival>,
         stop: &CancellationToken,
     ) {
+        if let Some((core, m)) = self.record(arrival, stop).await {
+            self.hand_on(&core, m, stop).await;
+        }
+    }
+
+    /// The first half of [`Application::accept`]: records the event in its project's inbox and
+    /// tells the platform; the core and the event to hand on when it is new.
+    async fn record(
+        &self,
+        arrival: impl Into<crate::channel::Arrival>,
+        stop: &CancellationToken,
+    ) -> Option<(Arc<Core>, crate::channel::Inbound)> {
         let crate::channel::Arrival {
             inbound: m,
             recorded,
@@ -568,7 +584,7 @@ impl Application {
             if let Some(r) = recorded {
                 let _ = r.send(());
             }
-            return;
+            return None;
         };
         if let Some(users) = self.projects.allowed.get(core.project())
             && !users.contains(&m.user)
@@ -579,7 +595,7 @@ impl Application {
             if let Some(r) = recorded {
                 let _ = r.send(());
             }
-            return;
+            return None;
         }
         let new = match self
             .retry_store(stop, &m.platform, || core.record_inbound(&m))
@@ -592,16 +608,23 @@ impl Application {
                 if let Some(r) = recorded {
                     let _ = r.send(());
                 }
-                return;
+                return None;
             }
-            None => return,
+            None => return None,
         };
         if let Some(r) = recorded {
             let _ = r.send(());
         }
-        if !new {
-            return;
-        }
+        new.then_some((core, m))
+    }
+
+    /// The second half of [`Application::accept`]: gives a recorded event to its conversation.
+    async fn hand_on(
+        &self,
+        core: &Arc<Core>,
+        m: crate::channel::Inbound,
+        stop: &CancellationToken,
+    ) {
         let platform = m.platform.clone();
         if let Some(Err(e)) = self
             .retry_store(stop, &platform, || core.dispatch_inbound(m.clone()))
@@ -637,6 +660,13 @@ impl Application {
 
     /// Hands inbound chat events to the core until `stop` or the sender closes.
     ///
+    /// Two stages, in arrival order each: every event is recorded (and the platform told) as it
+    /// comes, while the recorded ones are handed to their conversations behind it. Recorded and
+    /// handed on in one go, a burst's later events waited for the earlier ones' conversations to be
+    /// opened before they were even recorded — Slack's 3 s for an answer ran out for half of a burst
+    /// of 300 new threads (503s and redeliveries). What is recorded but not yet handed on when the
+    /// bridge stops stays in the inbox and is taken at the next start.
+    ///
     /// # Errors
     /// Another replica took the leader lease.
     pub async fn pump(
@@ -644,18 +674,38 @@ impl Application {
         rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Arrival>,
         stop: &CancellationToken,
     ) -> anyhow::Result<()> {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
-                reason = self.fatal() => anyhow::bail!(reason),
-                m = rx.recv() => match m {
-                    Some(m) => self.accept(m, stop).await,
-                    None => break,
-                },
+        let (recorded_tx, mut recorded) = tokio::sync::mpsc::channel(RECORDED_AHEAD);
+        let record = async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
+                    reason = self.fatal() => anyhow::bail!(reason),
+                    m = rx.recv() => match m {
+                        Some(m) => {
+                            if let Some(next) = self.record(m, stop).await
+                                && recorded_tx.send(next).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        };
+        let hand_on = async {
+            while let Some((core, m)) = recorded.recv().await {
+                // Stopping, or another replica leads now: the inbox keeps the rest for the next start.
+                if stop.is_cancelled() || self.lease.lost.is_cancelled() {
+                    break;
+                }
+                self.hand_on(&core, m, stop).await;
+            }
+        };
+        let (r, ()) = tokio::join!(record, hand_on);
+        r
     }
 
     /// The default project's daemon connection's counters (reconnects, frames).
