@@ -923,3 +923,49 @@ async fn d2_events_are_recorded_and_acknowledged_while_earlier_ones_wait_to_be_h
     }
     app.shutdown().await;
 }
+
+/// Events are recorded several at once, but handed on in the order they came: a burst of messages
+/// in one thread runs in the order it was sent (D2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_burst_in_one_thread_is_handed_on_in_the_order_it_came() {
+    use chat_bridge::channel::Arrival;
+    // One running and five queued: the most a thread takes at once.
+    const BURST: usize = 6;
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
+        .await
+        .expect("build");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let burst = async {
+        let mut acks = Vec::new();
+        for i in 0..BURST {
+            let (arrival, recorded) =
+                Arrival::acknowledged(console::inbound(&format!("echo n{i:02}")));
+            tx.send(arrival).await.expect("pump");
+            acks.push(recorded);
+        }
+        for recorded in acks {
+            recorded.await.expect("recorded");
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while rec.posts().len() < BURST && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.cancel();
+    };
+    let (pumped, ()) = tokio::join!(app.pump(&mut rx, &stop), burst);
+    pumped.expect("pump");
+    settle(&app).await;
+    let ran: Vec<String> = rec
+        .posts()
+        .iter()
+        .filter_map(|(_, m)| m.title.split("echo ").nth(1).map(str::to_owned))
+        .collect();
+    let sent: Vec<String> = (0..BURST).map(|i| format!("n{i:02}")).collect();
+    assert_eq!(ran, sent, "{:#?}", rec.calls());
+    app.shutdown().await;
+}

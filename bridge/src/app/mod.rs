@@ -43,6 +43,10 @@ mod tasks;
 /// waits.
 const RECORDED_AHEAD: usize = 1024;
 
+/// Events being recorded at once (see [`Application::pump`]): one after another, a burst of 385 took
+/// longer than Slack's 3 s for its last ones on a loaded machine.
+const RECORDING_AT_ONCE: usize = 8;
+
 /// How long shutdown waits, beyond `service.drain_timeout`, for tasks to end before it abandons
 /// them and closes the store.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -661,7 +665,7 @@ impl Application {
     /// Hands inbound chat events to the core until `stop` or the sender closes.
     ///
     /// Two stages, in arrival order each: every event is recorded (and the platform told) as it
-    /// comes, while the recorded ones are handed to their conversations behind it. Recorded and
+    /// comes, several at once, while the recorded ones are handed to their conversations behind it. Recorded and
     /// handed on in one go, a burst's later events waited for the earlier ones' conversations to be
     /// opened before they were even recorded — Slack's 3 s for an answer ran out for half of a burst
     /// of 300 new threads (503s and redeliveries). What is recorded but not yet handed on when the
@@ -674,21 +678,25 @@ impl Application {
         rx: &mut tokio::sync::mpsc::Receiver<crate::channel::Arrival>,
         stop: &CancellationToken,
     ) -> anyhow::Result<()> {
+        use futures_util::StreamExt;
         let (recorded_tx, mut recorded) = tokio::sync::mpsc::channel(RECORDED_AHEAD);
         let record = async move {
+            // Several recorded at once (each a commit of its own), passed on in arrival order.
+            let mut recording = futures_util::stream::poll_fn(|cx| rx.poll_recv(cx))
+                .map(|m| self.record(m, stop))
+                .buffered(RECORDING_AT_ONCE);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
                     () = self.lease.lost.cancelled() => anyhow::bail!(LEASE_LOST),
                     reason = self.fatal() => anyhow::bail!(reason),
-                    m = rx.recv() => match m {
-                        Some(m) => {
-                            if let Some(next) = self.record(m, stop).await
-                                && recorded_tx.send(next).await.is_err()
-                            {
+                    next = recording.next() => match next {
+                        Some(Some(next)) => {
+                            if recorded_tx.send(next).await.is_err() {
                                 break;
                             }
                         }
+                        Some(None) => {}
                         None => break,
                     },
                 }
