@@ -850,6 +850,24 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     agent.shutdown().await;
 }
 
+/// A bridge on a new PostgreSQL database, delivering to a recorder (the database, its directory, the
+/// recorder, the bridge).
+async fn on_postgres() -> (
+    chat_bridge_tests::db::TestDb,
+    tempfile::TempDir,
+    Arc<Recorder>,
+    Application,
+) {
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
+        .await
+        .expect("build");
+    (db, dir, rec, app)
+}
+
 /// Slack answers each event within 3 s or delivers it again: a burst's later events are recorded
 /// (and the platform told) while the earlier ones still wait to be handed to their conversations.
 /// Recorded and handed on in one go, an outside tester's burst of 300 new threads had half its events
@@ -858,13 +876,7 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
 async fn d2_events_are_recorded_and_acknowledged_while_earlier_ones_wait_to_be_handed_on() {
     use chat_bridge::channel::Arrival;
     use sqlx::Connection;
-    chat_bridge_tests::init_tracing();
-    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let rec = Arc::new(Recorder::default());
-    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
-        .await
-        .expect("build");
+    let (db, _dir, rec, app) = on_postgres().await;
     // No conversation can be opened meanwhile: another session holds the table.
     let mut blocker = sqlx::AnyConnection::connect(&db.url)
         .await
@@ -931,13 +943,7 @@ async fn d2_a_burst_in_one_thread_is_handed_on_in_the_order_it_came() {
     use chat_bridge::channel::Arrival;
     // One running and five queued: the most a thread takes at once.
     const BURST: usize = 6;
-    chat_bridge_tests::init_tracing();
-    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let rec = Arc::new(Recorder::default());
-    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
-        .await
-        .expect("build");
+    let (_db, _dir, rec, app) = on_postgres().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let stop = tokio_util::sync::CancellationToken::new();
     let burst = async {
