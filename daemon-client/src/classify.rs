@@ -384,6 +384,7 @@ impl Classifier {
                     session,
                     call,
                     progress,
+                    beats: 1,
                 },
                 None => malformed(
                     Some(session),
@@ -407,6 +408,7 @@ impl Classifier {
                     session,
                     call,
                     progress,
+                    beats: 1,
                 },
                 None => malformed(
                     Some(session),
@@ -484,6 +486,7 @@ impl Classifier {
                     session,
                     call,
                     progress,
+                    beats: 1,
                 };
             }
         }

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::classify::{Classifier, ClassifierStats, Inbound, parse_stop_reason};
 use crate::error::Error;
 use crate::event::{DaemonEvent, PermissionOutcome, PermissionRequest, StopReason};
+use crate::fold::Fold;
 use crate::ids::{RequestId, SessionId};
 use crate::stdio::AgentCommand;
 use crate::transport::{self, Incoming, Link, Token};
@@ -383,6 +384,8 @@ struct Shared {
     /// Whether the current connection is a child process (its exit ends its turns).
     child: std::sync::atomic::AtomicBool,
     events: mpsc::Sender<DaemonEvent>,
+    /// Heartbeats read in the current burst, not yet handed on (F1).
+    fold: Mutex<Fold>,
     reconnects: AtomicU64,
     /// The workspace sessions open in (`cfg.cwd`, else the one the daemon served when first reached):
     /// a reconnect to a daemon serving another one is not used (L7).
@@ -457,6 +460,7 @@ impl DaemonClient {
             agent: Mutex::new(None),
             child: std::sync::atomic::AtomicBool::new(false),
             events,
+            fold: Mutex::default(),
             reconnects: AtomicU64::new(0),
             expected_workspace,
             shutdown: CancellationToken::new(),
@@ -903,8 +907,39 @@ impl Shared {
     }
 
     async fn emit(&self, event: DaemonEvent) {
+        // What was folded came first.
+        self.hand_on_folded().await;
         // A closed receiver means nobody listens any more; there is nobody left to tell.
         let _ = self.events.send(event).await;
+    }
+
+    /// Hands on the heartbeats folded so far, one event per call.
+    async fn hand_on_folded(&self) {
+        let folded: Vec<DaemonEvent> = {
+            let mut fold = lock(&self.fold);
+            if fold.is_empty() {
+                return;
+            }
+            fold.take().collect()
+        };
+        for event in folded {
+            let _ = self.events.send(event).await;
+        }
+    }
+
+    /// A heartbeat is folded with the others of its call read in this burst (handed on when the
+    /// connection has no frame waiting, or when the fold is full); any other event is handed on
+    /// after them.
+    async fn fold_or_emit(&self, event: DaemonEvent) {
+        let (other, full) = {
+            let mut fold = lock(&self.fold);
+            (fold.add(event), fold.full())
+        };
+        match other {
+            Some(event) => self.emit(event).await,
+            None if full => self.hand_on_folded().await,
+            None => {}
+        }
     }
 
     fn spawn_connection(this: &Arc<Self>, link: Link) -> JoinHandle<String> {
@@ -917,11 +952,13 @@ impl Shared {
     }
 
     /// Reads and writes one connection until it ends; returns why it ended.
-    async fn run_connection(
-        self: Arc<Self>,
-        mut link: Link,
-        mut out: mpsc::Receiver<String>,
-    ) -> String {
+    async fn run_connection(self: Arc<Self>, link: Link, out: mpsc::Receiver<String>) -> String {
+        let reason = self.serve_connection(link, out).await;
+        self.hand_on_folded().await;
+        reason
+    }
+
+    async fn serve_connection(&self, mut link: Link, mut out: mpsc::Receiver<String>) -> String {
         let mut ping = tokio::time::interval_at(
             Instant::now() + self.cfg.ping_interval,
             self.cfg.ping_interval,
@@ -935,7 +972,11 @@ impl Shared {
                     None => std::future::pending().await,
                 }
             };
+            let folded = !lock(&self.fold).is_empty();
+            // In this order: the frames waiting to be read come before the heartbeats folded from
+            // the ones read, which are handed on once none is waiting.
             tokio::select! {
+                biased;
                 () = self.shutdown.cancelled() => {
                     link.close().await;
                     return "client closed".into();
@@ -950,6 +991,15 @@ impl Shared {
                         return e;
                     }
                 }
+                _ = ping.tick(), if pings => {
+                    if let Err(e) = link.ping().await {
+                        return e;
+                    }
+                    pong_deadline.get_or_insert(Instant::now() + self.cfg.pong_timeout);
+                }
+                () = pong_wait => {
+                    return format!("no pong within {:?}", self.cfg.pong_timeout);
+                }
                 incoming = link.next() => match incoming {
                     Incoming::Pong => pong_deadline = None,
                     Incoming::Nothing => {}
@@ -963,15 +1013,7 @@ impl Shared {
                         }
                     }
                 },
-                _ = ping.tick(), if pings => {
-                    if let Err(e) = link.ping().await {
-                        return e;
-                    }
-                    pong_deadline.get_or_insert(Instant::now() + self.cfg.pong_timeout);
-                }
-                () = pong_wait => {
-                    return format!("no pong within {:?}", self.cfg.pong_timeout);
-                }
+                () = std::future::ready(()), if folded => self.hand_on_folded().await,
             }
         }
     }
@@ -984,7 +1026,7 @@ impl Shared {
                     tracing::warn!(session = session.as_ref().map(SessionId::as_str), %reason, "malformed frame from the daemon skipped");
                 }
                 let event = self.replayed(event);
-                self.emit(event).await;
+                self.fold_or_emit(event).await;
             }
             Inbound::VendorTurnComplete {
                 event,

@@ -66,8 +66,12 @@ pub enum DaemonEvent {
         session: SessionId,
         /// The call.
         call: ToolCallId,
-        /// Parsed `_meta.shellProgress`, or empty when the heartbeat carried none.
+        /// Parsed `_meta.shellProgress`, or empty when the heartbeat carried none; of the last
+        /// one when several are folded into this event.
         progress: ShellProgress,
+        /// How many heartbeat frames this event stands for: 1, or more when the connection read
+        /// several of the call's heartbeats in one burst and folded them (F1).
+        beats: u32,
     },
     /// Live output of a running tool (kind-less `in_progress` update with content).
     ToolOutput {

@@ -18,6 +18,7 @@
 //! - [`stdio`]: a child agent's newline-delimited JSON-RPC on stdin/stdout, its process group.
 //! - [`client`]: `DaemonClient` — JSON-RPC correlation, typed calls, ping/pong, reconnect.
 //! - [`liveness`]: idle/wall limits per turn, heartbeat-fed, clock-injected.
+//! - `fold`: the heartbeats of one read burst, folded per call before they are handed on.
 //! - [`error`]: `Error`, named for what the caller does next.
 //! - [`mask`]: URLs with their credentials masked, for logs and errors (S2).
 //! - `scan`: the hand-written validating reader of the hot `session/update` frames.
@@ -26,6 +27,7 @@ pub mod classify;
 pub mod client;
 pub mod error;
 pub mod event;
+mod fold;
 pub mod ids;
 pub mod liveness;
 pub mod mask;

@@ -61,6 +61,16 @@ impl Peer {
         self.send_raw(&msg.to_string()).await;
     }
 
+    /// Sends JSON messages in one write: the client finds them all waiting at once.
+    pub async fn send_burst(&mut self, msgs: &[Value]) {
+        for msg in msgs {
+            if self.ws.feed(Message::text(msg.to_string())).await.is_err() {
+                return;
+            }
+        }
+        let _ = self.ws.flush().await;
+    }
+
     /// Sends a text frame as is (for garbage).
     pub async fn send_raw(&mut self, text: &str) {
         let _ = self.ws.send(Message::text(text.to_owned())).await;

@@ -11,8 +11,11 @@ pub struct ToolRun {
     pub names: Vec<&'static str>,
     /// `ToolStarted` events.
     pub started: usize,
-    /// Heartbeats (`ToolProgress`) with their `elapsedMs`.
+    /// Heartbeat events (`ToolProgress`) with their `elapsedMs` (the last one's, when the client
+    /// folded several read in one burst).
     pub progress_elapsed: Vec<Option<u64>>,
+    /// Heartbeat frames, folded ones counted one by one.
+    pub heartbeats: u64,
     /// Live output chunks.
     pub outputs: Vec<String>,
     /// Terminal results.
@@ -38,8 +41,11 @@ impl ToolRun {
             run.names.push(e.name());
             match e {
                 DaemonEvent::ToolStarted { .. } => run.started += 1,
-                DaemonEvent::ToolProgress { progress, .. } => {
+                DaemonEvent::ToolProgress {
+                    progress, beats, ..
+                } => {
                     run.progress_elapsed.push(progress.elapsed_ms);
+                    run.heartbeats += u64::from(*beats);
                     run.running_after_done += usize::from(!run.finished.is_empty());
                 }
                 DaemonEvent::ToolOutput { text, .. } => {
@@ -95,7 +101,7 @@ impl ToolRun {
     pub fn assert_silent_completed(&self, heartbeats: usize, output: &str) {
         self.assert_well_formed();
         assert!(
-            self.progress_elapsed.len() >= heartbeats,
+            self.heartbeats >= heartbeats as u64,
             "at least {heartbeats} heartbeats: {:?}",
             self.names
         );

@@ -122,8 +122,11 @@ fn names(events: &[DaemonEvent]) -> Vec<&'static str> {
 #[tokio::test]
 async fn f1_replayed_heartbeat_capture_gives_progress_never_malformed_then_completed() {
     let events = replay_prompt("shell-heartbeat-completed.jsonl", false).await;
+    // The replay sends the two heartbeats back to back: read in one burst they are one event.
+    let mut names = names(&events);
+    names.dedup_by(|a, b| *a == "tool_progress" && a == b);
     assert_eq!(
-        names(&events),
+        names,
         [
             "user_text",            // user_message_chunk echo (D6)
             "other",                // available_commands_update (570 kB)
@@ -131,8 +134,7 @@ async fn f1_replayed_heartbeat_capture_gives_progress_never_malformed_then_compl
             "usage",                // empty chunk with _meta.usage (F6)
             "permission_requested", // answered allow by the policy
             "other",                // _qwen/notify permission_resolved
-            "tool_progress",        // heartbeat at 10 s
-            "tool_progress",        // heartbeat at 20 s
+            "tool_progress",        // heartbeats at 10 s and 20 s
             "tool_finished",
             "agent_text",
             "usage",
@@ -142,7 +144,11 @@ async fn f1_replayed_heartbeat_capture_gives_progress_never_malformed_then_compl
     );
     let run = ToolRun::of(&events);
     run.assert_silent_completed(2, "42");
-    assert_eq!(run.progress_elapsed, [Some(10000), Some(20000)]);
+    assert_eq!(
+        (run.heartbeats, run.progress_elapsed.last()),
+        (2, Some(&Some(20000))),
+        "both heartbeats counted, the last one's progress kept"
+    );
 }
 
 #[tokio::test]
@@ -150,7 +156,7 @@ async fn f3_replayed_silent_timeout_is_timed_out_with_no_output() {
     let events = replay_prompt("shell-timeout-silent.jsonl", false).await;
     let run = ToolRun::of(&events);
     run.assert_timed_out(None);
-    assert_eq!(run.progress_elapsed.len(), 1);
+    assert_eq!(run.heartbeats, 1);
     assert_eq!(run.result().signal, Some(15));
 }
 
@@ -217,6 +223,119 @@ async fn replayed_second_connection_loads_the_session_of_the_first() {
         .await
         .expect("session/load");
     assert_eq!(daemon.connections(), 2);
+}
+
+/// F1: a burst of heartbeats of two calls, a result in the middle, then a lone heartbeat.
+#[tokio::test]
+async fn f1_heartbeats_read_in_one_burst_are_folded_per_call_in_order_and_a_lone_one_is_handed_on_at_once()
+ {
+    init_tracing();
+    const BURST: u64 = 400;
+    let (lone_tx, lone_rx) = tokio::sync::oneshot::channel::<()>();
+    let lone_rx = std::sync::Mutex::new(Some(lone_rx));
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let lone = lone_rx.lock().unwrap().take();
+        async move {
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "s1"})).await;
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+            let beat = |call: &str, ms: u64| update(json!({"sessionUpdate":"tool_call_update","toolCallId":call,"status":"in_progress","_meta":{"shellProgress":{"elapsedMs":ms}}}));
+            let mut burst = vec![
+                update(json!({"sessionUpdate":"tool_call","toolCallId":"a","title":"sleep 1","kind":"execute","status":"in_progress"})),
+                update(json!({"sessionUpdate":"tool_call","toolCallId":"b","title":"sleep 2","kind":"execute","status":"in_progress"})),
+            ];
+            for i in 0..BURST {
+                burst.push(beat(if i % 2 == 0 { "a" } else { "b" }, i));
+            }
+            burst.push(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"a","status":"completed","rawOutput":{"output":"ok","exitCode":0}})));
+            for i in BURST..2 * BURST {
+                burst.push(beat("b", i));
+            }
+            peer.send_burst(&burst).await;
+            // Nothing more until the test has seen every frame of the burst handed on.
+            if let Some(lone) = lone {
+                let _ = lone.await;
+            }
+            peer.send(beat("b", 999_999)).await;
+            let _ = peer.recv().await;
+        }
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let _session = client.new_session("/").await.expect("new").session;
+    let mut seen = Vec::new();
+    let (mut a, mut b, mut finished_at) = (0u64, 0u64, None);
+    while b < 3 * BURST / 2 || finished_at.is_none() {
+        let e = next(&mut events).await;
+        match &e {
+            DaemonEvent::ToolProgress { call, beats, .. } => {
+                if call.as_str() == "a" {
+                    assert!(
+                        finished_at.is_none(),
+                        "a heartbeat of a after its result: {:?}",
+                        names(&seen)
+                    );
+                    a += u64::from(*beats);
+                } else {
+                    b += u64::from(*beats);
+                }
+            }
+            DaemonEvent::ToolFinished { call, .. } if call.as_str() == "a" => {
+                assert_eq!(
+                    b,
+                    BURST / 2,
+                    "b's heartbeats before a's result are handed on before it, b's after it after it"
+                );
+                finished_at = Some(seen.len());
+            }
+            _ => {}
+        }
+        seen.push(e);
+    }
+    assert_eq!(
+        (a, b),
+        (BURST / 2, 3 * BURST / 2),
+        "every heartbeat counted once"
+    );
+    let heartbeat_events = seen
+        .iter()
+        .filter(|e| matches!(e, DaemonEvent::ToolProgress { .. }))
+        .count();
+    assert!(
+        (heartbeat_events as u64) < 2 * BURST,
+        "heartbeats waiting together were folded: {heartbeat_events} events for {} frames",
+        2 * BURST
+    );
+    let last_of_b = seen.iter().rev().find_map(|e| match e {
+        DaemonEvent::ToolProgress { call, progress, .. } if call.as_str() == "b" => {
+            progress.elapsed_ms
+        }
+        _ => None,
+    });
+    assert_eq!(
+        last_of_b,
+        Some(2 * BURST - 1),
+        "a folded event carries its last heartbeat's progress"
+    );
+    assert_eq!(
+        client.stats().classifier.heartbeats,
+        2 * BURST,
+        "the classifier saw every frame"
+    );
+    // One heartbeat with nothing after it is handed on without waiting for more.
+    lone_tx.send(()).expect("the daemon waits");
+    match next(&mut events).await {
+        DaemonEvent::ToolProgress {
+            beats, progress, ..
+        } => {
+            assert_eq!((beats, progress.elapsed_ms), (1, Some(999_999)));
+        }
+        other => panic!("expected the lone heartbeat, got {other:?}"),
+    }
+    client.close();
 }
 
 #[tokio::test]

@@ -671,11 +671,16 @@ impl State {
                     _ => DaemonStep::Nothing,
                 },
             },
-            DaemonEvent::ToolProgress { call, progress, .. } => {
+            DaemonEvent::ToolProgress {
+                call,
+                progress,
+                beats,
+                ..
+            } => {
                 let Some(tool) = turn.tools.get_mut(&call) else {
                     return DaemonStep::Heartbeat(None);
                 };
-                tool.heartbeat(progress, now);
+                tool.heartbeat(progress, beats, now);
                 DaemonStep::Heartbeat(line(call, tool, now, after, every))
             }
             DaemonEvent::ToolOutput { call, .. } => {

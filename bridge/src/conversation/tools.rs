@@ -66,10 +66,11 @@ impl ToolState {
         self.progress.and_then(|p| serde_json::to_string(&p).ok())
     }
 
-    /// A heartbeat (F1) at `now`: counted, its progress kept; nothing is shown for it.
-    pub fn heartbeat(&mut self, progress: ShellProgress, now: Instant) {
-        self.unflushed += 1;
-        self.heartbeats += 1;
+    /// `beats` heartbeats (F1) at `now`, the last carrying `progress`: counted, the progress kept;
+    /// nothing is shown for them.
+    pub fn heartbeat(&mut self, progress: ShellProgress, beats: u32, now: Instant) {
+        self.unflushed += i64::from(beats);
+        self.heartbeats += u64::from(beats);
         self.last_heartbeat = Some(now);
         self.progress = Some(progress);
     }

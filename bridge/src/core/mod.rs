@@ -216,12 +216,17 @@ impl EventCounters {
     }
 
     fn count(&self, event: &DaemonEvent) {
+        // Frames, not events: heartbeats read in one burst come as one event (F1).
+        let frames = match event {
+            DaemonEvent::ToolProgress { beats, .. } => u64::from(*beats),
+            _ => 1,
+        };
         if let Some(c) = self.by_kind.get(event.name()) {
-            c.increment(1);
+            c.increment(frames);
         }
         match event {
             // Heartbeats (kind-less `in_progress` updates): proof a silent command is alive.
-            DaemonEvent::ToolProgress { .. } => self.heartbeats.increment(1),
+            DaemonEvent::ToolProgress { .. } => self.heartbeats.increment(frames),
             DaemonEvent::Malformed { .. } => self.malformed.increment(1),
             _ => {}
         }

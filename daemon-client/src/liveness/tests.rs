@@ -35,6 +35,7 @@ fn heartbeat(timeout_ms: Option<u64>) -> DaemonEvent {
             timeout_ms,
             ..ShellProgress::default()
         },
+        beats: 1,
     }
 }
 fn finished() -> DaemonEvent {

@@ -133,6 +133,7 @@ pub(super) fn heartbeat(n: u32, progress: ShellProgress) -> DaemonEvent {
         session: session(),
         call: call(n),
         progress,
+        beats: 1,
     }
 }
 

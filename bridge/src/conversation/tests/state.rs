@@ -37,6 +37,38 @@ fn f1_heartbeats_never_create_messages() {
 }
 
 #[test]
+fn f1_heartbeats_folded_into_one_event_count_as_many_and_keep_the_last_progress() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "sleep 60");
+    clock.advance(secs(1));
+    let last = ShellProgress {
+        elapsed_ms: Some(1_000),
+        ..ShellProgress::default()
+    };
+    let folded = DaemonEvent::ToolProgress {
+        session: session(),
+        call: call(1),
+        progress: last,
+        beats: 5,
+    };
+    assert_eq!(
+        s.on_daemon(folded, clock.now(), &c),
+        DaemonStep::Heartbeat(None)
+    );
+    let tool = &s.turn.as_ref().expect("turn").tools[&call(1)];
+    assert_eq!((tool.heartbeats, tool.progress), (5, Some(last)));
+    s.on_daemon(heartbeat(1, ShellProgress::default()), clock.now(), &c);
+    let tool = &s.turn.as_ref().expect("turn").tools[&call(1)];
+    assert_eq!(
+        (tool.unflushed, tool.heartbeats),
+        (6, 6),
+        "five folded and one more"
+    );
+}
+
+#[test]
 fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
     let c = cfg();
     let mut clock = Clock::new();

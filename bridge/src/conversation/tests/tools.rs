@@ -37,6 +37,7 @@ fn l5_output_age_comes_from_the_heartbeat_when_it_says() {
             last_output_age_ms: Some(4_000),
             ..ShellProgress::default()
         },
+        1,
         clock.now(),
     );
     let (_, age) = t
@@ -64,12 +65,12 @@ fn p2_heartbeat_counts_are_handed_over_at_most_every_flush_interval() {
         !t.flush_due(clock.advance(secs(60)), secs(10), true),
         "no counts, no write"
     );
-    t.heartbeat(ShellProgress::default(), clock.now());
-    t.heartbeat(ShellProgress::default(), clock.now());
+    t.heartbeat(ShellProgress::default(), 1, clock.now());
+    t.heartbeat(ShellProgress::default(), 1, clock.now());
     assert_eq!(t.unflushed, 2);
     assert!(t.flush_due(clock.now(), secs(10), false));
     t.flushed_at(clock.now());
-    t.heartbeat(ShellProgress::default(), clock.now());
+    t.heartbeat(ShellProgress::default(), 1, clock.now());
     assert!(!t.flush_due(clock.advance(secs(9)), secs(10), false));
     assert!(
         t.flush_due(clock.now(), secs(10), true),
