@@ -436,6 +436,78 @@ on_both! {
     }
 }
 
+// Found by an outside tester: the daemon answered the prompt while a command it had started
+// still ran; its result, later, was posted as late work and the command's "⏳" message and
+// stored row stayed running for good. Now the result finishes the call where it is shown,
+// with every heartbeat counted.
+on_both! {
+    async fn f1_a_result_after_its_turn_ended_finishes_its_call_where_it_is_shown(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let go_rx = std::sync::Mutex::new(Some(go_rx));
+        let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+            let go = go_rx.lock().expect("lock").take();
+            async move {
+                let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+                let beat = || update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":1}}}));
+                peer.handshake().await;
+                let new = peer.expect("session/new").await;
+                peer.reply(&new, json!({"sessionId": "s1"})).await;
+                let prompt = peer.expect("session/prompt").await;
+                peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"make release","kind":"execute","status":"in_progress"}))).await;
+                for _ in 0..3 {
+                    peer.send(beat()).await;
+                }
+                peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
+                if let Some(go) = go {
+                    let _ = go.await;
+                }
+                for _ in 0..2 {
+                    peer.send(beat()).await;
+                }
+                peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"output":"built","exitCode":0}}))).await;
+                let _ = peer.recv().await;
+            }
+        })
+        .await;
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("build it")).await.expect("accept");
+        let mut c = app.store.conn().await.expect("conn");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let conv = loop {
+            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
+            if let Some(conv) = list.into_iter().next()
+                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
+            {
+                break conv;
+            }
+            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        drop(c);
+        go_tx.send(()).expect("the daemon waits");
+        rec.wait_for("the command's result", |r| r.latest().iter().any(|(_, m)| m.title.starts_with("✅ make release"))).await;
+        settle(&app).await;
+        let late: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.title.starts_with("💬 later")).collect();
+        assert!(late.is_empty(), "not posted again as late work: {late:#?}");
+        let tool_posts: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.title.contains("make release")).collect();
+        assert_eq!(tool_posts.len(), 1, "one message for the command, edited: {:#?}", rec.calls());
+        let mut c = app.store.conn().await.expect("conn");
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        drop(c);
+        assert_eq!(
+            calls.iter().map(|t| (t.status.as_str(), t.heartbeats)).collect::<Vec<_>>(),
+            [("completed", 5)],
+            "finished, every heartbeat counted (three in the turn, two after it)"
+        );
+        app.shutdown().await;
+    }
+}
+
 on_both! {
     async fn steer_a_new_message_cancels_the_long_command_and_runs_next(db) {
         let dir = tempfile::tempdir().expect("tmp");
@@ -823,6 +895,22 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
     settle(&app).await;
     app.shutdown().await;
+    // It ended while the bridge was away, at a time nobody here saw: its result says how it ended,
+    // not a duration measured from the restart (it used to say "— 0ms").
+    let results: Vec<String> = rec
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with('✅') => {
+                Some(m.title)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        results.len() == 1 && results[0].ends_with("echo finished"),
+        "one result, without a duration: {results:?}"
+    );
     let store = chat_bridge::store::Store::open(&url).await.expect("store");
     let mut c = store.conn().await.expect("conn");
     let conv = chat_bridge::store::history::list(&mut c, &Default::default())
@@ -848,6 +936,75 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].status, "completed");
     agent.shutdown().await;
+}
+
+/// A command still running when the bridge came back is followed again as running since it
+/// started: its result's duration counts from the command's start, not from the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_command_followed_again_after_a_restart_counts_its_duration_from_its_start() {
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("d6.db").display());
+    let agent = shell_agent::ShellAgent::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        None,
+        shell_agent::AgentConfig {
+            heartbeat_interval: Duration::from_millis(200),
+            ..shell_agent::AgentConfig::default()
+        },
+    )
+    .await
+    .expect("agent");
+    let mut cfg = config(&url, dir.path());
+    cfg.daemon.url = Some(agent.url());
+    cfg.daemon.token = Some(agent.token().to_owned().into());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound("sleep 2.5; echo late"))
+        .await
+        .expect("accept");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !rec
+        .calls()
+        .iter()
+        .any(|c| format!("{c:?}").contains("sleep 2.5"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the command started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Away for over a second while the command runs; back before it ends.
+    app.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    let result = loop {
+        let done = rec.calls().into_iter().find_map(|c| match c {
+            chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with('✅') => {
+                Some(m.title)
+            }
+            _ => None,
+        });
+        if let Some(title) = done {
+            break title;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result arrived: {:#?}",
+            rec.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    app.shutdown().await;
+    agent.shutdown().await;
+    let secs: Option<u64> = result
+        .rsplit_once(" — ")
+        .and_then(|(_, took)| took.strip_suffix('s'))
+        .and_then(|n| n.parse().ok());
+    assert!(
+        secs.is_some_and(|s| s >= 2),
+        "the 2.5 s command took at least 2 s, counted from its start: {result:?}"
+    );
 }
 
 /// A bridge on a new PostgreSQL database, delivering to a recorder (the database, its directory, the

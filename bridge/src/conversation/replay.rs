@@ -14,13 +14,15 @@ pub fn is_news(turn: &TurnState, event: &DaemonEvent) -> bool {
     match event {
         // The answer of this turn's own prompt, which ended while the bridge was down (D6).
         DaemonEvent::AgentText { .. } => turn.resumed && turn.replay_at_own == Some(true),
-        DaemonEvent::UserText { .. }
+        // A replayed heartbeat proves nothing is alive now, and it may have been counted when it
+        // was live: counting it again would make the stored count disagree with what came (F1).
+        DaemonEvent::ToolProgress { .. }
+        | DaemonEvent::UserText { .. }
         | DaemonEvent::Thought { .. }
         | DaemonEvent::Usage { .. }
         | DaemonEvent::Plan { .. }
         | DaemonEvent::PermissionRequested(_) => false,
         DaemonEvent::ToolUpdated { call, .. }
-        | DaemonEvent::ToolProgress { call, .. }
         | DaemonEvent::ToolOutput { call, .. }
         | DaemonEvent::ToolFinished { call, .. } => {
             resumed_and_own(turn) || turn.tools.contains_key(call)

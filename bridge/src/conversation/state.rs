@@ -2,6 +2,7 @@
 //! daemon event or a timer asks for, when the next deadline is. No socket, no database, no clock:
 //! `now` is given, and what must be read or written is the runner's (see [`super::runner`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use daemon_client::{
@@ -61,7 +62,15 @@ pub struct State {
     pub abandon_session: bool,
     /// What the agent sent while no turn was open, waiting to be posted.
     pub late: Late,
+    /// Calls still running when their turn ended (the daemon answered the prompt first), by the
+    /// turn they belong to: a result that comes later finishes its call's message and row, and
+    /// heartbeats meanwhile are counted.
+    pub unfinished: HashMap<ToolCallId, (String, ToolState)>,
 }
+
+/// Calls kept running after their turn ended, at most (older ones are let go: a result of theirs
+/// is then posted as late work).
+const UNFINISHED_MAX: usize = 64;
 
 /// [`FRESH_SESSION_TEXT`] as a literal, for the notices that end with it.
 macro_rules! fresh_session {
@@ -633,6 +642,11 @@ impl State {
                 }
                 Some(turn) if replay::is_news(turn, &event) => {
                     let event = replay::lost_while_running(*event, turn.resumed);
+                    if let DaemonEvent::ToolFinished { call, .. } = &event
+                        && let Some(tool) = turn.tools.get_mut(call)
+                    {
+                        tool.ended_unseen = true;
+                    }
                     if let Some((call, result)) = replay::resumed_cancelled(turn, &event) {
                         // D6: nothing of this turn runs any more; its prompt may sit unanswered
                         // in the session.
@@ -649,9 +663,31 @@ impl State {
             return DaemonStep::Permission(req);
         }
         let Some(turn) = self.turn.as_mut() else {
-            // No turn open: what the agent still sends is posted later, gathered.
-            self.late.take(&e, now);
-            return DaemonStep::Nothing;
+            match e {
+                // A call still running when its turn ended: its result finishes it where it is
+                // shown, and its heartbeats are counted meanwhile (F1).
+                DaemonEvent::ToolFinished { call, result, .. }
+                    if self.unfinished.contains_key(&call) =>
+                {
+                    return DaemonStep::ToolFinished(call, result);
+                }
+                DaemonEvent::ToolProgress {
+                    call,
+                    progress,
+                    beats,
+                    ..
+                } => {
+                    if let Some((_, tool)) = self.unfinished.get_mut(&call) {
+                        tool.heartbeat(progress, beats, now);
+                    }
+                    return DaemonStep::Nothing;
+                }
+                // No turn open: what the agent still sends is posted later, gathered.
+                e => {
+                    self.late.take(&e, now);
+                    return DaemonStep::Nothing;
+                }
+            }
         };
         turn.liveness.observe(&e, now);
         let (after, every) = (cfg.progress_after, cfg.progress_every);
@@ -764,6 +800,17 @@ impl State {
             .as_ref()
             .map_or_else(|| owner.to_owned(), |t| t.row.requested_by.clone());
         (req, requester)
+    }
+
+    /// The turn `turn` ended with `tools` still running: they are kept until their results come
+    /// (see [`State::unfinished`]).
+    pub fn keep_unfinished(&mut self, turn: &str, tools: tools::Tools) {
+        for (call, tool) in tools {
+            if self.unfinished.len() >= UNFINISHED_MAX {
+                self.unfinished.clear();
+            }
+            self.unfinished.insert(call, (turn.to_owned(), tool));
+        }
     }
 
     /// A tool call announced at `now` (or followed again after a replay): it now runs.
@@ -888,6 +935,12 @@ impl State {
         due.draft = turn.draft_due(now);
         if !self.approvals.is_empty() {
             // The daemon waits for a person's decision: that silence is ours, not a stall (L1).
+            turn.liveness.hold(now);
+        }
+        if turn.resumed && self.daemon_down {
+            // Taken back after a restart while the daemon cannot be reached: nobody has asked it
+            // yet, so its silence says nothing about the turn; its fate is read once it is back
+            // (L7, D3).
             turn.liveness.hold(now);
         }
         due.stall = turn.liveness.poll(now);

@@ -38,6 +38,9 @@ pub struct ToolState {
     /// line, or a call followed again after a restart): its result then replaces that edit;
     /// otherwise the result's edit is simply queued, without looking for one (P2).
     pub edits_queued: bool,
+    /// Its result came in a replay (`session/load` after a restart): it ended while the bridge
+    /// was away, at a time nobody here saw, so its result shows no duration.
+    pub ended_unseen: bool,
 }
 
 impl ToolState {
@@ -57,6 +60,7 @@ impl ToolState {
             awaiting_approval: None,
             stored_id: None,
             edits_queued: false,
+            ended_unseen: false,
         }
     }
 

@@ -53,9 +53,16 @@ impl Runner {
         let mut c = self.core.store.conn().await?;
         if let Some(known) = tool_calls::by_call_id(&mut c, &self.conv.id, &scoped).await? {
             if known.status == "running" {
-                // Replayed after a restart or reconnect: the thread already shows it; follow it again.
+                // Replayed after a restart or reconnect: the thread already shows it; follow it
+                // again, running since it started (its progress line and its result's duration
+                // count from then, not from now).
+                let ran = u64::try_from(now_ms().saturating_sub(known.started_at)).unwrap_or(0);
+                let now = Instant::now();
+                let started = now
+                    .checked_sub(std::time::Duration::from_millis(ran))
+                    .unwrap_or(now);
                 self.state
-                    .tool_running(call.clone(), known.title, Instant::now(), false);
+                    .tool_running(call.clone(), known.title, started, false);
                 self.state.tool_stored(&call, known.id);
             }
             // Finished already: nothing to show again.
@@ -108,14 +115,21 @@ impl Runner {
         call: ToolCallId,
         result: ToolResult,
     ) -> Result<()> {
-        let Some(turn) = self.state.turn.as_ref() else {
-            return Ok(());
+        let Some(turn) =
+            self.state.turn.as_ref().filter(|t| {
+                t.tools.contains_key(&call) || !self.state.unfinished.contains_key(&call)
+            })
+        else {
+            return self.on_late_tool_finished(call, result).await;
         };
         let turn_id = turn.row.id.clone();
         let tool = self
             .state
             .tool_done(&call, ToolOutcome::from(result.outcome));
-        let took = tool.as_ref().map(|t| t.started.elapsed());
+        let took = tool
+            .as_ref()
+            .filter(|t| !t.ended_unseen)
+            .map(|t| t.started.elapsed());
         if let Err(e) = self
             .write_tool_result(&call, &turn_id, &result, tool.as_ref(), took)
             .await
@@ -131,6 +145,24 @@ impl Runner {
                 self.core.labels(&[("outcome", result.outcome.as_str())])
             )
             .record(took.as_secs_f64());
+        }
+        Ok(())
+    }
+
+    /// The result of a call still running when its turn ended: its message and row are finished
+    /// as if it had come in time (the turn's own ending stands).
+    async fn on_late_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
+        let Some((turn_id, tool)) = self.state.unfinished.remove(&call) else {
+            return Ok(());
+        };
+        let took = tool.started.elapsed();
+        if let Err(e) = self
+            .write_tool_result(&call, &turn_id, &result, Some(&tool), Some(took))
+            .await
+        {
+            // Nothing was written: the step's retry finds it as it was.
+            self.state.unfinished.insert(call, (turn_id, tool));
+            return Err(e);
         }
         Ok(())
     }

@@ -54,6 +54,9 @@ impl Runner {
                 .await;
         }
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
+        // Calls it never saw finish may still: their results then finish their messages.
+        let turn_id = turn.row.id.clone();
+        self.state.keep_unfinished(&turn_id, turn.tools);
         let took = (now_ms() - turn.row.started_at).max(0) as f64 / 1000.0;
         metrics::histogram!(
             "chatbridge_turn_duration_seconds",
@@ -255,6 +258,7 @@ impl Runner {
                 lock(&self.core.sessions).insert(s, self.conv.id.clone());
             }
             self.resume_pending = true;
+            self.state.daemon_down = true;
             tracing::info!(conversation = %self.conv.id, "open turn taken back; the agent is unreachable, its session is loaded when it is back");
             return Ok(());
         }

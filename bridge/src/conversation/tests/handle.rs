@@ -111,6 +111,32 @@ fn d3_a_resumed_turns_stall_says_it_was_resumed() {
     );
 }
 
+/// Found under load in CI: a turn taken back while the daemon could not be reached was closed as
+/// stalled before the daemon was back to say what became of it.
+#[test]
+fn l7_d3_a_turn_taken_back_while_the_daemon_is_down_never_stalls_until_the_daemon_is_back() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    s.turn.as_mut().expect("turn").resumed = true;
+    s.daemon_down = true;
+    for _ in 0..5 {
+        let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Stalled { .. })),
+            "{effects:#?}"
+        );
+    }
+    s.handle(Event::Connection(true), clock.now(), &c);
+    let effects = s.handle(Event::Timer, clock.advance(secs(120)), &c);
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Stalled { resumed: true, .. })),
+        "bounded again once the daemon is back: {effects:#?}"
+    );
+}
+
 #[test]
 fn queue_full_prompts_start_wait_or_are_refused() {
     let c = cfg();

@@ -51,10 +51,24 @@ fn l6_replayed_history_is_never_live_output_but_a_waiting_tools_result_is_news()
         call: call(1),
         result: result(Outcome::Completed),
     };
+    // Its heartbeats, replayed: history, not counted again (F1).
+    assert_eq!(
+        s.on_daemon(
+            replayed(super::heartbeat(1, daemon_client::ShellProgress::default())),
+            clock.now(),
+            &c
+        ),
+        DaemonStep::Nothing
+    );
+    assert_eq!(s.turn.as_ref().expect("turn").tools[&call(1)].heartbeats, 0);
     assert!(matches!(
         s.on_daemon(replayed(finished), clock.now(), &c),
         DaemonStep::ToolFinished(c, _) if c == call(1)
     ));
+    assert!(
+        s.turn.as_ref().expect("turn").tools[&call(1)].ended_unseen,
+        "it ended while the connection was down, at a time nobody here saw: no duration"
+    );
 }
 
 #[test]

@@ -69,6 +69,44 @@ fn f1_heartbeats_folded_into_one_event_count_as_many_and_keep_the_last_progress(
 }
 
 #[test]
+fn f1_a_call_still_running_when_its_turn_ended_counts_its_heartbeats_and_takes_its_result() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    start(&mut s, &clock, 1, "make release");
+    // The runner's end of the turn: the call it never saw finish is kept.
+    let turn = s.turn.take().expect("turn");
+    s.keep_unfinished(&turn.row.id, turn.tools);
+    clock.advance(secs(1));
+    assert_eq!(
+        s.on_daemon(heartbeat(1, ShellProgress::default()), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.unfinished[&call(1)].1.unflushed,
+        1,
+        "counted after the turn"
+    );
+    let finished = DaemonEvent::ToolFinished {
+        session: session(),
+        call: call(1),
+        result: result(Outcome::Completed),
+    };
+    assert!(matches!(
+        s.on_daemon(finished, clock.now(), &c),
+        DaemonStep::ToolFinished(c, _) if c == call(1)
+    ));
+    // A result of a call nobody kept is late work, as before.
+    let other = DaemonEvent::ToolFinished {
+        session: session(),
+        call: call(9),
+        result: result(Outcome::Completed),
+    };
+    assert_eq!(s.on_daemon(other, clock.now(), &c), DaemonStep::Nothing);
+    assert!(!s.late.is_empty(), "gathered for a late post");
+}
+
+#[test]
 fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
     let c = cfg();
     let mut clock = Clock::new();
