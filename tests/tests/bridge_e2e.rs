@@ -152,11 +152,7 @@ on_both! {
             let _ = peer.recv().await;
         })
         .await;
-        let mut cfg = config(&db.url, dir.path());
-        cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone().into());
-        let rec = Arc::new(Recorder::default());
-        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("make deploy")).await.expect("accept");
         rec.wait_for("the stall notice", |r| !r.with_tone(Tone::Warning).is_empty()).await;
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -406,11 +402,7 @@ on_both! {
             let _ = peer.recv().await;
         })
         .await;
-        let mut cfg = config(&db.url, dir.path());
-        cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone().into());
-        let rec = Arc::new(Recorder::default());
-        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("back up everything")).await.expect("accept");
         let late = |r: &Recorder| r.posts().into_iter().filter(|(_, m)| m.title.starts_with("💬 later")).collect::<Vec<_>>();
         rec.wait_for("the late message", |r| !late(r).is_empty()).await;
@@ -470,11 +462,7 @@ on_both! {
             }
         })
         .await;
-        let mut cfg = config(&db.url, dir.path());
-        cfg.daemon.url = Some(daemon.url.clone());
-        cfg.daemon.token = Some(daemon.token.clone().into());
-        let rec = Arc::new(Recorder::default());
-        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("build it")).await.expect("accept");
         let mut c = app.store.conn().await.expect("conn");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -841,12 +829,28 @@ async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_i
     );
 }
 
-/// D6 (an outside tester's finding): a command that finishes while the bridge is down, on a shell
-/// agent that outlives the bridge, ends its turn when the bridge comes back — the load's replay
-/// shows the prompt, the result and the turn's end — instead of waiting for the idle limit and
-/// being reported interrupted although it completed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_agent() {
+/// A bridge on `url` talking to the scripted `daemon`, delivering to a recorder.
+async fn on_scripted(
+    url: &str,
+    dir: &std::path::Path,
+    daemon: &ScriptedDaemon,
+) -> (Arc<Recorder>, Application) {
+    let mut cfg = config(url, dir);
+    cfg.daemon.url = Some(daemon.url.clone());
+    cfg.daemon.token = Some(daemon.token.clone().into());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    (rec, app)
+}
+
+/// A bridge's set-up on a new SQLite file with a shell agent that outlives the bridge (heartbeats
+/// every 200 ms): the directory, the database URL, the agent and the configuration.
+async fn with_outliving_agent() -> (
+    tempfile::TempDir,
+    String,
+    shell_agent::ShellAgent,
+    chat_bridge::config::Config,
+) {
     chat_bridge_tests::init_tracing();
     let dir = tempfile::tempdir().expect("tmp");
     let url = format!("sqlite://{}", dir.path().join("d6.db").display());
@@ -863,6 +867,29 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     let mut cfg = config(&url, dir.path());
     cfg.daemon.url = Some(agent.url());
     cfg.daemon.token = Some(agent.token().to_owned().into());
+    (dir, url, agent, cfg)
+}
+
+/// The titles of the results (✅) the recorder was asked to edit in, in order.
+fn results(rec: &Recorder) -> Vec<String> {
+    rec.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with('✅') => {
+                Some(m.title)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// D6 (an outside tester's finding): a command that finishes while the bridge is down, on a shell
+/// agent that outlives the bridge, ends its turn when the bridge comes back — the load's replay
+/// shows the prompt, the result and the turn's end — instead of waiting for the idle limit and
+/// being reported interrupted although it completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_agent() {
+    let (dir, url, agent, cfg) = with_outliving_agent().await;
     let marker = dir.path().join("ran");
 
     let rec = Arc::new(Recorder::default());
@@ -875,14 +902,10 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
         .await
         .expect("accept");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !rec
-        .calls()
-        .iter()
-        .any(|c| format!("{c:?}").contains("sleep 0.3"))
-    {
-        assert!(std::time::Instant::now() < deadline, "the command started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rec.wait_for("the command started", |r| {
+        format!("{:?}", r.calls()).contains("sleep 0.3")
+    })
+    .await;
     // The bridge goes away while the command runs; the command finishes on the agent meanwhile.
     app.shutdown().await;
     while !marker.exists() {
@@ -897,16 +920,7 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     app.shutdown().await;
     // It ended while the bridge was away, at a time nobody here saw: its result says how it ended,
     // not a duration measured from the restart (it used to say "— 0ms").
-    let results: Vec<String> = rec
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with('✅') => {
-                Some(m.title)
-            }
-            _ => None,
-        })
-        .collect();
+    let results = results(&rec);
     assert!(
         results.len() == 1 && results[0].ends_with("echo finished"),
         "one result, without a duration: {results:?}"
@@ -942,59 +956,24 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
 /// started: its result's duration counts from the command's start, not from the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d6_a_command_followed_again_after_a_restart_counts_its_duration_from_its_start() {
-    chat_bridge_tests::init_tracing();
-    let dir = tempfile::tempdir().expect("tmp");
-    let url = format!("sqlite://{}", dir.path().join("d6.db").display());
-    let agent = shell_agent::ShellAgent::start(
-        "127.0.0.1:0".parse().expect("addr"),
-        None,
-        shell_agent::AgentConfig {
-            heartbeat_interval: Duration::from_millis(200),
-            ..shell_agent::AgentConfig::default()
-        },
-    )
-    .await
-    .expect("agent");
-    let mut cfg = config(&url, dir.path());
-    cfg.daemon.url = Some(agent.url());
-    cfg.daemon.token = Some(agent.token().to_owned().into());
+    let (_dir, _url, agent, cfg) = with_outliving_agent().await;
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
     app.core
         .accept(console::inbound("sleep 2.5; echo late"))
         .await
         .expect("accept");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !rec
-        .calls()
-        .iter()
-        .any(|c| format!("{c:?}").contains("sleep 2.5"))
-    {
-        assert!(std::time::Instant::now() < deadline, "the command started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rec.wait_for("the command started", |r| {
+        format!("{:?}", r.calls()).contains("sleep 2.5")
+    })
+    .await;
     // Away for over a second while the command runs; back before it ends.
     app.shutdown().await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
-    let result = loop {
-        let done = rec.calls().into_iter().find_map(|c| match c {
-            chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with('✅') => {
-                Some(m.title)
-            }
-            _ => None,
-        });
-        if let Some(title) = done {
-            break title;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the result arrived: {:#?}",
-            rec.calls()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    rec.wait_for("the result", |r| !results(r).is_empty()).await;
+    let result = results(&rec).remove(0);
     app.shutdown().await;
     agent.shutdown().await;
     let secs: Option<u64> = result
