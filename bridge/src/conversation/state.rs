@@ -714,6 +714,10 @@ impl State {
                 ..
             } => {
                 let Some(tool) = turn.tools.get_mut(&call) else {
+                    // A call of an earlier turn still running (see `unfinished`) is counted.
+                    if let Some((_, tool)) = self.unfinished.get_mut(&call) {
+                        tool.heartbeat(progress, beats, now);
+                    }
                     return DaemonStep::Heartbeat(None);
                 };
                 tool.heartbeat(progress, beats, now);
@@ -805,9 +809,19 @@ impl State {
     /// The turn `turn` ended with `tools` still running: they are kept until their results come
     /// (see [`State::unfinished`]).
     pub fn keep_unfinished(&mut self, turn: &str, tools: tools::Tools) {
+        let mut tools: Vec<_> = tools.into_iter().collect();
+        tools.sort_by_key(|(_, t)| t.started);
         for (call, tool) in tools {
             if self.unfinished.len() >= UNFINISHED_MAX {
-                self.unfinished.clear();
+                // The one that started first is let go (its result is then posted as late work).
+                let oldest = self
+                    .unfinished
+                    .iter()
+                    .min_by_key(|(_, (_, t))| t.started)
+                    .map(|(c, _)| c.clone());
+                if let Some(oldest) = oldest {
+                    self.unfinished.remove(&oldest);
+                }
             }
             self.unfinished.insert(call, (turn.to_owned(), tool));
         }

@@ -107,6 +107,36 @@ fn f1_a_call_still_running_when_its_turn_ended_counts_its_heartbeats_and_takes_i
 }
 
 #[test]
+fn f1_calls_still_running_after_their_turns_are_counted_during_a_new_turn_and_the_oldest_let_go() {
+    let c = cfg();
+    let mut clock = Clock::new();
+    let mut s = running(&clock, &c);
+    for n in 1..=65 {
+        clock.advance(secs(1));
+        start(&mut s, &clock, n, "sleep 600");
+    }
+    let turn = s.turn.take().expect("turn");
+    s.keep_unfinished(&turn.row.id, turn.tools);
+    assert_eq!(s.unfinished.len(), 64, "64 kept");
+    assert!(
+        !s.unfinished.contains_key(&call(1)) && s.unfinished.contains_key(&call(65)),
+        "the one that started first is let go"
+    );
+    // A new turn runs; a call of the old one still beats.
+    let mut next = running(&clock, &c);
+    std::mem::swap(&mut s.turn, &mut next.turn);
+    assert_eq!(
+        s.on_daemon(heartbeat(2, ShellProgress::default()), clock.now(), &c),
+        DaemonStep::Heartbeat(None)
+    );
+    assert_eq!(
+        s.unfinished[&call(2)].1.unflushed,
+        1,
+        "counted during the new turn"
+    );
+}
+
+#[test]
 fn l5_a_heartbeat_past_progress_after_edits_the_line_once_per_interval() {
     let c = cfg();
     let mut clock = Clock::new();
