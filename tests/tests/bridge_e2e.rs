@@ -496,6 +496,69 @@ on_both! {
     }
 }
 
+// The same across a restart (an outside tester's re-run): the calls the store still has running
+// after their turn ended are kept when the conversation starts again, so the result finishes its
+// call (the result wakes the conversation; heartbeats alone do not).
+on_both! {
+    async fn f1_a_result_after_its_turn_ended_and_a_restart_finishes_its_call_where_it_is_shown(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
+            let beat = || update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":1}}}));
+            peer.handshake().await;
+            if peer.number == 1 {
+                let new = peer.expect("session/new").await;
+                peer.reply(&new, json!({"sessionId": "s1"})).await;
+                let prompt = peer.expect("session/prompt").await;
+                peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"make release","kind":"execute","status":"in_progress"}))).await;
+                for _ in 0..3 {
+                    peer.send(beat()).await;
+                }
+                peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
+            } else {
+                for _ in 0..2 {
+                    peer.send(beat()).await;
+                }
+                peer.send(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed","rawOutput":{"output":"broke","exitCode":2}}))).await;
+            }
+            let _ = peer.recv().await;
+        })
+        .await;
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
+        app.core.accept(console::inbound("build it")).await.expect("accept");
+        let mut c = app.store.conn().await.expect("conn");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let conv = loop {
+            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
+            if let Some(conv) = list.into_iter().next()
+                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
+            {
+                break conv;
+            }
+            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        drop(c);
+        settle(&app).await;
+        app.shutdown().await;
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
+        rec.wait_for("the command's result", |r| r.calls().iter().any(|c| matches!(c, chat_bridge_tests::recorder::Call::Edit(_, m) if m.title.starts_with("❌ make release")))).await;
+        settle(&app).await;
+        let late: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.title.starts_with("💬 later")).collect();
+        assert!(late.is_empty(), "not posted as late work: {late:#?}");
+        let mut c = app.store.conn().await.expect("conn");
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        drop(c);
+        assert_eq!(
+            calls.iter().map(|t| (t.status.as_str(), t.heartbeats, t.exit_code)).collect::<Vec<_>>(),
+            [("failed", 3, Some(2))],
+            "finished with its counts; the two heartbeats since the restart came while its \
+             conversation was not in memory, and a heartbeat wakes none (F1)"
+        );
+        app.shutdown().await;
+    }
+}
+
 on_both! {
     async fn steer_a_new_message_cancels_the_long_command_and_runs_next(db) {
         let dir = tempfile::tempdir().expect("tmp");

@@ -655,6 +655,18 @@ impl State {
                     }
                     event
                 }
+                // A call left running by an ended turn finished while the connection was down.
+                None => match *event {
+                    DaemonEvent::ToolFinished { call, result, .. }
+                        if self.unfinished.contains_key(&call) =>
+                    {
+                        if let Some((_, tool)) = self.unfinished.get_mut(&call) {
+                            tool.ended_unseen = true;
+                        }
+                        return DaemonStep::ToolFinished(call, result);
+                    }
+                    _ => return DaemonStep::Nothing,
+                },
                 _ => return DaemonStep::Nothing,
             },
             e => e,

@@ -297,6 +297,25 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     .await?)
 }
 
+/// The calls of `conversation` still running although their turn is over (the daemon answered
+/// the prompt before their results), oldest first: their results may still come.
+///
+/// # Errors
+/// Database errors.
+pub async fn running_after_their_turn(
+    c: &mut AnyConnection,
+    conversation: &str,
+) -> Result<Vec<ToolCall>> {
+    Ok(sqlx::query_as::<_, ToolCall>(sql(format!(
+        "SELECT {COLUMNS} FROM tool_calls WHERE conversation_id = $1 AND status = 'running'
+           AND turn_id IN (SELECT id FROM turns WHERE conversation_id = $1 AND status <> 'open')
+         ORDER BY started_at, id"
+    )))
+    .arg(conversation)
+    .fetch_all(c)
+    .await?)
+}
+
 /// Every call still running, oldest first (the UI's "running now").
 ///
 /// # Errors

@@ -149,15 +149,56 @@ impl Runner {
         Ok(())
     }
 
+    /// Calls of this conversation's ended turns that the store still has running (the turn ended
+    /// before their results, and the bridge restarted or let the conversation go since): kept, so
+    /// a result that still comes finishes its call where it is shown.
+    pub(super) async fn load_unfinished(&mut self) {
+        let Some(session) = self.state.session.clone() else {
+            return;
+        };
+        let rows = match self.core.store.read_conn().await {
+            Ok(mut c) => tool_calls::running_after_their_turn(&mut c, &self.conv.id).await,
+            Err(e) => Err(e),
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(conversation = %self.conv.id, error = %e, "the calls still running after their turns could not be read; their results will be posted as late work");
+                return;
+            }
+        };
+        let prefix = format!("{session}/");
+        let now = Instant::now();
+        for row in rows {
+            let (Some(turn), Some(call)) = (
+                row.turn_id,
+                row.call_id
+                    .strip_prefix(&prefix)
+                    .and_then(|c| ToolCallId::parse(c).ok()),
+            ) else {
+                continue;
+            };
+            let ran = u64::try_from(now_ms().saturating_sub(row.started_at)).unwrap_or(0);
+            let started = now
+                .checked_sub(std::time::Duration::from_millis(ran))
+                .unwrap_or(now);
+            let mut tool = ToolState::new(row.title, started);
+            tool.stored_id = Some(row.id);
+            tool.edits_queued = true;
+            self.state
+                .keep_unfinished(&turn, std::iter::once((call, tool)).collect());
+        }
+    }
+
     /// The result of a call still running when its turn ended: its message and row are finished
     /// as if it had come in time (the turn's own ending stands).
     async fn on_late_tool_finished(&mut self, call: ToolCallId, result: ToolResult) -> Result<()> {
         let Some((turn_id, tool)) = self.state.unfinished.remove(&call) else {
             return Ok(());
         };
-        let took = tool.started.elapsed();
+        let took = (!tool.ended_unseen).then(|| tool.started.elapsed());
         if let Err(e) = self
-            .write_tool_result(&call, &turn_id, &result, Some(&tool), Some(took))
+            .write_tool_result(&call, &turn_id, &result, Some(&tool), took)
             .await
         {
             // Nothing was written: the step's retry finds it as it was.

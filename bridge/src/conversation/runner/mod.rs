@@ -131,6 +131,7 @@ pub(crate) async fn run(
         resume_pending: false,
         queued: std::sync::atomic::AtomicBool::new(false),
     };
+    r.load_unfinished().await;
     let mut active = Instant::now();
     // The live board: when it was last told, and when it is due to be told of heartbeats since.
     let mut published = Instant::now();
