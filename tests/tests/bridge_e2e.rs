@@ -559,6 +559,53 @@ on_both! {
     }
 }
 
+// Found by an outside tester: late work still gathering (the agent not quiet for a second yet)
+// was lost when the bridge stopped. It is written at shutdown: recorded, its post in the outbox.
+on_both! {
+    async fn late_work_still_gathering_when_the_bridge_stops_is_written_not_lost(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bg","update":u}});
+            peer.handshake().await;
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "bg"})).await;
+            let prompt = peer.expect("session/prompt").await;
+            peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Backup finished: 42 files."}}))).await;
+            let _ = peer.recv().await;
+        })
+        .await;
+        let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
+        app.core.accept(console::inbound("back up everything")).await.expect("accept");
+        let mut c = app.store.conn().await.expect("conn");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let conv = loop {
+            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
+            if let Some(conv) = list.into_iter().next()
+                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
+            {
+                break conv;
+            }
+            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        drop(c);
+        // The late text has come (the daemon sends it 200 ms after the turn); stop well inside
+        // the second of quiet it would wait for.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        app.shutdown().await;
+        let store = chat_bridge::store::Store::open(&db.url).await.expect("store");
+        let mut c = store.conn().await.expect("conn");
+        let kept: Vec<_> = chat_bridge::store::transcript::list(&mut c, &conv.id).await.expect("transcript")
+            .into_iter().filter(|e| e.kind == "late").collect();
+        drop(c);
+        store.close().await;
+        assert_eq!(kept.len(), 1, "recorded at shutdown: {kept:#?}");
+        assert!(kept[0].body.contains("Backup finished: 42 files."));
+    }
+}
+
 on_both! {
     async fn steer_a_new_message_cancels_the_long_command_and_runs_next(db) {
         let dir = tempfile::tempdir().expect("tmp");

@@ -124,6 +124,15 @@ impl Late {
             return None;
         }
         self.last_post = Some(now);
+        self.take_now()
+    }
+
+    /// Whatever waits, taken out now, due or not (the bridge is stopping: it is written rather
+    /// than lost).
+    pub fn take_now(&mut self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
         self.last_piece = None;
         let mut text = std::mem::take(&mut self.text);
         if std::mem::take(&mut self.dropped) {

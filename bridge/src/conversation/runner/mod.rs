@@ -153,7 +153,15 @@ pub(crate) async fn run(
         let idle = r.state.is_idle();
         let msg = tokio::select! {
             biased;
-            () = &mut stopped => return,
+            () = &mut stopped => {
+                // Late work still gathering is written to the outbox, not lost with the process.
+                if let Some(text) = r.state.late.take_now()
+                    && let Err(e) = Box::pin(r.post_late(&text)).await
+                {
+                    tracing::warn!(conversation = %r.conv.id, error = %e, "late work not written at shutdown");
+                }
+                return;
+            }
             m = rx.recv() => m,
             () = &mut timer, if armed.is_some() => {
                 armed = None;
