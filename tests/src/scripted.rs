@@ -113,6 +113,16 @@ impl Peer {
         .await;
     }
 
+    /// The handshake, `session/new` answered with `session`, and the first `session/prompt`, which
+    /// is returned (to be answered).
+    pub async fn open_and_prompted(&mut self, session: &str) -> Value {
+        self.handshake().await;
+        let new = self.expect("session/new").await;
+        self.reply(&new, serde_json::json!({"sessionId": session}))
+            .await;
+        self.expect("session/prompt").await
+    }
+
     /// Drops the TCP connection without a close frame.
     pub fn drop_connection(self) {
         drop(self.ws);

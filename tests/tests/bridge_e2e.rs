@@ -100,10 +100,7 @@ on_both! {
     async fn l3_a_daemon_that_goes_quiet_is_reported_stalled_once_and_cancelled_with_on_stall_cancel(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
-            peer.handshake().await;
-            let new = peer.expect("session/new").await;
-            peer.reply(&new, json!({"sessionId": "quiet"})).await;
-            let prompt = peer.expect("session/prompt").await;
+            let prompt = peer.open_and_prompted("quiet").await;
             peer.send(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"quiet","update":
                 {"sessionUpdate":"tool_call","toolCallId":"c1","title":"make deploy","kind":"execute","status":"in_progress"}}})).await;
             // Then nothing — no heartbeats — until the bridge cancels.
@@ -145,10 +142,7 @@ on_both! {
     async fn l3_with_on_stall_notify_the_turn_stays_open_after_the_notice(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
-            peer.handshake().await;
-            let new = peer.expect("session/new").await;
-            peer.reply(&new, json!({"sessionId": "quiet"})).await;
-            let _prompt = peer.expect("session/prompt").await;
+            let _prompt = peer.open_and_prompted("quiet").await;
             let _ = peer.recv().await;
         })
         .await;
@@ -387,10 +381,7 @@ on_both! {
         let dir = tempfile::tempdir().expect("tmp");
         let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
             let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bg","update":u}});
-            peer.handshake().await;
-            let new = peer.expect("session/new").await;
-            peer.reply(&new, json!({"sessionId": "bg"})).await;
-            let prompt = peer.expect("session/prompt").await;
+            let prompt = peer.open_and_prompted("bg").await;
             peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Started the backup in the background."}}))).await;
             peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
             // The turn is over; the background work reports later.
@@ -442,10 +433,7 @@ on_both! {
             async move {
                 let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":u}});
                 let beat = || update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":1}}}));
-                peer.handshake().await;
-                let new = peer.expect("session/new").await;
-                peer.reply(&new, json!({"sessionId": "s1"})).await;
-                let prompt = peer.expect("session/prompt").await;
+                let prompt = peer.open_and_prompted("s1").await;
                 peer.send(update(json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"make release","kind":"execute","status":"in_progress"}))).await;
                 for _ in 0..3 {
                     peer.send(beat()).await;
@@ -464,19 +452,7 @@ on_both! {
         .await;
         let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("build it")).await.expect("accept");
-        let mut c = app.store.conn().await.expect("conn");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let conv = loop {
-            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
-            if let Some(conv) = list.into_iter().next()
-                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
-            {
-                break conv;
-            }
-            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        drop(c);
+        let conv = first_turn_ended(&app, &rec).await;
         go_tx.send(()).expect("the daemon waits");
         rec.wait_for("the command's result", |r| r.latest().iter().any(|(_, m)| m.title.starts_with("✅ make release"))).await;
         settle(&app).await;
@@ -526,19 +502,7 @@ on_both! {
         .await;
         let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("build it")).await.expect("accept");
-        let mut c = app.store.conn().await.expect("conn");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let conv = loop {
-            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
-            if let Some(conv) = list.into_iter().next()
-                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
-            {
-                break conv;
-            }
-            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        drop(c);
+        let conv = first_turn_ended(&app, &rec).await;
         settle(&app).await;
         app.shutdown().await;
         let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
@@ -566,10 +530,7 @@ on_both! {
         let dir = tempfile::tempdir().expect("tmp");
         let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
             let update = |u: serde_json::Value| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"bg","update":u}});
-            peer.handshake().await;
-            let new = peer.expect("session/new").await;
-            peer.reply(&new, json!({"sessionId": "bg"})).await;
-            let prompt = peer.expect("session/prompt").await;
+            let prompt = peer.open_and_prompted("bg").await;
             peer.reply(&prompt, json!({"stopReason": "end_turn"})).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             peer.send(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Backup finished: 42 files."}}))).await;
@@ -578,19 +539,7 @@ on_both! {
         .await;
         let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
         app.core.accept(console::inbound("back up everything")).await.expect("accept");
-        let mut c = app.store.conn().await.expect("conn");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let conv = loop {
-            let list = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items;
-            if let Some(conv) = list.into_iter().next()
-                && turns::of_conversation(&mut c, &conv.id).await.expect("turns").iter().any(|t| t.status == "ended")
-            {
-                break conv;
-            }
-            assert!(std::time::Instant::now() < deadline, "the turn ended: {:#?}", rec.calls());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        drop(c);
+        let conv = first_turn_ended(&app, &rec).await;
         // The late text has come (the daemon sends it 200 ms after the turn); stop well inside
         // the second of quiet it would wait for.
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -937,6 +886,36 @@ async fn d3_a_turn_taken_back_after_a_restart_marks_the_message_that_asked_for_i
         s(&on_m1[0]).contains("\"add\":false") && s(&on_m1[1]).contains("\"add\":true"),
         "{on_m1:#?}"
     );
+}
+
+/// The first conversation, once its first turn has ended.
+async fn first_turn_ended(
+    app: &Application,
+    rec: &Recorder,
+) -> chat_bridge::store::conversations::Conversation {
+    let mut c = app.store.conn().await.expect("conn");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = chat_bridge::store::history::list(&mut c, &Default::default())
+            .await
+            .expect("list")
+            .items;
+        if let Some(conv) = list.into_iter().next()
+            && turns::of_conversation(&mut c, &conv.id)
+                .await
+                .expect("turns")
+                .iter()
+                .any(|t| t.status == "ended")
+        {
+            return conv;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn ended: {:#?}",
+            rec.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A bridge on `url` talking to the scripted `daemon`, delivering to a recorder.
