@@ -29,6 +29,7 @@
 //! 3 rounds of each side, alternating. `INGEST_FRAMES`, `INGEST_SESSIONS`, `INGEST_ROUNDS` override.
 //! `cargo test` runs it small (N = 5,000, S = 10, 1 round) so CI keeps it compiling and correct.
 //! Prints `INGEST_RESULT {json}` per round. Target: the bridge ≥ 50% of the bare reader's rate.
+//! `INGEST_ONLY=bridge` runs only the bridge's rounds (to profile it alone).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -441,7 +442,14 @@ fn main() {
             "sqlite"
         };
         let mut ratios = Vec::new();
+        // For profiling one side: `INGEST_ONLY=bridge` runs the bridge's rounds alone.
+        let only_bridge = std::env::var("INGEST_ONLY").is_ok_and(|v| v == "bridge");
         for round in 1..=rounds {
+            if only_bridge {
+                let ours = bridge.round(&template, sessions, n).await;
+                println!("ingest round {round}: bridge ({backend}) {ours:.0} frames/s");
+                continue;
+            }
             let bare = bare_round(&bare_frames, n, false).await;
             let classifying = bare_round(&bare_frames, n, true).await;
             let ours = bridge.round(&template, sessions, n).await;

@@ -71,6 +71,18 @@ impl Peer {
         let _ = self.ws.flush().await;
     }
 
+    /// Sends JSON messages and then a close frame, all in one write: the client reads them all
+    /// together with the connection's end.
+    pub async fn send_burst_and_close(&mut self, msgs: &[Value]) {
+        for msg in msgs {
+            if self.ws.feed(Message::text(msg.to_string())).await.is_err() {
+                return;
+            }
+        }
+        let _ = self.ws.feed(Message::Close(None)).await;
+        let _ = self.ws.flush().await;
+    }
+
     /// Sends a text frame as is (for garbage).
     pub async fn send_raw(&mut self, text: &str) {
         let _ = self.ws.send(Message::text(text.to_owned())).await;

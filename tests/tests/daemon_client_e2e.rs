@@ -338,6 +338,52 @@ async fn f1_heartbeats_read_in_one_burst_are_folded_per_call_in_order_and_a_lone
     client.close();
 }
 
+/// Frames read just before the connection ends — here 2,000 heartbeats, then the answer to
+/// `session/new`, then the close, in one write — are all handed on before the end is reported, so
+/// the answer answers its call instead of failing it as lost (a reader that queued frames for
+/// another task and reported the end at once failed this).
+#[tokio::test]
+async fn f1_l3_frames_read_before_the_connection_ends_are_all_handled_and_an_answer_among_them_answers_its_call()
+ {
+    init_tracing();
+    const BEATS: u64 = 2_000;
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        if peer.number > 1 {
+            while peer.recv().await.is_some() {}
+            return;
+        }
+        let new = peer.expect("session/new").await;
+        let mut burst: Vec<_> = (0..BEATS)
+            .map(|i| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s0","update":{"sessionUpdate":"tool_call_update","toolCallId":"c","status":"in_progress","_meta":{"shellProgress":{"elapsedMs":i}}}}}))
+            .collect();
+        burst.push(json!({"jsonrpc":"2.0","id":new["id"],"result":{"sessionId":"s1"}}));
+        peer.send_burst_and_close(&burst).await;
+    })
+    .await;
+    let (client, _, mut events) = DaemonClient::connect(config(&daemon))
+        .await
+        .expect("connect");
+    let opened = client.new_session("/").await;
+    assert_eq!(
+        opened.map(|n| n.session.as_str().to_owned()).ok().as_deref(),
+        Some("s1"),
+        "the answer read with the connection's end answers session/new"
+    );
+    let mut beats = 0;
+    while beats < BEATS {
+        match next(&mut events).await {
+            DaemonEvent::ToolProgress { beats: b, .. } => beats += u64::from(b),
+            DaemonEvent::Disconnected { .. } => {
+                panic!("the end reported before the frames read ahead of it ({beats} heartbeats)")
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(beats, BEATS, "every heartbeat read is handed on once");
+    client.close();
+}
+
 #[tokio::test]
 async fn f2_garbage_and_a_frame_without_tool_call_id_are_skipped_and_the_session_lives_on() {
     init_tracing();
