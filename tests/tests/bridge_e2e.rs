@@ -1200,3 +1200,51 @@ async fn d2_a_burst_in_one_thread_is_handed_on_in_the_order_it_came() {
     assert_eq!(ran, sent, "{:#?}", rec.calls());
     app.shutdown().await;
 }
+
+// `/new` while a command runs: the old session's turn is cancelled at the agent, and what the
+// agent then says of it — the command's end, the turn's — still finishes the command's message
+// and its rows; the thread's next message, queued behind it, opens a new session. (Before: the
+// session was let go at once, so the turn never heard its end — a stall notice, the turn open for
+// good and the next message stuck behind it.)
+on_both! {
+    async fn l2_new_while_a_command_runs_ends_the_command_where_it_is_shown_and_the_next_message_opens_a_session(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 20; echo never")).await.expect("accept");
+        rec.wait_for("the command's message", |r| r.posts().iter().any(|(_, m)| m.title.contains("sleep 20"))).await;
+        let session_of = |app: &Application| {
+            let store = app.store.clone();
+            async move {
+                let mut c = store.conn().await.expect("conn");
+                chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0)
+            }
+        };
+        let before = session_of(&app).await;
+        assert!(before.daemon_session.is_some(), "the command runs in a session");
+        app.core.accept(console::inbound("/new")).await.expect("accept");
+        app.core.accept(console::inbound("echo after")).await.expect("accept");
+        rec.wait_for("the next command's result", |r| r.latest().iter().any(|(_, m)| m.title.starts_with("✅ echo after"))).await;
+        settle(&app).await;
+        let (_, sleep) = rec.latest().into_iter().find(|(_, m)| m.title.contains("sleep 20")).expect("shown");
+        assert!(sleep.title.starts_with("⏹ sleep 20; echo never — cancelled"), "the command's message ends: {sleep:#?}");
+        let warnings: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.tone == Tone::Warning || m.tone == Tone::Error).collect();
+        assert!(warnings.is_empty(), "no stall or error notice: {warnings:#?}");
+        let after = session_of(&app).await;
+        assert!(after.daemon_session.is_some() && after.daemon_session != before.daemon_session, "the next message ran in a new session: {:?} then {:?}", before.daemon_session, after.daemon_session);
+        let mut c = app.store.conn().await.expect("conn");
+        let calls = tool_calls::of_conversation(&mut c, &after.id).await.expect("calls");
+        let ts = turns::of_conversation(&mut c, &after.id).await.expect("turns");
+        drop(c);
+        assert_eq!(
+            calls.iter().map(|t| (t.title.as_str(), t.status.as_str())).collect::<Vec<_>>(),
+            [("sleep 20; echo never", "cancelled"), ("echo after", "completed")]
+        );
+        assert_eq!(
+            ts.iter().map(|t| t.status.as_str()).collect::<Vec<_>>(),
+            ["cancelled", "ended"],
+            "the cancelled turn ended, then the next one ran"
+        );
+        app.shutdown().await;
+    }
+}

@@ -366,7 +366,10 @@ async fn f1_l3_frames_read_before_the_connection_ends_are_all_handled_and_an_ans
         .expect("connect");
     let opened = client.new_session("/").await;
     assert_eq!(
-        opened.map(|n| n.session.as_str().to_owned()).ok().as_deref(),
+        opened
+            .map(|n| n.session.as_str().to_owned())
+            .ok()
+            .as_deref(),
         Some("s1"),
         "the answer read with the connection's end answers session/new"
     );

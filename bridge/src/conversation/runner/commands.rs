@@ -57,18 +57,31 @@ impl Runner {
     pub(super) async fn cmd_new(&mut self) -> Result<()> {
         // A prompt still waiting for its files was never sent: nothing to cancel at the daemon.
         let unsent = self.unsent();
-        if !unsent && let (Some(s), Some(_)) = (&self.state.session, &self.state.turn) {
-            let _ = self.core.client.cancel(s).await;
-        }
-        if let Some(s) = self.state.session.take() {
-            lock(&self.core.sessions).remove(&s);
-        }
-        self.state.session_ready = false;
         // Durably: a thread let go from memory (idle) or a restarted bridge must not load it again.
         let mut c = self.core.store.conn().await?;
         conversations::forget_session(&mut c, &self.conv.id, now_ms()).await?;
         drop(c);
         self.conv.daemon_session = None;
+        if !unsent && let (Some(s), Some(_)) = (self.state.session.clone(), &self.state.turn) {
+            // The running turn is cancelled as `/cancel` does it, and its session let go only
+            // with it: what the agent still says of the turn (its commands' ends, the turn's)
+            // finishes their messages, and the next message, queued behind it, opens a new
+            // session. Letting go at once left the turn open for good, the thread stuck behind it.
+            self.state
+                .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
+            self.state.abandon_session = true;
+            let reached = self.core.client.cancel(&s).await.is_ok();
+            let text = if reached {
+                "Started over: cancelling the running turn; the next message opens a new agent session."
+            } else {
+                "Started over: the running turn ends once the agent answers or its cancel grace runs out; the next message opens a new agent session."
+            };
+            return self.notice(Tone::Neutral, text).await;
+        }
+        if let Some(s) = self.state.session.take() {
+            lock(&self.core.sessions).remove(&s);
+        }
+        self.state.session_ready = false;
         if unsent {
             self.cancel_unsent("The running turn was cancelled before it reached the agent.")
                 .await?;
