@@ -64,6 +64,13 @@ impl ToolState {
         }
     }
 
+    /// How long it ran, now that its result came; `None` when it ended unseen (its result shows
+    /// no duration).
+    #[must_use]
+    pub fn took(&self) -> Option<std::time::Duration> {
+        (!self.ended_unseen).then(|| self.started.elapsed())
+    }
+
     /// The latest progress, as stored.
     #[must_use]
     pub fn progress_json(&self) -> Option<String> {

@@ -10,7 +10,7 @@ use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::ToolOutcome;
 use crate::conversation::state::{Line, scoped_id};
-use crate::conversation::tools::ToolState;
+use crate::conversation::tools::{ToolState, Tools};
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render};
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
@@ -56,13 +56,12 @@ impl Runner {
                 // Replayed after a restart or reconnect: the thread already shows it; follow it
                 // again, running since it started (its progress line and its result's duration
                 // count from then, not from now).
-                let ran = u64::try_from(now_ms().saturating_sub(known.started_at)).unwrap_or(0);
-                let now = Instant::now();
-                let started = now
-                    .checked_sub(std::time::Duration::from_millis(ran))
-                    .unwrap_or(now);
-                self.state
-                    .tool_running(call.clone(), known.title, started, false);
+                self.state.tool_running(
+                    call.clone(),
+                    known.title,
+                    since_stored(known.started_at),
+                    false,
+                );
                 self.state.tool_stored(&call, known.id);
             }
             // Finished already: nothing to show again.
@@ -126,10 +125,7 @@ impl Runner {
         let tool = self
             .state
             .tool_done(&call, ToolOutcome::from(result.outcome));
-        let took = tool
-            .as_ref()
-            .filter(|t| !t.ended_unseen)
-            .map(|t| t.started.elapsed());
+        let took = tool.as_ref().and_then(ToolState::took);
         if let Err(e) = self
             .write_tool_result(&call, &turn_id, &result, tool.as_ref(), took)
             .await
@@ -168,7 +164,7 @@ impl Runner {
             }
         };
         let prefix = format!("{session}/");
-        let now = Instant::now();
+        let mut by_turn: std::collections::HashMap<String, Tools> = Default::default();
         for row in rows {
             let (Some(turn), Some(call)) = (
                 row.turn_id,
@@ -178,15 +174,13 @@ impl Runner {
             ) else {
                 continue;
             };
-            let ran = u64::try_from(now_ms().saturating_sub(row.started_at)).unwrap_or(0);
-            let started = now
-                .checked_sub(std::time::Duration::from_millis(ran))
-                .unwrap_or(now);
-            let mut tool = ToolState::new(row.title, started);
+            let mut tool = ToolState::new(row.title, since_stored(row.started_at));
             tool.stored_id = Some(row.id);
             tool.edits_queued = true;
-            self.state
-                .keep_unfinished(&turn, std::iter::once((call, tool)).collect());
+            by_turn.entry(turn).or_default().insert(call, tool);
+        }
+        for (turn, tools) in by_turn {
+            self.state.keep_unfinished(&turn, tools);
         }
     }
 
@@ -196,7 +190,7 @@ impl Runner {
         let Some((turn_id, tool)) = self.state.unfinished.remove(&call) else {
             return Ok(());
         };
-        let took = (!tool.ended_unseen).then(|| tool.started.elapsed());
+        let took = tool.took();
         if let Err(e) = self
             .write_tool_result(&call, &turn_id, &result, Some(&tool), took)
             .await
@@ -585,4 +579,13 @@ impl Runner {
         self.commit(tx).await?;
         Ok(true)
     }
+}
+
+/// The moment a call started, from its stored start (milliseconds since the epoch): a call
+/// followed again after a restart runs since then, not since now.
+fn since_stored(started_at: i64) -> Instant {
+    let ran = u64::try_from(now_ms().saturating_sub(started_at)).unwrap_or(0);
+    let now = Instant::now();
+    now.checked_sub(std::time::Duration::from_millis(ran))
+        .unwrap_or(now)
 }
