@@ -50,6 +50,10 @@ pub struct ClientConfig {
     pub command: Option<AgentCommand>,
     /// Bearer token, if the daemon requires one.
     pub token: Option<Token>,
+    /// A file holding the bearer token, read again before every connection attempt, so a token
+    /// rotated in it (a Kubernetes Secret mounted as a file) is taken at the next reconnect. While
+    /// it cannot be read or is blank, `token` is used.
+    pub token_file: Option<PathBuf>,
     /// Largest frame accepted (qwen sends a ~570 kB skills list); default 16 MiB.
     pub max_frame_size: usize,
     /// Limit for the handshake; default 10 s.
@@ -94,6 +98,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("url", &crate::mask::mask_url(&self.url))
             .field("command", &self.command)
             .field("token", &self.token)
+            .field("token_file", &self.token_file)
             .field("max_frame_size", &self.max_frame_size)
             .field("request_timeout", &self.request_timeout)
             .field("ping_interval", &self.ping_interval)
@@ -113,6 +118,7 @@ impl ClientConfig {
             url: url.into(),
             command: None,
             token: None,
+            token_file: None,
             max_frame_size: 16 << 20,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
@@ -680,6 +686,22 @@ fn permission_answer(id: &RequestId, outcome: &PermissionOutcome) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome}})
 }
 
+/// The token in `path` (trailing whitespace ignored), or `None`, said at warn, when the file
+/// cannot be read or is blank: the token read before is used then.
+fn read_token(path: &std::path::Path, key: &str) -> Option<Token> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Some(Token::new(text.trim().to_owned())),
+        Ok(_) => {
+            tracing::warn!(file = %path.display(), "{key}.token_file is empty now; connecting with the token read before");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e.kind(), "{key}.token_file cannot be read now; connecting with the token read before");
+            None
+        }
+    }
+}
+
 impl Shared {
     async fn open(&self) -> Result<Link, Error> {
         let c = &self.cfg;
@@ -687,9 +709,13 @@ impl Shared {
             return crate::stdio::spawn(command, c.max_frame_size)
                 .map(|l| Link::Stdio(Box::new(l)));
         }
+        let fresh = c
+            .token_file
+            .as_deref()
+            .and_then(|path| read_token(path, &c.key));
         transport::connect(
             &c.url,
-            c.token.as_ref(),
+            fresh.as_ref().or(c.token.as_ref()),
             c.max_frame_size,
             c.connect_timeout,
         )
@@ -1285,7 +1311,11 @@ impl Shared {
                     // until it is accepted (L7) — one project's daemon does not stop the bridge and
                     // the other projects with it. At start-up itself it is a configuration error.
                     Err(e @ Error::Unauthorized { .. }) => {
-                        tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying (a token file is read at start-up: restart the bridge after changing it)");
+                        if self.cfg.token_file.is_some() {
+                            tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying, with the token file read again each time");
+                        } else {
+                            tracing::error!(project = self.cfg.project.as_deref(), error = %e, attempt, "the daemon refused our credentials; retrying (the token was given at start-up: restart the bridge after changing it, or use a token file)");
+                        }
                     }
                     Err(e @ Error::BadUrl { .. }) => {
                         tracing::error!(project = self.cfg.project.as_deref(), error = %e, "giving up on the daemon connection");

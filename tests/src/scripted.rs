@@ -152,9 +152,11 @@ impl Peer {
 pub struct ScriptedDaemon {
     /// `ws://127.0.0.1:PORT/acp`.
     pub url: String,
-    /// The bearer token it requires.
+    /// The bearer token it requires at first ([`ScriptedDaemon::rotate_token`] changes it).
     pub token: String,
+    expected: Arc<std::sync::Mutex<String>>,
     connections: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -175,10 +177,13 @@ impl ScriptedDaemon {
         let token = "scripted-token".to_owned();
         let connections = Arc::new(AtomicUsize::new(0));
         let script = Arc::new(script);
-        let (expected, count) = (format!("Bearer {token}"), connections.clone());
+        let expected = Arc::new(std::sync::Mutex::new(format!("Bearer {token}")));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (required, count, refusals) = (expected.clone(), connections.clone(), refused.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let expected = expected.clone();
+                let expected = required.lock().expect("token").clone();
+                let refusals = refusals.clone();
                 // The handshake callback's signature is tungstenite's; its error type is large by design.
                 #[allow(clippy::result_large_err)]
                 let check =
@@ -191,6 +196,7 @@ impl ScriptedDaemon {
                         if ok {
                             Ok(resp)
                         } else {
+                            refusals.fetch_add(1, Ordering::SeqCst);
                             let mut e =
                                 ErrorResponse::new(Some("missing or wrong bearer token".into()));
                             *e.status_mut() = http::StatusCode::UNAUTHORIZED;
@@ -207,9 +213,26 @@ impl ScriptedDaemon {
         Self {
             url: format!("ws://{addr}/acp"),
             token,
+            expected,
             connections,
+            refused,
             task,
         }
+    }
+
+    /// From now on the daemon requires `token` (a redeploy with a rotated Secret); open
+    /// connections stay.
+    ///
+    /// # Panics
+    /// When the token's lock is poisoned.
+    pub fn rotate_token(&self, token: &str) {
+        *self.expected.lock().expect("token") = format!("Bearer {token}");
+    }
+
+    /// Handshakes refused for a missing or wrong token so far.
+    #[must_use]
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.

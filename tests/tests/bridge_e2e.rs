@@ -1248,3 +1248,65 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+// On-call rotates the daemon's token (a Kubernetes Secret mounted as `daemon.token_file`) and the
+// daemon is redeployed with it: the bridge, refused with the old token, reads the file again
+// before each attempt and is let in once the file holds the new one — no restart. The message
+// sent meanwhile is held and then runs.
+on_both! {
+    async fn l7_s1_a_daemon_token_rotated_in_its_file_is_taken_without_a_restart(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+            let first = peer.number == 1;
+            peer.handshake().await;
+            while let Some(msg) = peer.recv().await {
+                match msg["method"].as_str() {
+                    Some("session/new") => peer.reply(&msg, json!({"sessionId": "s1"})).await,
+                    Some("session/load" | "session/set_mode") => peer.reply(&msg, json!({})).await,
+                    Some("session/prompt") => {
+                        peer.reply(&msg, json!({"stopReason": "end_turn"})).await;
+                        if first {
+                            // Redeployed with the rotated token.
+                            peer.drop_connection();
+                            return;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        let file = dir.path().join("daemon-token");
+        std::fs::write(&file, format!("{}\n", daemon.token)).expect("write");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(daemon.url.clone());
+        // As `Config::load` leaves it for a token read from `token_file`.
+        cfg.daemon.token = Some(daemon.token.clone().into());
+        cfg.daemon.token_file = Some(file.clone());
+        cfg.daemon.token_from_file = true;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        daemon.rotate_token("rotated-token");
+        app.core.accept(console::inbound("first")).await.expect("accept");
+        let conv = first_turn_ended(&app, &rec).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while daemon.refused() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the bridge tries to reconnect");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        app.core.accept(console::inbound("second")).await.expect("accept");
+        std::fs::write(&file, "rotated-token\n").expect("rotate");
+        settle(&app).await;
+        let mut c = app.store.conn().await.expect("conn");
+        let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+        drop(c);
+        assert_eq!(
+            ts.iter().map(|t| t.status.as_str()).collect::<Vec<_>>(),
+            ["ended", "ended"],
+            "the message sent while the token was refused ran once the file held the new one: {:#?}",
+            rec.calls()
+        );
+        assert_eq!(daemon.connections(), 2);
+        app.shutdown().await;
+    }
+}

@@ -387,6 +387,65 @@ async fn f1_l3_frames_read_before_the_connection_ends_are_all_handled_and_an_ans
     client.close();
 }
 
+/// A daemon redeployed with a rotated token (a Kubernetes Secret mounted as a file): while the
+/// file still holds the old token the daemon refuses every reconnect; once the file holds the new
+/// one, the next attempt is let in — no restart of the bridge.
+#[tokio::test]
+async fn l7_s1_a_token_rotated_in_its_file_is_taken_at_the_next_reconnect() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("daemon-token");
+    let daemon = ScriptedDaemon::start(|mut peer: Peer| async move {
+        peer.handshake().await;
+        if peer.number == 1 {
+            // Redeployed: this connection goes.
+            let _ = peer.expect("session/new").await;
+            peer.drop_connection();
+            return;
+        }
+        let new = peer.expect("session/new").await;
+        peer.reply(&new, json!({"sessionId": "after-rotation"}))
+            .await;
+        while peer.recv().await.is_some() {}
+    })
+    .await;
+    std::fs::write(&file, format!("{}\n", daemon.token)).expect("write");
+    let mut cfg = config(&daemon);
+    cfg.token_file = Some(file.clone());
+    let (client, _, mut events) = DaemonClient::connect(cfg).await.expect("connect");
+    daemon.rotate_token("rotated-token");
+    assert!(
+        client.new_session("/").await.is_err(),
+        "the first connection dropped"
+    );
+    // Refused while the file holds the old token, attempt after attempt.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while daemon.refused() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the client tries again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        daemon.connections(),
+        1,
+        "no connection let in with the old token"
+    );
+    std::fs::write(&file, "rotated-token\n").expect("rotate");
+    until(&mut events, |e| {
+        matches!(e, DaemonEvent::Reconnected { .. })
+    })
+    .await;
+    let session = client
+        .new_session("/")
+        .await
+        .expect("a session after the rotation");
+    assert_eq!(session.session.as_str(), "after-rotation");
+    assert_eq!(daemon.connections(), 2);
+    client.close();
+}
+
 #[tokio::test]
 async fn f2_garbage_and_a_frame_without_tool_call_id_are_skipped_and_the_session_lives_on() {
     init_tracing();

@@ -894,6 +894,12 @@ impl Shared<'_> {
         let url = client_cfg.url.clone();
         if let Some(t) = token {
             client_cfg = client_cfg.with_token(t);
+            if daemon.token_from_file
+                && daemon.url.is_some()
+                && let Some(path) = &daemon.token_file
+            {
+                client_cfg.token_file = Some(path.clone());
+            }
         }
         client_cfg.session_mode.clone_from(&daemon.mode);
         client_cfg.project = named.then(|| project.name.clone());

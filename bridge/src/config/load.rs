@@ -275,6 +275,7 @@ impl Config {
                 )]));
             }
             cfg.daemon.token = Some(SecretString::from(token.to_owned()));
+            cfg.daemon.token_from_file = true;
         }
         cfg.read_project_tokens()?;
         cfg.validate()?;

@@ -106,8 +106,13 @@ pub struct Daemon {
     /// Bearer token (environment only: `CHAT_BRIDGE_DAEMON__TOKEN`).
     #[serde(with = "secret::optional")]
     pub token: Option<SecretString>,
-    /// A file holding the bearer token (for Kubernetes secrets mounted as files).
+    /// A file holding the bearer token (for Kubernetes secrets mounted as files). Read at
+    /// start-up, and again before every reconnect: a rotated Secret is taken without a restart.
     pub token_file: Option<PathBuf>,
+    /// Whether `token` was read from `token_file` (not given by the environment or a flag, which
+    /// win over it): only then is the file read again before a reconnect.
+    #[serde(skip)]
+    pub token_from_file: bool,
     /// Sent with `session/set_mode` for new sessions (qwen: `yolo`, `default`, …).
     pub mode: Option<String>,
     /// Working directory for new sessions (and of a `command` agent); default the current

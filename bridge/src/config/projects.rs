@@ -237,6 +237,7 @@ impl Config {
                 })?;
                 // A blank file is left for `validate` to refuse (S1), naming the key.
                 p.daemon.token = Some(SecretString::from(token.trim().to_owned()));
+                p.daemon.token_from_file = true;
             }
         }
         Ok(())

@@ -91,6 +91,19 @@ fn a_token_in_the_file_is_refused_and_a_token_file_is_read() {
     .expect("write");
     let c = Config::load(Some(&path), env(&[]), &Flags::default()).expect("load");
     assert_eq!(c.daemon.token.as_ref().map(expose), Some("from-file"));
+    assert!(
+        c.daemon.token_from_file,
+        "read from the file: read again before a reconnect"
+    );
+    // The environment wins over the file, and then the file is not read again either.
+    let c = Config::load(
+        Some(&path),
+        env(&[("CHAT_BRIDGE_DAEMON__TOKEN", "from-env")]),
+        &Flags::default(),
+    )
+    .expect("load");
+    assert_eq!(c.daemon.token.as_ref().map(expose), Some("from-env"));
+    assert!(!c.daemon.token_from_file);
 }
 
 #[test]

@@ -225,6 +225,10 @@ fn s1_project_tokens_come_from_their_files_are_redacted_and_a_missing_or_blank_o
     assert_eq!(name, "projects[a].daemon.token_file");
     assert_eq!(value.map(expose), Some("tok-of-project-a-123"));
     assert!(
+        cfg.projects.iter().all(|p| p.daemon.token_from_file),
+        "read again before a reconnect"
+    );
+    assert!(
         !format!("{cfg:?}").contains("tok-of-project-a"),
         "S2: Debug hides it"
     );
