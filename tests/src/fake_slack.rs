@@ -52,6 +52,12 @@ struct Inner {
     sockets: std::sync::atomic::AtomicUsize,
     /// Downloads of `/files/…` started.
     file_gets: AtomicU64,
+    /// The fake's own origin (`http://127.0.0.1:PORT`), where its upload URLs point.
+    origin: Mutex<String>,
+    /// What the upload URL answers (0: 200).
+    upload_status: std::sync::atomic::AtomicU16,
+    /// Uploads to the upload URL.
+    uploads: AtomicU64,
 }
 
 /// The running fake.
@@ -150,6 +156,10 @@ async fn handle(
                     json!({"ok": true, "messages": messages, "has_more": false})
                 }
                 "chat.update" => json!({"ok": true, "channel": body["channel"], "ts": body["ts"]}),
+                "files.getUploadURLExternal" => {
+                    let origin = inner.origin.lock().expect("lock").clone();
+                    json!({"ok": true, "upload_url": format!("{origin}/upload/F1"), "file_id": "F1"})
+                }
                 _ => json!({"ok": true}),
             };
             axum::Json(answer).into_response()
@@ -178,6 +188,17 @@ async fn file(State(inner): State<Arc<Inner>>, Path(name): Path<String>) -> Resp
         .into_response()
 }
 
+/// The upload URL `files.getUploadURLExternal` hands out: answers what the test set.
+async fn upload(State(inner): State<Arc<Inner>>) -> Response {
+    inner.uploads.fetch_add(1, Ordering::SeqCst);
+    match inner.upload_status.load(Ordering::SeqCst) {
+        0 => "OK - 5".into_response(),
+        code => StatusCode::from_u16(code)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
+    }
+}
+
 impl FakeSlack {
     /// Starts the fake on a free loopback port.
     ///
@@ -188,11 +209,13 @@ impl FakeSlack {
         let app = Router::new()
             .route("/api/{method}", axum::routing::post(handle))
             .route("/files/{name}", axum::routing::get(file))
+            .route("/upload/{id}", axum::routing::post(upload))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        *inner.origin.lock().expect("lock") = format!("http://{addr}");
         let socket = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind socket mode");
@@ -222,6 +245,17 @@ impl FakeSlack {
             .entry(method.to_owned())
             .or_default()
             .push_back(reply);
+    }
+
+    /// Makes the upload URL answer HTTP `status` from now on.
+    pub fn upload_answers(&self, status: u16) {
+        self.inner.upload_status.store(status, Ordering::SeqCst);
+    }
+
+    /// Uploads of bytes to the upload URL so far.
+    #[must_use]
+    pub fn uploads(&self) -> u64 {
+        self.inner.uploads.load(Ordering::SeqCst)
     }
 
     /// Every call so far.

@@ -487,6 +487,40 @@ on_both! {
         assert_eq!(chat_bridge::store::message_map::get(&mut c, &conv, "answer:t1").await.expect("get").as_deref(), Some("id-1"), "the notice stands for the answer");
     }
 
+    // An answer's file that Slack's file host refuses with a 4xx (413: too large) would be
+    // refused again: the answer arrives as messages at once instead of waiting through retries. A
+    // 5xx is the host failing this time: tried again.
+    async fn slack_an_upload_the_file_host_refuses_is_not_retried_and_one_it_fails_is(db) {
+        use chat_bridge::channel::slack::Slack;
+        use chat_bridge::channel::slack::api::{SlackToken, WebApi};
+        use chat_bridge_tests::fake_slack::FakeSlack;
+        daemon_client::install_crypto_provider();
+        let fake = FakeSlack::start().await;
+        let slack = Slack::new(WebApi::new(&fake.base_url, SlackToken::new("xoxb-test")).expect("api"));
+        let conv = conversation(&db.store).await;
+        let policy = RetryPolicy::default();
+        let (message, whole) = uploaded_answer(1200);
+        queue(&db.store, &conv, &ChatAction::Post { target: target(), key: "answer:t1".into(), message }, Kind::Post).await;
+        let clock = ManualClock::at(now_ms());
+        fake.upload_answers(503);
+        assert_eq!(step_at(&db.store, &slack, &policy, &clock).await, Step::Failed, "a 503 is tried again");
+        assert!(fake.posted().is_empty(), "nothing posted instead of the file yet");
+        fake.upload_answers(413);
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(step_at(&db.store, &slack, &policy, &clock).await, Step::Delivered, "a 413 is not tried again");
+        assert_eq!(fake.uploads(), 2, "one upload per attempt");
+        let posted = fake.posted();
+        let texts: Vec<String> = posted.iter().map(ToString::to_string).collect();
+        assert!(texts[0].contains("could not be uploaded") && texts[0].contains("413"), "{}", texts[0]);
+        let all = texts.join("");
+        for i in [0, 599, 1199] {
+            assert!(all.contains(&format!("Paragraph {i} of the answer")), "paragraph {i} arrived");
+        }
+        assert!(whole.len() > 30_000 && posted.len() > 2);
+        let mut c = db.store.conn().await.expect("conn");
+        assert!(outbox::dead_letters(&mut c, 10).await.expect("dead").is_empty());
+    }
+
     async fn slack_an_upload_url_off_slacks_file_host_is_refused_once_and_the_answer_arrives_as_messages(db) {
         use chat_bridge::channel::slack::Slack;
         use chat_bridge::channel::slack::api::{SlackToken, WebApi};

@@ -360,11 +360,20 @@ impl WebApi {
             .send()
             .await
             .map_err(|e| transport(&e.without_url().to_string()))?;
-        if !resp.status().is_success() {
-            return Err(transport(&format!(
-                "upload answered HTTP {}",
-                resp.status()
-            )));
+        let status = resp.status();
+        if status.is_client_error()
+            && status != http::StatusCode::REQUEST_TIMEOUT
+            && status != http::StatusCode::TOO_MANY_REQUESTS
+        {
+            // The file host will not take these bytes (too large, refused): the same upload
+            // would be refused again, so the message goes without its file at once.
+            return Err(SlackError::Refused {
+                method: "files.getUploadURLExternal",
+                reason: format!("Slack's file host answered the upload with HTTP {status}"),
+            });
+        }
+        if !status.is_success() {
+            return Err(transport(&format!("upload answered HTTP {status}")));
         }
         let files = json!([{"id": id, "title": name}]).to_string();
         let mut blocks = payload.blocks.clone();
