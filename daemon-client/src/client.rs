@@ -1039,6 +1039,10 @@ impl Shared {
                         link.close().await;
                         return reason;
                     }
+                    Incoming::TooBig(reason) => {
+                        link.close_too_big().await;
+                        return reason;
+                    }
                     frame => {
                         if let Some(bytes) = frame.bytes() {
                             self.handle_frame(bytes).await;

@@ -134,6 +134,9 @@ pub(crate) enum Incoming {
     Pong,
     /// The link ended; why.
     Ended(String),
+    /// The daemon sent a frame over the size limit (`max_frame_size`); why. The connection cannot
+    /// be read past it: it is closed with 1009, "message too big", so the daemon's side sees why.
+    TooBig(String),
 }
 
 impl Incoming {
@@ -201,6 +204,9 @@ impl Link {
                         ),
                         None => "the daemon closed the connection".into(),
                     }),
+                    Some(Err(tungstenite::Error::Capacity(e))) => Incoming::TooBig(format!(
+                        "the daemon sent a frame over the size limit ({e}); closed with 1009"
+                    )),
                     Some(Err(e)) => Incoming::Ended(format!("connection error: {e}")),
                     None => Incoming::Ended("the connection ended".into()),
                 }
@@ -219,6 +225,23 @@ impl Link {
                 }
                 crate::stdio::Read::Ended(why) => Incoming::Ended(why),
             },
+        }
+    }
+
+    /// Ends a WebSocket link with 1009, "message too big" (a child's link as [`Link::close`]).
+    pub(crate) async fn close_too_big(&mut self) {
+        match self {
+            Self::Ws(ws) => {
+                use tungstenite::protocol::CloseFrame;
+                use tungstenite::protocol::frame::coding::CloseCode;
+                let _ = ws
+                    .close(Some(CloseFrame {
+                        code: CloseCode::Size,
+                        reason: "a frame over the bridge's size limit".into(),
+                    }))
+                    .await;
+            }
+            Self::Stdio(child) => child.close().await,
         }
     }
 

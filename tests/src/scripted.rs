@@ -135,6 +135,19 @@ impl Peer {
         self.expect("session/prompt").await
     }
 
+    /// Reads until the client closes: its close frame's code (`None`: a close without a code, or
+    /// the connection ended without a close frame).
+    pub async fn close_code(&mut self) -> Option<u16> {
+        while let Some(msg) = self.ws.next().await {
+            match msg {
+                Ok(Message::Close(frame)) => return frame.map(|f| u16::from(f.code)),
+                Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+        None
+    }
+
     /// Drops the TCP connection without a close frame.
     pub fn drop_connection(self) {
         drop(self.ws);

@@ -446,6 +446,50 @@ async fn l7_s1_a_token_rotated_in_its_file_is_taken_at_the_next_reconnect() {
     client.close();
 }
 
+/// A frame over `max_frame_size` cannot be read past: its connection is closed with 1009
+/// ("message too big"), so the daemon's side sees why, and the client reconnects.
+#[tokio::test]
+async fn f2_a_frame_over_the_size_limit_closes_its_connection_with_1009_and_the_client_reconnects()
+{
+    init_tracing();
+    let (code_tx, code_rx) = tokio::sync::oneshot::channel::<Option<u16>>();
+    let code_tx = std::sync::Mutex::new(Some(code_tx));
+    let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+        let code_tx = code_tx.lock().unwrap().take();
+        async move {
+            peer.handshake().await;
+            if let Some(code_tx) = code_tx {
+                peer.send_raw(&format!("{{\"pad\":\"{}\"}}", "x".repeat(10_000)))
+                    .await;
+                let _ = code_tx.send(peer.close_code().await);
+                return;
+            }
+            let new = peer.expect("session/new").await;
+            peer.reply(&new, json!({"sessionId": "s2"})).await;
+            while peer.recv().await.is_some() {}
+        }
+    })
+    .await;
+    let mut cfg = config(&daemon);
+    cfg.max_frame_size = 4096;
+    let (client, _, mut events) = DaemonClient::connect(cfg).await.expect("connect");
+    let code = tokio::time::timeout(LIMIT, code_rx)
+        .await
+        .expect("the client closed within 30 s")
+        .expect("the daemon reports");
+    assert_eq!(code, Some(1009), "closed as \"message too big\"");
+    until(&mut events, |e| {
+        matches!(e, DaemonEvent::Reconnected { .. })
+    })
+    .await;
+    let s = client
+        .new_session("/")
+        .await
+        .expect("a session after the reconnect");
+    assert_eq!(s.session.as_str(), "s2");
+    client.close();
+}
+
 #[tokio::test]
 async fn f2_garbage_and_a_frame_without_tool_call_id_are_skipped_and_the_session_lives_on() {
     init_tracing();
