@@ -1222,6 +1222,9 @@ on_both! {
         };
         let before = session_of(&app).await;
         assert!(before.daemon_session.is_some(), "the command runs in a session");
+        // Meant for the old session: dropped by `/new`, as `/cancel` drops them.
+        app.core.accept(console::inbound("echo queued-1")).await.expect("accept");
+        app.core.accept(console::inbound("echo queued-2")).await.expect("accept");
         app.core.accept(console::inbound("/new")).await.expect("accept");
         app.core.accept(console::inbound("echo after")).await.expect("accept");
         rec.wait_for("the next command's result", |r| r.latest().iter().any(|(_, m)| m.title.starts_with("✅ echo after"))).await;
@@ -1230,6 +1233,11 @@ on_both! {
         assert!(sleep.title.starts_with("⏹ sleep 20; echo never — cancelled"), "the command's message ends: {sleep:#?}");
         let warnings: Vec<_> = rec.posts().into_iter().filter(|(_, m)| m.tone == Tone::Warning || m.tone == Tone::Error).collect();
         assert!(warnings.is_empty(), "no stall or error notice: {warnings:#?}");
+        assert!(
+            rec.posts().iter().any(|(_, m)| m.title == "Started over: cancelling the running turn (2 queued messages dropped); the next message opens a new agent session."),
+            "{:#?}", rec.posts()
+        );
+        assert!(!rec.posts().iter().any(|(_, m)| m.title.contains("queued-")), "the queued messages never ran");
         let after = session_of(&app).await;
         assert!(after.daemon_session.is_some() && after.daemon_session != before.daemon_session, "the next message ran in a new session: {:?} then {:?}", before.daemon_session, after.daemon_session);
         let mut c = app.store.conn().await.expect("conn");

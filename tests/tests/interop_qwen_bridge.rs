@@ -108,3 +108,106 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
     app.shutdown().await;
     drop(peer);
 }
+
+/// `/new` while qwen runs a command: the turn is cancelled at qwen, and what qwen then says of it
+/// ends the command's message; the next message, queued behind it, opens a new qwen session and
+/// runs there — no stall notice, nothing left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_qwen_bridge_new_while_a_command_runs() {
+    init_tracing();
+    let peer = match QwenPeer::start() {
+        Ok(p) => p,
+        Err(Unavailable::NotInstallable(why)) => {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED interop_qwen_bridge: the qwen-code daemon could not be installed from npm !!!!!!!!\n{why}\n"
+            );
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = Config::default();
+    cfg.database.url = format!("sqlite://{}", dir.path().join("qwen.db").display());
+    cfg.daemon.url = Some(peer.url.clone());
+    cfg.daemon.token = Some(peer.token.clone().into());
+    cfg.daemon.mode = Some("yolo".into());
+    cfg.daemon.cwd = Some(peer.workspace());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    let conversation = |app: &Application| {
+        let store = app.store.clone();
+        async move {
+            let mut c = store.conn().await.expect("conn");
+            chat_bridge::store::history::list(&mut c, &Default::default())
+                .await
+                .expect("list")
+                .items
+                .remove(0)
+        }
+    };
+    app.core
+        .accept(console::inbound(
+            "RUN 60000 python3 -c 'import time; time.sleep(40); print(42)'",
+        ))
+        .await
+        .expect("accept");
+    rec.wait_for("the command's message", |r| {
+        r.posts().iter().any(|(_, m)| m.tone == Tone::Running)
+    })
+    .await;
+    let (first, _) = rec
+        .posts()
+        .into_iter()
+        .find(|(_, m)| m.tone == Tone::Running)
+        .expect("posted");
+    let before = conversation(&app).await.daemon_session;
+    app.core
+        .accept(console::inbound("/new"))
+        .await
+        .expect("accept");
+    app.core
+        .accept(console::inbound("RUN 30000 echo after-new"))
+        .await
+        .expect("accept");
+    tokio::time::timeout(Duration::from_secs(90), app.core.wait_idle())
+        .await
+        .expect("both turns end");
+    while !chat_bridge::outbox_worker::drained(&app.store)
+        .await
+        .expect("store")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let latest = rec.latest();
+    let (_, sleep) = latest.iter().find(|(id, _)| *id == first).expect("shown");
+    assert!(
+        sleep.tone != Tone::Running && sleep.code.as_deref() != Some("42"),
+        "the command's message ends, cancelled: {latest:#?}"
+    );
+    assert!(
+        latest
+            .iter()
+            .any(|(_, m)| m.tone == Tone::Success && m.code.as_deref() == Some("after-new")),
+        "the next message ran: {latest:#?}"
+    );
+    assert!(
+        rec.with_tone(Tone::Warning).is_empty(),
+        "no stall notice: {latest:#?}"
+    );
+    let conv = conversation(&app).await;
+    assert!(
+        conv.daemon_session.is_some() && conv.daemon_session != before,
+        "a new qwen session: {before:?} then {:?}",
+        conv.daemon_session
+    );
+    let mut c = app.store.conn().await.expect("conn");
+    let calls = chat_bridge::store::tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    drop(c);
+    assert!(
+        calls.iter().all(|t| t.status != "running"),
+        "nothing left running: {calls:#?}"
+    );
+    app.shutdown().await;
+    drop(peer);
+}

@@ -55,6 +55,9 @@ impl Runner {
     }
 
     pub(super) async fn cmd_new(&mut self) -> Result<()> {
+        // Starting over: what waited behind the running turn was meant for the old session, and
+        // goes as `/cancel` drops it (a message sent after `/new` is queued then, not refused).
+        let extra = dropped_text(self.drop_queued());
         // A prompt still waiting for its files was never sent: nothing to cancel at the daemon.
         let unsent = self.unsent();
         // Durably: a thread let go from memory (idle) or a restarted bridge must not load it again.
@@ -72,11 +75,15 @@ impl Runner {
             self.state.abandon_session = true;
             let reached = self.core.client.cancel(&s).await.is_ok();
             let text = if reached {
-                "Started over: cancelling the running turn; the next message opens a new agent session."
+                format!(
+                    "Started over: cancelling the running turn{extra}; the next message opens a new agent session."
+                )
             } else {
-                "Started over: the running turn ends once the agent answers or its cancel grace runs out; the next message opens a new agent session."
+                format!(
+                    "Started over{extra}: the running turn ends once the agent answers or its cancel grace runs out; the next message opens a new agent session."
+                )
             };
-            return self.notice(Tone::Neutral, text).await;
+            return self.notice(Tone::Neutral, &text).await;
         }
         if let Some(s) = self.state.session.take() {
             lock(&self.core.sessions).remove(&s);
@@ -88,12 +95,14 @@ impl Runner {
         }
         self.notice(
             Tone::Neutral,
-            "Started over: the next message opens a new agent session.",
+            &format!("Started over{extra}: the next message opens a new agent session."),
         )
         .await
     }
 
-    pub(super) async fn cmd_cancel(&mut self) -> Result<()> {
+    /// Drops the prompts waiting behind the turn (their inbox entries are marked handled with the
+    /// next commit); how many.
+    fn drop_queued(&mut self) -> usize {
         let dropped = self.state.queue.drain();
         let n = dropped.len();
         for q in dropped {
@@ -102,14 +111,12 @@ impl Runner {
             }
         }
         self.core.busy_add(-(n as isize));
-        let extra = if n > 0 {
-            format!(
-                " ({n} queued {} dropped)",
-                crate::conversation::turn::plural(n, "message", "messages")
-            )
-        } else {
-            String::new()
-        };
+        n
+    }
+
+    pub(super) async fn cmd_cancel(&mut self) -> Result<()> {
+        let n = self.drop_queued();
+        let extra = dropped_text(n);
         // Its files still downloading: the prompt was never sent, so the turn ends here and the
         // daemon hears nothing.
         if self
@@ -185,7 +192,11 @@ impl Runner {
         });
         let text = status_text(
             self.state.turn.as_ref(),
-            self.state.session.as_ref(),
+            // One let go with its turn (`/new`, an interrupted turn) is not the next message's.
+            self.state
+                .session
+                .as_ref()
+                .filter(|_| !self.state.abandon_session),
             self.state.queue.len(),
             running_for,
             tokio::time::Instant::now(),
@@ -231,4 +242,15 @@ impl Runner {
     pub(super) async fn cmd_help(&mut self) -> Result<()> {
         self.notice(Tone::Neutral, HELP).await
     }
+}
+
+/// " (2 queued messages dropped)", or nothing when none was.
+fn dropped_text(n: usize) -> String {
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        " ({n} queued {} dropped)",
+        crate::conversation::turn::plural(n, "message", "messages")
+    )
 }
