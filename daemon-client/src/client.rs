@@ -1344,6 +1344,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn s1_a_token_file_read_again_gives_its_token_and_nothing_when_blank_or_gone() {
+        let dir = std::env::temp_dir().join(format!("cb-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("token");
+        std::fs::write(&file, "rotated\n").expect("write");
+        assert_eq!(
+            read_token(&file, "daemon").as_ref().map(Token::expose),
+            Some("rotated")
+        );
+        std::fs::write(&file, " \n").expect("write");
+        assert!(
+            read_token(&file, "daemon").is_none(),
+            "a blank file is never a blank token (S1)"
+        );
+        std::fs::remove_file(&file).expect("remove");
+        assert!(
+            read_token(&file, "daemon").is_none(),
+            "gone: the token read before stays"
+        );
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
     fn prompt_blocks_are_written_as_acp_names_them() {
         let link = PromptBlock::ResourceLink {
             uri: "file:///w/a.log".into(),
