@@ -245,6 +245,83 @@ on_both! {
         app.shutdown().await;
     }
 
+    // An outside tester's finding: a message sent right after `/new` or `/cancel`, while the
+    // cancelled turn still had a question open, was refused as "an approval is waiting" and lost.
+    // The cancel closes the turn's questions at once and the agent hears "cancelled" for each (as
+    // ACP has it); this daemon ends the cancelled turn only once it hears that, as a daemon
+    // waiting on its question would.
+    async fn r6_a_message_right_after_new_or_cancel_while_an_approval_waits_is_queued_not_refused(db) {
+        for command in ["/new", "/cancel"] {
+            let dir = tempfile::tempdir().expect("tmp");
+            let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+            let daemon = ScriptedDaemon::start(move |mut peer: Peer| {
+                let heard = heard_tx.clone();
+                async move {
+                    peer.handshake().await;
+                    let mut sessions = 0;
+                    let mut waiting: Option<serde_json::Value> = None;
+                    while let Some(msg) = peer.recv().await {
+                        match msg["method"].as_str() {
+                            Some("session/new") => {
+                                sessions += 1;
+                                peer.reply(&msg, json!({"sessionId": format!("s{sessions}")})).await;
+                            }
+                            Some("session/prompt") if waiting.is_none() && sessions == 1 && msg["params"]["prompt"].to_string().contains("first") => {
+                                peer.send(json!({"jsonrpc":"2.0","id":"perm-1","method":"session/request_permission","params":{
+                                    "sessionId":"s1","toolCall":{"toolCallId":"c1","title":"rm -rf build","kind":"execute"},
+                                    "options":[{"optionId":"once","kind":"allow_once","name":"Allow once"},{"optionId":"no","kind":"reject_once","name":"Reject"}]}})).await;
+                                waiting = Some(msg);
+                            }
+                            Some("session/prompt") => peer.reply(&msg, json!({"stopReason": "end_turn"})).await,
+                            // Ignored: the turn waits on its question.
+                            Some("session/cancel") => {}
+                            None if msg["id"] == "perm-1" => {
+                                let _ = heard.send(msg.clone());
+                                if let Some(prompt) = waiting.take() {
+                                    peer.reply(&prompt, json!({"stopReason": "cancelled"})).await;
+                                }
+                            }
+                            Some(_) if msg.get("id").is_some() => peer.reply(&msg, json!({})).await,
+                            _ => {}
+                        }
+                    }
+                }
+            })
+            .await;
+            let (rec, app) = on_scripted(&db.url, dir.path(), &daemon).await;
+            // Each command in a thread of its own (the database is the same).
+            let say = |text: &str| {
+                let mut m = as_user(text, "alice");
+                m.target.thread = command.into();
+                m
+            };
+            app.core.accept(say("first")).await.expect("accept");
+            rec.wait_for("the approval message", |r| r.posts().iter().any(|(_, m)| !m.buttons.is_empty())).await;
+            app.core.accept(say(command)).await.expect("accept");
+            app.core.accept(say("second")).await.expect("accept");
+            let answer = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.ok().flatten();
+            assert_eq!(
+                answer.as_ref().map(|a| a["result"]["outcome"]["outcome"].clone()),
+                Some(json!("cancelled")),
+                "{command}: the agent heard its question cancelled"
+            );
+            settle(&app).await;
+            let refused: Vec<_> = rec.with_tone(Tone::Warning).into_iter().filter(|m| m.title.contains("An approval is waiting")).collect();
+            assert!(refused.is_empty(), "{command}: the message was not refused: {refused:#?}");
+            let mut c = app.store.conn().await.expect("conn");
+            let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.into_iter().find(|c| c.thread == command).expect("the thread");
+            let ts = turns::of_conversation(&mut c, &conv.id).await.expect("turns");
+            drop(c);
+            assert_eq!(
+                ts.iter().map(|t| (t.prompt.as_str(), t.status.as_str())).collect::<Vec<_>>(),
+                [("first", "cancelled"), ("second", "ended")],
+                "{command}: the message ran after the cancelled turn"
+            );
+            assert!(rec.latest().iter().all(|(_, m)| m.buttons.is_empty()), "{command}: no question left open");
+            app.shutdown().await;
+        }
+    }
+
     async fn r6_an_approval_asked_before_a_restart_lapses_visibly_instead_of_waiting_for_clicks(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

@@ -74,6 +74,7 @@ impl Runner {
                 .record_cancel(tokio::time::Instant::now(), self.core.cfg.cancel_grace);
             self.state.abandon_session = true;
             let reached = self.core.client.cancel(&s).await.is_ok();
+            self.close_approvals_for_cancel().await?;
             let text = if reached {
                 format!(
                     "Started over: cancelling the running turn{extra}; the next message opens a new agent session."
@@ -138,6 +139,7 @@ impl Runner {
                         )
                         .await;
                 }
+                self.close_approvals_for_cancel().await?;
                 self.notice(
                     Tone::Neutral,
                     &format!("Cancelling the running turn{extra}…"),
@@ -179,6 +181,7 @@ impl Runner {
                 )
                 .await;
         }
+        self.close_approvals_for_cancel().await?;
         self.notice(
             Tone::Neutral,
             "Steering: cancelling the running turn; your message runs next.",

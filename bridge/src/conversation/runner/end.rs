@@ -92,20 +92,7 @@ impl Runner {
             // new session too.
             conversations::forget_session(tx.conn(), &self.conv.id, now_ms()).await?;
         }
-        for p in unanswered {
-            permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
-            let msg = render::permission(
-                &self.core.redactor,
-                &p.db_id,
-                &p.title,
-                &p.options,
-                p.detail.as_deref(),
-                Some((approvals::ENDED_HEADING, approvals::ENDED)),
-            );
-            let key = MessageKey::Permission(p.db_id.clone());
-            self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-                .await?;
-        }
+        self.close_unanswered(&mut tx, unanswered).await?;
         if !answer.is_empty() {
             self.record(
                 &mut tx,
@@ -183,6 +170,60 @@ impl Runner {
                 return Err(e);
             }
             break;
+        }
+        Ok(())
+    }
+
+    /// Questions a turn asked that nobody answered, closed with it: resolved in the store, their
+    /// buttons gone ("Not needed").
+    async fn close_unanswered(
+        &mut self,
+        tx: &mut crate::store::Tx,
+        unanswered: &[Pending],
+    ) -> Result<()> {
+        for p in unanswered {
+            permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
+            let msg = render::permission(
+                &self.core.redactor,
+                &p.db_id,
+                &p.title,
+                &p.options,
+                p.detail.as_deref(),
+                Some((approvals::ENDED_HEADING, approvals::ENDED)),
+            );
+            let key = MessageKey::Permission(p.db_id.clone());
+            self.enqueue(tx, &effects::edit(&self.target, &key, msg, false))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The turn is being cancelled (`/cancel`, `/new`, a steering message): the questions it
+    /// asked are closed now and the agent hears "cancelled" for each (ACP answers every pending
+    /// permission request so on a cancel) — so a message sent next is a prompt again, queued
+    /// behind the ending turn, not taken for an answer or refused.
+    pub(super) async fn close_approvals_for_cancel(&mut self) -> Result<()> {
+        let unanswered = self.state.approvals.take_all();
+        if unanswered.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        let closed = match self.close_unanswered(&mut tx, &unanswered).await {
+            Ok(()) => self.commit(tx).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = closed {
+            for p in unanswered {
+                self.state.approvals.ask(p);
+            }
+            return Err(e);
+        }
+        for p in unanswered {
+            let _ = self
+                .core
+                .client
+                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
+                .await;
         }
         Ok(())
     }
