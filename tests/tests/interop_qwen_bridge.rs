@@ -12,8 +12,9 @@ use chat_bridge_tests::init_tracing;
 use chat_bridge_tests::qwen::{QwenPeer, Unavailable};
 use chat_bridge_tests::recorder::Recorder;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interop_qwen_bridge_silent_command_and_timeout() {
+/// The real qwen daemon (yolo mode) and a bridge configuration for it on SQLite in a temporary
+/// folder; `None`, said loudly, when npm cannot install qwen.
+fn qwen_bridge_config() -> Option<(QwenPeer, tempfile::TempDir, Config)> {
     init_tracing();
     let peer = match QwenPeer::start() {
         Ok(p) => p,
@@ -21,7 +22,7 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
             eprintln!(
                 "\n!!!!!!!! SKIPPED interop_qwen_bridge: the qwen-code daemon could not be installed from npm !!!!!!!!\n{why}\n"
             );
-            return;
+            return None;
         }
     };
     let dir = tempfile::tempdir().expect("tmp");
@@ -31,6 +32,14 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
     cfg.daemon.token = Some(peer.token.clone().into());
     cfg.daemon.mode = Some("yolo".into());
     cfg.daemon.cwd = Some(peer.workspace());
+    Some((peer, dir, cfg))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_qwen_bridge_silent_command_and_timeout() {
+    let Some((peer, _dir, mut cfg)) = qwen_bridge_config() else {
+        return;
+    };
     cfg.liveness.idle = Duration::from_secs(12);
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
@@ -114,23 +123,9 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
 /// runs there — no stall notice, nothing left running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_qwen_bridge_new_while_a_command_runs() {
-    init_tracing();
-    let peer = match QwenPeer::start() {
-        Ok(p) => p,
-        Err(Unavailable::NotInstallable(why)) => {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED interop_qwen_bridge: the qwen-code daemon could not be installed from npm !!!!!!!!\n{why}\n"
-            );
-            return;
-        }
+    let Some((peer, _dir, cfg)) = qwen_bridge_config() else {
+        return;
     };
-    let dir = tempfile::tempdir().expect("tmp");
-    let mut cfg = Config::default();
-    cfg.database.url = format!("sqlite://{}", dir.path().join("qwen.db").display());
-    cfg.daemon.url = Some(peer.url.clone());
-    cfg.daemon.token = Some(peer.token.clone().into());
-    cfg.daemon.mode = Some("yolo".into());
-    cfg.daemon.cwd = Some(peer.workspace());
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
     let conversation = |app: &Application| {

@@ -118,6 +118,13 @@ impl Approvals {
         self.pending.get(id)
     }
 
+    /// Questions taken out whose closing could not be written: waiting again, as they were.
+    pub fn ask_again(&mut self, taken: Vec<Pending>) {
+        for p in taken {
+            self.ask(p);
+        }
+    }
+
     /// Takes every waiting request out (the turn that asked them ended).
     pub fn take_all(&mut self) -> Vec<Pending> {
         let mut out: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();

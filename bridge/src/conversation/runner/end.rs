@@ -41,18 +41,10 @@ impl Runner {
             // the step's retry (the database back) ends it then — taken out here, a retry would
             // find no turn, and the turn would stay open in the store and counted busy for good.
             self.state.turn = Some(turn);
-            for p in unanswered {
-                self.state.approvals.ask(p);
-            }
+            self.state.approvals.ask_again(unanswered);
             return Err(e);
         }
-        for p in unanswered {
-            let _ = self
-                .core
-                .client
-                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
-                .await;
-        }
+        self.answer_cancelled(unanswered).await;
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
         // Calls it never saw finish may still: their results then finish their messages.
         let turn_id = turn.row.id.clone();
@@ -213,11 +205,15 @@ impl Runner {
             Err(e) => Err(e),
         };
         if let Err(e) = closed {
-            for p in unanswered {
-                self.state.approvals.ask(p);
-            }
+            self.state.approvals.ask_again(unanswered);
             return Err(e);
         }
+        self.answer_cancelled(unanswered).await;
+        Ok(())
+    }
+
+    /// The agent hears "cancelled" for each of these questions (closed with their turn).
+    async fn answer_cancelled(&self, unanswered: Vec<Pending>) {
         for p in unanswered {
             let _ = self
                 .core
@@ -225,7 +221,6 @@ impl Runner {
                 .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
                 .await;
         }
-        Ok(())
     }
 
     /// Closes tool calls that will never finish (the daemon lost their session): stored as
