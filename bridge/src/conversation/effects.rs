@@ -87,6 +87,9 @@ pub enum Effect {
     /// Close tool calls that will never finish (stored as interrupted): (session-scoped call id,
     /// title).
     InterruptTools(Vec<(String, String)>),
+    /// Close tool calls whose cancel the agent never confirmed (stored as cancelled; their
+    /// messages say the bridge stopped following them): (session-scoped call id, title).
+    LetGoTools(Vec<(String, String)>),
     /// Tell the thread.
     Notice(Tone, String),
     /// End the turn with a status the bridge decided (interrupted, failed).

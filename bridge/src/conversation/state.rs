@@ -335,11 +335,18 @@ impl State {
                     });
                 }
                 if let Some(running) = due.unconfirmed_cancel {
-                    effects.push(Effect::InterruptTools(running));
+                    effects.push(Effect::LetGoTools(running));
+                    // After `/new` the session goes with the next message, and what the agent
+                    // still sends for it is shown only until then.
+                    let after = if self.abandon_session {
+                        "Whatever the agent still sends for it is posted as it arrives, until the next message opens a new agent session."
+                    } else {
+                        "Whatever the agent still sends is posted as it arrives, apart from any turn."
+                    };
                     effects.push(Effect::Notice(
                         crate::channel::Tone::Warning,
                         format!(
-                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. Whatever the agent still sends is posted as it arrives, apart from any turn.",
+                            "The agent did not confirm the cancel within {}; the turn is ended here and the thread is free. {after}",
                             daemon_client::liveness::human_duration(cfg.cancel_grace)
                         ),
                     ));

@@ -180,6 +180,17 @@ pub fn tool_interrupted(r: &Redactor, title: &str) -> Message {
     m
 }
 
+/// A tool whose cancel the agent never confirmed: the bridge stopped following it.
+#[must_use]
+pub fn tool_let_go(r: &Redactor, title: &str) -> Message {
+    let mut m = Message::text(Tone::Neutral, format!("⏹ {} — cancelled", r.redact(title)));
+    m.body = Some(
+        "The agent did not confirm the cancel; the bridge stopped following this command (the agent may still be running it)."
+            .into(),
+    );
+    m
+}
+
 /// A draft the answer streams into (R5): the text so far (its start, when it is longer than a
 /// message carries), or — `done` — the text the agent wrote before it ran tools.
 #[must_use]

@@ -115,6 +115,7 @@ impl Runner {
             Effect::EndTurn(stop) => self.end_turn(Some(stop), None).await,
             Effect::EndTurnAs(status) => self.end_turn(None, Some(status)).await,
             Effect::InterruptTools(tools) => self.interrupt_tools(tools).await,
+            Effect::LetGoTools(tools) => self.let_go_tools(tools).await,
             Effect::Notice(tone, text) => self.notice(tone, &text).await,
             Effect::PostLate(text) => self.post_late(&text).await,
             Effect::ExpireApproval(p) => self.expire(p).await,

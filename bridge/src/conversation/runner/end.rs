@@ -226,20 +226,49 @@ impl Runner {
     /// Closes tool calls that will never finish (the daemon lost their session): stored as
     /// `interrupted`, their messages say so.
     pub(super) async fn interrupt_tools(&mut self, tools: Vec<(String, String)>) -> Result<()> {
+        self.close_tools(
+            tools,
+            ToolOutcome::Interrupted,
+            "the agent lost the session",
+            render::tool_interrupted,
+        )
+        .await
+    }
+
+    /// Closes tool calls whose cancel the agent never confirmed within the grace: stored as
+    /// cancelled, their messages say the bridge stopped following them (the agent may still run
+    /// them) — not that the agent lost them.
+    pub(super) async fn let_go_tools(&mut self, tools: Vec<(String, String)>) -> Result<()> {
+        self.close_tools(
+            tools,
+            ToolOutcome::Cancelled,
+            "the agent did not confirm the cancel",
+            render::tool_let_go,
+        )
+        .await
+    }
+
+    async fn close_tools(
+        &mut self,
+        tools: Vec<(String, String)>,
+        outcome: ToolOutcome,
+        summary: &str,
+        shown: fn(&crate::core::redact::Redactor, &str) -> crate::channel::Message,
+    ) -> Result<()> {
         if tools.is_empty() {
             return Ok(());
         }
         let mut tx = self.begin().await?;
         for (scoped, title) in tools {
             let finish = tool_calls::Finish {
-                outcome: ToolOutcome::Interrupted.as_str(),
-                summary: Some("the agent lost the session"),
+                outcome: outcome.as_str(),
+                summary: Some(summary),
                 output: "",
                 exit_code: None,
                 signal: None,
             };
             tool_calls::finish(tx.conn(), &self.conv.id, &scoped, &finish, now_ms()).await?;
-            let msg = render::tool_interrupted(&self.core.redactor, &title);
+            let msg = shown(&self.core.redactor, &title);
             let key = MessageKey::Tool(scoped);
             self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
                 .await?;

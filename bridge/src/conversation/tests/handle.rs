@@ -447,13 +447,22 @@ fn t2_a_cancel_the_daemon_never_confirms_ends_the_turn_after_the_grace_and_frees
     let effects = s.handle(Event::Timer, clock.advance(secs(1)), &c);
     assert_eq!(effects.len(), 3, "{effects:#?}");
     assert!(
-        matches!(&effects[0], Effect::InterruptTools(t) if t.len() == 1 && t[0].1 == "sleep 60"),
+        matches!(&effects[0], Effect::LetGoTools(t) if t.len() == 1 && t[0].1 == "sleep 60"),
         "{effects:#?}"
     );
     assert!(
         matches!(&effects[1], Effect::Notice(_, t) if t.contains("did not confirm the cancel"))
     );
     assert_eq!(effects[2], Effect::EndTurnAs(TurnStatus::Cancelled));
+    // After `/new` (its session goes with the next message) the notice does not promise more.
+    let mut s = running(&clock, &c);
+    s.abandon_session = true;
+    s.record_cancel(clock.now(), c.cancel_grace);
+    let effects = s.handle(Event::Timer, clock.advance(secs(10)), &c);
+    assert!(
+        effects.iter().any(|e| matches!(e, Effect::Notice(_, t) if t.contains("until the next message opens a new agent session"))),
+        "{effects:#?}"
+    );
     // A confirmation in time ends the turn the normal way: nothing is due then.
     let mut s = running(&clock, &c);
     s.record_cancel(clock.now(), c.cancel_grace);
