@@ -272,7 +272,7 @@ pub async fn deliver_step(
         None => {
             // The intent, committed before the platform sees anything (D1/Q1).
             let intent = async {
-                let mut c = store.conn().await?;
+                let mut c = store.write_conn().await?;
                 message_map::put(&mut c, &a.conversation_id, &key, "", cx.clock.now_ms()).await
             };
             if let Err(e) = intent.await {
@@ -430,7 +430,7 @@ async fn post_instead_of_file(
                 None => channel.post_keyed(target, m, &idempotency).await?,
             },
             None => {
-                let mut c = store.conn().await.map_err(store_error)?;
+                let mut c = store.write_conn().await.map_err(store_error)?;
                 message_map::put(&mut c, conversation_id, &part_key, "", cx.clock.now_ms())
                     .await
                     .map_err(store_error)?;

@@ -69,7 +69,7 @@ pub async fn run_due(core: &Arc<Core>, clock: &dyn Clock) -> Result<usize, store
         };
         // Recorded first (D2): a crash before the schedule moves on finds the same run recorded.
         core.accept(run).await?;
-        let mut c = core.store.conn().await?;
+        let mut c = core.store.write_conn().await?;
         match s.every_ms {
             Some(every) => {
                 schedules::advance(

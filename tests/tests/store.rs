@@ -779,6 +779,74 @@ async fn d1_a_transaction_begun_while_holding_a_connection_on_sqlite_does_not_wa
     store.close().await;
 }
 
+/// P2 on SQLite (item 1): writes outside a transaction — delivery claims and marks, heartbeat
+/// counts, inbox entries, message intents — queue for the one transaction connection with the
+/// transactions. On connections of their own they contended with it for SQLite's write lock, and
+/// whichever lost slept in SQLite's busy handler (1, 2, 5 … 100 ms a try: ~10,000 such sleeps in
+/// one P2 run at 1,000 sessions, none after). Reads keep their own connections.
+#[tokio::test]
+async fn p2_writes_outside_a_transaction_on_sqlite_queue_for_the_one_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("writer.db").display());
+    let store = Store::open(&url).await.expect("open");
+    let conv = conversation(&store, "writer").await;
+    let mut tx = store.begin().await.expect("a transaction holds the writer");
+    outbox::enqueue(tx.conn(), &action(&conv, "in the transaction"), T0)
+        .await
+        .expect("a write in the transaction");
+    for (which, waited) in [
+        (
+            "write_conn",
+            tokio::time::timeout(Duration::from_millis(300), store.write_conn())
+                .await
+                .is_err(),
+        ),
+        (
+            "relaxed_conn",
+            tokio::time::timeout(Duration::from_millis(300), store.relaxed_conn())
+                .await
+                .is_err(),
+        ),
+    ] {
+        assert!(
+            waited,
+            "{which} was handed a connection while a transaction held the writer: a second writer"
+        );
+    }
+    let mut reader = tokio::time::timeout(Duration::from_secs(2), store.conn())
+        .await
+        .expect("a read never waits for the writer")
+        .expect("a connection");
+    assert_eq!(
+        outbox::stats(&mut reader, T0).await.expect("stats").pending,
+        0,
+        "the reader sees the last commit, not the open transaction"
+    );
+    drop(reader);
+    let queued = {
+        let store = store.clone();
+        let conv = conv.clone();
+        tokio::spawn(async move {
+            let mut c = store.write_conn().await?;
+            outbox::enqueue(&mut c, &action(&conv, "queued"), T0).await
+        })
+    };
+    tx.commit().await.expect("commit");
+    tokio::time::timeout(Duration::from_secs(2), queued)
+        .await
+        .expect("the queued write gets the writer once the transaction commits")
+        .expect("task")
+        .expect("the queued write");
+    let mut c = store.conn().await.expect("conn");
+    assert_eq!(
+        outbox::stats(&mut c, T0).await.expect("stats").pending,
+        2,
+        "both writes are in"
+    );
+    drop(c);
+    store.close().await;
+}
+
 /// P2 on SQLite: a commit does not copy the write-ahead log back into the database (SQLite's
 /// default every 1,000 pages put milliseconds on the commit that crossed it); the store's
 /// checkpoint, which the bridge runs every second off the writers' path, does.

@@ -328,7 +328,7 @@ impl Application {
     ) -> anyhow::Result<Option<Self>> {
         {
             // This process is the one active replica: claims left by a previous run are void.
-            let mut c = store.conn().await?;
+            let mut c = store.write_conn().await?;
             let released = crate::store::outbox::release_claims(&mut c).await?;
             if released > 0 {
                 tracing::info!(released, "released outbox claims left by a previous run");

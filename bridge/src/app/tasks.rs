@@ -67,7 +67,7 @@ pub async fn prune_inbox_once(
     clock: &dyn Clock,
 ) -> Result<u64, crate::store::StoreError> {
     let keep = i64::try_from(INBOX_KEEP.as_millis()).unwrap_or(i64::MAX);
-    let mut c = store.conn().await?;
+    let mut c = store.write_conn().await?;
     crate::store::inbound::prune(&mut c, clock.now_ms().saturating_sub(keep)).await
 }
 

@@ -60,7 +60,7 @@ impl Core {
     pub async fn record_inbound(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
         let payload =
             serde_json::to_string(msg).map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
-        let mut c = self.store.conn().await?;
+        let mut c = self.store.write_conn().await?;
         if inbound::record(&mut c, &msg.platform, &msg.event_id, &payload, now_ms()).await?
             == inbound::Seen::Duplicate
         {
@@ -78,9 +78,8 @@ impl Core {
     /// # Errors
     /// Transient store errors; the event stays in the inbox, so calling this again is safe.
     pub async fn dispatch_inbound(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
-        let mut c = self.store.conn().await?;
         loop {
-            match self.dispatch(&mut c, msg.clone()).await {
+            match self.dispatch(msg.clone()).await {
                 Err(e) if !e.is_transient() => {
                     tracing::error!(platform = %msg.platform, event = %msg.event_id, error = %e, "an inbound event could not be handed on");
                     if self.inbound_failed(&msg, &e, true).await? != AfterFailure::Again {
@@ -97,11 +96,10 @@ impl Core {
     /// inbox (durably, before the runner has it) once nothing but the hand-over is left, so a
     /// transient fault before it is not counted and a crash after it is; an event that already
     /// failed `inbound_attempts` times — crashes included — is set aside instead.
-    async fn dispatch(
-        self: &Arc<Self>,
-        c: &mut sqlx::AnyConnection,
-        msg: Inbound,
-    ) -> Result<(), store::StoreError> {
+    ///
+    /// Each store step takes the writer for itself alone ([`store::Store::write_conn`]): moving a
+    /// conversation off a removed project and setting an event aside begin transactions.
+    async fn dispatch(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
         let msg = storable_inbound(msg);
         // A thread opened with a command (`/help`) is titled by its first prompt instead.
         let title: String = match msg.kind.text() {
@@ -117,17 +115,28 @@ impl Core {
             channel: &msg.target.channel,
             thread: &msg.target.thread,
         };
-        let conv = if msg.opens {
-            conversations::find_or_create_in(c, &key, self.project(), &msg.user, &title, now_ms())
+        let conv = {
+            let mut c = self.store.write_conn().await?;
+            if msg.opens {
+                conversations::find_or_create_in(
+                    &mut c,
+                    &key,
+                    self.project(),
+                    &msg.user,
+                    &title,
+                    now_ms(),
+                )
                 .await?
                 .0
-        } else {
-            match conversations::find(c, &key).await? {
-                Some(conv) => conv,
-                None => {
-                    tracing::debug!(platform = %msg.platform, "reply in a thread the bridge does not own ignored");
-                    inbound::mark_handled(c, &msg.platform, &msg.event_id, now_ms()).await?;
-                    return Ok(());
+            } else {
+                match conversations::find(&mut c, &key).await? {
+                    Some(conv) => conv,
+                    None => {
+                        tracing::debug!(platform = %msg.platform, "reply in a thread the bridge does not own ignored");
+                        inbound::mark_handled(&mut c, &msg.platform, &msg.event_id, now_ms())
+                            .await?;
+                        return Ok(());
+                    }
                 }
             }
         };
@@ -140,9 +149,14 @@ impl Core {
             // daemon.
             tracing::info!(conversation = %conv.id, from = %conv.project, to = self.project(), "a conversation of a project no longer configured");
             self.project_gone(&conv, Some(self.project())).await?;
-            conversations::get(c, &conv.id).await?.unwrap_or(conv)
+            let mut c = self.store.conn().await?;
+            conversations::get(&mut c, &conv.id).await?.unwrap_or(conv)
         };
-        match inbound::start_attempt(c, &msg.platform, &msg.event_id).await? {
+        let attempt = {
+            let mut c = self.store.write_conn().await?;
+            inbound::start_attempt(&mut c, &msg.platform, &msg.event_id).await?
+        };
+        match attempt {
             None => return Ok(()),
             Some(n) if n > self.cfg.inbound_attempts => {
                 let reason = format!(
@@ -168,7 +182,7 @@ impl Core {
     /// # Errors
     /// Store errors.
     pub(crate) async fn count_attempt(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
-        let mut c = self.store.conn().await?;
+        let mut c = self.store.write_conn().await?;
         Ok(inbound::start_attempt(&mut c, &msg.platform, &msg.event_id)
             .await?
             .is_some())
@@ -187,8 +201,11 @@ impl Core {
         count: bool,
     ) -> Result<AfterFailure, store::StoreError> {
         let reason = failure_reason(e);
-        let mut c = self.store.conn().await?;
-        match inbound::failed(&mut c, &msg.platform, &msg.event_id, &reason, count).await? {
+        let failed = {
+            let mut c = self.store.write_conn().await?;
+            inbound::failed(&mut c, &msg.platform, &msg.event_id, &reason, count).await?
+        };
+        match failed {
             None => Ok(AfterFailure::Gone),
             Some(n) if n >= self.cfg.inbound_attempts => {
                 self.set_aside(msg, &reason, n).await?;
@@ -213,7 +230,7 @@ impl Core {
             Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 tracing::error!(platform = %msg.platform, event = %msg.event_id, error = %e, "no notice for a dead letter");
-                let mut c = self.store.conn().await?;
+                let mut c = self.store.write_conn().await?;
                 if !inbound::set_aside(&mut c, &msg.platform, &msg.event_id, reason, now_ms())
                     .await?
                 {
@@ -516,7 +533,7 @@ impl Core {
         event_id: &str,
     ) -> Result<(), store::StoreError> {
         tracing::debug!(%platform, event = %event_id, "an inbox event from a channel that serves no project dropped");
-        let mut c = self.store.conn().await?;
+        let mut c = self.store.write_conn().await?;
         inbound::mark_handled(&mut c, platform, event_id, now_ms()).await
     }
 
@@ -527,7 +544,7 @@ impl Core {
         platform: &str,
         event_id: &str,
     ) -> Result<(), store::StoreError> {
-        let mut c = self.store.conn().await?;
+        let mut c = self.store.write_conn().await?;
         if inbound::set_aside(
             &mut c,
             platform,

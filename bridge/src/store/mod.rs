@@ -199,9 +199,9 @@ pub struct Store {
     /// writer, so transactions queue here fairly and are handed the connection the moment it is
     /// free, instead of sleeping in SQLite's busy handler.
     pool: AnyPool,
-    /// Single statements and groups of statements that need not be atomic ([`Store::conn`]). On an
-    /// SQLite file a few connections of their own, so code that holds one while it begins a
-    /// transaction never waits for itself; elsewhere `pool`.
+    /// Reads outside a transaction ([`Store::conn`]). On an SQLite file a few connections of their
+    /// own, so code that holds one while it begins a transaction never waits for itself (writes
+    /// outside a transaction take `pool`: [`Store::write_conn`]); elsewhere `pool`.
     shared: AnyPool,
     /// Bookkeeping whose loss is harmless — delivery claims, "delivered" marks and retries, and
     /// heartbeat counts: on PostgreSQL its own few connections with `synchronous_commit = off`, so
@@ -542,12 +542,29 @@ impl Store {
         &self.shared
     }
 
-    /// A pooled connection for a few statements that need not be atomic.
+    /// A pooled connection for a few statements that need not be atomic: reads that must see the
+    /// last commit, and code that holds a connection while it begins a transaction. Writes go
+    /// through [`Store::write_conn`] (or [`Store::relaxed_conn`]): on an SQLite file this is a
+    /// connection beside the one writer, and a write here would wait for SQLite's lock in its busy
+    /// handler, which sleeps 1, 2, 5, 10 … 100 ms between tries.
     ///
     /// # Errors
     /// [`StoreError::Query`] when no connection can be had.
     pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
         Ok(self.shared.acquire().await?)
+    }
+
+    /// A pooled connection for a few writes that need not be atomic (and the reads among them). On
+    /// an SQLite file it is the one transaction connection, so the writes queue with the
+    /// transactions in the pool, fairly and without a sleep, instead of contending with them for
+    /// SQLite's write lock; elsewhere the main pool. Held for its statements only: whoever holds
+    /// it must not begin a transaction or ask for another one meanwhile (on SQLite that waits for
+    /// itself until the pool's timeout).
+    ///
+    /// # Errors
+    /// [`StoreError::Query`] when no connection can be had.
+    pub async fn write_conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
+        Ok(self.pool.acquire().await?)
     }
 
     /// A connection for reads only (history, the UI, metrics): on an SQLite file one of its
@@ -578,15 +595,14 @@ impl Store {
     }
 
     /// A connection for delivery bookkeeping whose commits may be lost by a database crash (see
-    /// the `relaxed` field): claims, "delivered" marks, retries. Never for state or intents.
+    /// the `relaxed` field): claims, "delivered" marks, retries. Never for state or intents. On
+    /// SQLite the one transaction connection, as for [`Store::write_conn`] (and under the same
+    /// rule: never held while beginning a transaction).
     ///
     /// # Errors
     /// [`StoreError::Query`] when no connection can be had.
     pub async fn relaxed_conn(&self) -> Result<sqlx::pool::PoolConnection<Any>> {
-        match self.backend {
-            Backend::Sqlite => Ok(self.shared.acquire().await?),
-            Backend::Postgres => Ok(self.relaxed.acquire().await?),
-        }
+        Ok(self.relaxed.acquire().await?)
     }
 
     /// A transaction on the bookkeeping connections (see [`Store::relaxed_conn`]).

@@ -131,7 +131,7 @@ impl Runner {
     /// this is lost, the attempt simply stays counted.
     async fn taken(&self, event: Option<&crate::conversation::inbox::EventKey>) {
         if let Some((platform, id)) = event
-            && let Ok(mut c) = self.core.store.conn().await
+            && let Ok(mut c) = self.core.store.write_conn().await
         {
             let _ = inbound::taken(&mut c, platform, id).await;
         }
@@ -158,7 +158,7 @@ impl Runner {
                 if let Some((platform, id)) = &event {
                     // Waiting behind a turn is not failing: restarts meanwhile do not count (S4).
                     // Best effort: if this is lost, the attempt simply stays counted.
-                    if let Ok(mut c) = self.core.store.conn().await {
+                    if let Ok(mut c) = self.core.store.write_conn().await {
                         let _ = inbound::taken(&mut c, platform, id).await;
                     }
                 }

@@ -223,7 +223,7 @@ impl Runner {
                     if let Some(before) = idle {
                         let at = before
                             .saturating_add(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX));
-                        let mut c = self.core.store.conn().await?;
+                        let mut c = self.core.store.write_conn().await?;
                         conversations::touch(&mut c, &self.conv.id, "active", at).await?;
                     }
                     return self.notice(Tone::Warning, &text).await;
@@ -253,7 +253,7 @@ impl Runner {
                         // at every sweep.
                         let at = before
                             .saturating_add(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX));
-                        let mut c = self.core.store.conn().await?;
+                        let mut c = self.core.store.write_conn().await?;
                         conversations::touch(&mut c, &self.conv.id, "active", at).await?;
                     }
                     return self.notice(Tone::Warning, &text).await;

@@ -61,7 +61,7 @@ impl Runner {
         // A prompt still waiting for its files was never sent: nothing to cancel at the daemon.
         let unsent = self.unsent();
         // Durably: a thread let go from memory (idle) or a restarted bridge must not load it again.
-        let mut c = self.core.store.conn().await?;
+        let mut c = self.core.store.write_conn().await?;
         conversations::forget_session(&mut c, &self.conv.id, now_ms()).await?;
         drop(c);
         self.conv.daemon_session = None;

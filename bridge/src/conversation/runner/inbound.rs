@@ -133,7 +133,7 @@ impl Runner {
                 // Held, not dropped (L7): still counted as busy, its inbox entry still unhandled.
                 tracing::info!(conversation = %self.conv.id, "the agent is unreachable; the prompt is held until it is back");
                 // The whole prompt is held, with its note and what was merged into it.
-                if let Ok(mut c) = self.core.store.conn().await {
+                if let Ok(mut c) = self.core.store.write_conn().await {
                     for (platform, id) in q.events() {
                         let _ = crate::store::inbound::taken(&mut c, &platform, &id).await;
                     }
@@ -228,7 +228,7 @@ impl Runner {
             let stop = self.core.shutdown.child_token();
             let events = q.events();
             // Waiting, not failing: restarts meanwhile do not count against it (S4).
-            if let Ok(mut c) = self.core.store.conn().await {
+            if let Ok(mut c) = self.core.store.write_conn().await {
                 for (platform, id) in &events {
                     let _ = crate::store::inbound::taken(&mut c, platform, id).await;
                 }
@@ -557,7 +557,7 @@ impl Runner {
         }
         lock(&self.core.sessions).insert(new.session.clone(), self.conv.id.clone());
         let cwd = dir.display().to_string();
-        if let Ok(mut c) = self.core.store.conn().await {
+        if let Ok(mut c) = self.core.store.write_conn().await {
             let _ = conversations::set_session(
                 &mut c,
                 &self.conv.id,

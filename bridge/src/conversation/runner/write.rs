@@ -119,7 +119,7 @@ impl Runner {
 
     /// Marks one inbox entry handled on its own.
     pub(super) async fn mark_alone(&self, (platform, event): &EventKey) -> Result<()> {
-        let mut c = self.core.store.conn().await?;
+        let mut c = self.core.store.write_conn().await?;
         inbound::mark_handled(&mut c, platform, event, now_ms()).await
     }
 
