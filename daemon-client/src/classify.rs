@@ -12,9 +12,11 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 
 use crate::event::{
-    DaemonEvent, Outcome, PermissionRequest, PlanEntry, StopReason, ToolInfo, ToolResult,
+    DaemonEvent, Outcome, PermissionRequest, PlanEntry, ShellProgress, StopReason, ToolInfo,
+    ToolResult,
 };
 use crate::ids::{RequestId, SessionId, ToolCallId};
+use crate::shape::Shape;
 use crate::wire::{
     Envelope, FastParams, FastUpdate, Meta, MetaSource, PermissionParams, RawMeta, RpcErrorObject,
     Update, UpdateParams, VendorData, VendorNotify,
@@ -138,7 +140,17 @@ impl SessionCalls {
 pub struct Classifier {
     sessions: Map<SessionId, SessionCalls>,
     stats: ClassifierStats,
+    /// The last heartbeat's shape, which the next heartbeats are checked against before the reader
+    /// reads them (`crate::shape`).
+    shape: Option<Shape>,
+    /// Heartbeats the reader read since the shape was learned (they missed it): past
+    /// [`RELEARN_AFTER`], the next one's shape is learned instead.
+    shape_misses: u32,
 }
+
+/// Heartbeats of another shape before the classifier learns theirs: a daemon that changed its
+/// heartbeat is followed soon, one that alternates two costs a learning every so many frames.
+const RELEARN_AFTER: u32 = 32;
 
 /// A frame that failed to decode: the reason carries no frame content (R4).
 fn json_error(e: &serde_json::Error) -> String {
@@ -184,12 +196,25 @@ impl Classifier {
         let inbound = match std::str::from_utf8(bytes) {
             // The hot path: a `session/update` read by hand in one validating pass.
             Ok(text) => {
+                // A heartbeat shaped as the last one: its ids and numbers are all there is to read.
+                if let Some(event) = self
+                    .shape
+                    .as_ref()
+                    .and_then(|s| s.read(text))
+                    .and_then(|b| self.heartbeat(b.session, b.call, b.progress))
+                {
+                    self.count(&event);
+                    return event;
+                }
                 let mut p = UpdateParams {
                     session_id: None,
                     update: None,
                 };
                 match crate::scan::session_update(text, &mut p) {
-                    Some(()) => Inbound::Event(self.scanned_update(&mut p)),
+                    Some(()) => {
+                        self.learn(text, &p);
+                        Inbound::Event(self.scanned_update(&mut p))
+                    }
                     None => self.classify_serde_text(text),
                 }
             }
@@ -400,23 +425,51 @@ impl Classifier {
     fn scanned_update<'a>(&mut self, p: &mut UpdateParams<'a, Option<Meta<'a>>>) -> DaemonEvent {
         if let (Some(sid), Some(u)) = (p.session_id.as_deref(), &p.update)
             && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id.as_deref())
-            && let Some(session) = self.intern_session(sid)
+            && let Some(Inbound::Event(event)) = self.heartbeat(sid, call, progress)
         {
-            return match self.calls(&session).intern(call) {
-                Some((call, true)) => DaemonEvent::LateUpdate { session, call },
-                Some((call, false)) => DaemonEvent::ToolProgress {
-                    session,
-                    call,
-                    progress,
-                    beats: 1,
-                },
-                None => malformed(
-                    Some(session),
-                    "tool_call_update without a valid toolCallId".into(),
-                ),
-            };
+            return event;
         }
         self.update_params(p)
+    }
+
+    /// The event of a heartbeat (F1) of session `sid`'s call `call`; `None` when `sid` is no valid
+    /// session id (the frame then takes the general path, which says so).
+    fn heartbeat(&mut self, sid: &str, call: &str, progress: ShellProgress) -> Option<Inbound> {
+        let session = self.intern_session(sid)?;
+        Some(Inbound::Event(match self.calls(&session).intern(call) {
+            Some((call, true)) => DaemonEvent::LateUpdate { session, call },
+            Some((call, false)) => DaemonEvent::ToolProgress {
+                session,
+                call,
+                progress,
+                beats: 1,
+            },
+            None => malformed(
+                Some(session),
+                "tool_call_update without a valid toolCallId".into(),
+            ),
+        }))
+    }
+
+    /// Learns the shape of `text`, which the reader read into `p`, when it is a heartbeat and no
+    /// shape is held, or the held one has missed [`RELEARN_AFTER`] heartbeats.
+    fn learn<'a>(&mut self, text: &'a str, p: &UpdateParams<'a, Option<Meta<'a>>>) {
+        let (Some(Cow::Borrowed(sid)), Some(u)) = (&p.session_id, &p.update) else {
+            return;
+        };
+        let (Some(progress), Some(Cow::Borrowed(call))) = (u.heartbeat(), &u.tool_call_id) else {
+            return;
+        };
+        if self.shape.is_some() {
+            self.shape_misses += 1;
+            if self.shape_misses < RELEARN_AFTER {
+                return;
+            }
+        }
+        self.shape_misses = 0;
+        if let Some(shape) = Shape::learn(text, sid, call, progress) {
+            self.shape = Some(shape);
+        }
     }
 
     /// The tool calls of an interned session.

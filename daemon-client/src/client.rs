@@ -399,6 +399,22 @@ struct Shared {
     shutdown: CancellationToken,
 }
 
+/// How many things read from the connection are taken in one go (see `serve_connection`).
+const READ_AT_ONCE: usize = 64;
+
+/// `fut`'s output when it is ready at once: polled once, with no one to wake (a `Pending` is
+/// polled again, with the task's waker, by the `select!` it came from).
+fn ready_now<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    match fut
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -1032,26 +1048,60 @@ impl Shared {
                 () = pong_wait => {
                     return format!("no pong within {:?}", self.cfg.pong_timeout);
                 }
-                incoming = link.next() => match incoming {
-                    Incoming::Pong => pong_deadline = None,
-                    Incoming::Nothing => {}
-                    Incoming::Ended(reason) => {
-                        link.close().await;
-                        return reason;
-                    }
-                    Incoming::TooBig(reason) => {
-                        link.close_too_big().await;
-                        return reason;
-                    }
-                    frame => {
-                        if let Some(bytes) = frame.bytes() {
-                            self.handle_frame(bytes).await;
+                incoming = link.next() => {
+                    // The frames already read off the connection are taken here, not one per
+                    // turn of this `select!`: setting its futures up again for every frame
+                    // (the shutdown's, the queue's, the timers') cost more than a heartbeat's
+                    // classification. A few at a time, so what we send, pings and a shutdown
+                    // keep their turn.
+                    let mut incoming = incoming;
+                    let mut taken = 0;
+                    loop {
+                        if let Some(reason) =
+                            self.take_incoming(&mut link, &mut pong_deadline, incoming).await
+                        {
+                            return reason;
+                        }
+                        taken += 1;
+                        if taken == READ_AT_ONCE || self.shutdown.is_cancelled() {
+                            break;
+                        }
+                        match ready_now(link.next()) {
+                            Some(next) => incoming = next,
+                            None => break,
                         }
                     }
-                },
+                }
                 () = std::future::ready(()), if folded => self.hand_on_folded().await,
             }
         }
+    }
+
+    /// Acts on one thing read from the connection; `Some(reason)` when it ended the connection.
+    async fn take_incoming(
+        &self,
+        link: &mut Link,
+        pong_deadline: &mut Option<Instant>,
+        incoming: Incoming,
+    ) -> Option<String> {
+        match incoming {
+            Incoming::Pong => *pong_deadline = None,
+            Incoming::Nothing => {}
+            Incoming::Ended(reason) => {
+                link.close().await;
+                return Some(reason);
+            }
+            Incoming::TooBig(reason) => {
+                link.close_too_big().await;
+                return Some(reason);
+            }
+            frame => {
+                if let Some(bytes) = frame.bytes() {
+                    self.handle_frame(bytes).await;
+                }
+            }
+        }
+        None
     }
 
     async fn handle_frame(&self, bytes: &[u8]) {

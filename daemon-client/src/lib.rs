@@ -22,6 +22,7 @@
 //! - [`error`]: `Error`, named for what the caller does next.
 //! - [`mask`]: URLs with their credentials masked, for logs and errors (S2).
 //! - `scan`: the hand-written validating reader of the hot `session/update` frames.
+//! - `shape`: the last heartbeat's shape, against which the next ones are checked before a read.
 
 pub mod classify;
 pub mod client;
@@ -32,6 +33,7 @@ pub mod ids;
 pub mod liveness;
 pub mod mask;
 mod scan;
+mod shape;
 pub mod stdio;
 mod transport;
 pub mod wire;

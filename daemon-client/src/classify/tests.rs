@@ -579,11 +579,25 @@ proptest::proptest! {
 /// Issue 20: the hand-written reader (`crate::scan`) and the serde path classify `bytes` the
 /// same: the same `Inbound`, the same counters, and the classifiers stay in step (F4 state).
 fn assert_paths_agree(bytes: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
+    assert_paths_agree_after(&[], bytes)
+}
+
+/// [`assert_paths_agree`] after both classifiers classified `before` (the fast one learning the
+/// shape of a heartbeat among them, `crate::shape`, which `bytes` is then checked against).
+fn assert_paths_agree_after(
+    before: &[u8],
+    bytes: &[u8],
+) -> Result<(), proptest::test_runner::TestCaseError> {
     let start =
         update(r#"{"sessionUpdate":"tool_call","toolCallId":"c1","title":"t","kind":"execute"}"#);
     let (mut fast, mut serde) = (Classifier::new(), Classifier::new());
     for c in [&mut fast, &mut serde] {
         let _ = c.classify(start.as_bytes());
+    }
+    if !before.is_empty() {
+        let a = format!("{:?}", fast.classify(before));
+        let b = format!("{:?}", serde.classify_serde(before));
+        proptest::prop_assert_eq!(a, b);
     }
     let a = format!("{:?}", fast.classify(bytes));
     let b = format!("{:?}", serde.classify_serde(bytes));
@@ -824,7 +838,8 @@ proptest::proptest! {
         ),
     ) {
         let frames = &*SMALL_CAPTURES;
-        let mut bytes = frames[pick.index(frames.len())].clone();
+        let original = &frames[pick.index(frames.len())];
+        let mut bytes = original.clone();
         for (at, byte, op) in edits {
             if bytes.is_empty() { break; }
             let i = at.index(bytes.len());
@@ -836,7 +851,9 @@ proptest::proptest! {
                 _ => bytes[i] = b"{}[],:\"\\-0e."[usize::from(byte) % 12],
             }
         }
+        // Against a classifier that learned the original's shape (a heartbeat's) too.
         assert_paths_agree(&bytes)?;
+        assert_paths_agree_after(original, &bytes)?;
     }
 
     /// Issue 20: ACP-shaped updates with any values in the fields the reader types (escaped and
@@ -889,6 +906,8 @@ proptest::proptest! {
             ("\"sessionUpdate\":\"tool_call\"", "\"preparing\""),
             ("elapsedMs\":20001", "\"run_shell_command\""),
             ("elapsedMs\":20001", "\"shell_progress\""),
+            ("elapsedMs\":20001", "\"111f4f4e-"),
+            ("elapsedMs\":20001", "\"call_1795983579263\""),
             ("Command finished.", "\"Command finished.\""),
         ]),
         replacement in any_json_string(),
@@ -912,5 +931,75 @@ proptest::proptest! {
             .map_or(original.len(), |(i, _)| at + 1 + i + 1);
         let mutated = format!("{}{}{}", &original[..at], replacement, &original[end..]);
         assert_paths_agree(mutated.as_bytes())?;
+        assert_paths_agree_after(original.as_bytes(), mutated.as_bytes())?;
     }
+
+    /// Issue 20 item 4: a heartbeat of a learned shape with any number where its progress numbers
+    /// are (every JSON number form, and what is no number) classifies as the reader and serde do.
+    #[test]
+    fn a_learned_heartbeat_shape_agrees_with_serde_on_any_progress_number(
+        which in proptest::sample::select(vec!["20001", "19232", "25000", "\"totalBytes\":7", "\"totalLines\":1"]),
+        number in proptest::prop_oneof![
+            "-?(0|[1-9][0-9]{0,21})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+            "0[0-9]{1,3}",
+            "[0-9]{18,21}",
+            proptest::strategy::Just("18446744073709551615".to_owned()),
+            proptest::strategy::Just("18446744073709551616".to_owned()),
+            proptest::strategy::Just("null".to_owned()),
+            proptest::strategy::Just("\"1\"".to_owned()),
+            proptest::strategy::Just(String::new()),
+        ],
+    ) {
+        let original = String::from_utf8(heartbeat_capture()).expect("utf-8");
+        let mutated = match which.split_once(':') {
+            Some((key, _)) => original.replacen(which, &format!("{key}:{number}"), 1),
+            None => original.replacen(which, &number, 1),
+        };
+        assert_paths_agree_after(original.as_bytes(), mutated.as_bytes())?;
+    }
+}
+
+/// The captured heartbeat with all five progress numbers, as `capture_frames` has it (compact).
+fn heartbeat_capture() -> Vec<u8> {
+    SMALL_CAPTURES
+        .iter()
+        .find(|b| std::str::from_utf8(b).is_ok_and(|t| t.contains("\"elapsedMs\":20001")))
+        .expect("the captured heartbeat")
+        .clone()
+}
+
+/// Issue 20 item 4: the ids of a heartbeat of a learned shape replaced by any string a daemon might
+/// write (escapes, control characters, all of Unicode, nothing) classify as on the other paths;
+/// and one of the shape's heartbeats is read through the shape, not the reader.
+#[test]
+fn a_learned_heartbeat_shape_reads_the_next_heartbeat_and_only_that() {
+    let original = String::from_utf8(heartbeat_capture()).expect("utf-8");
+    let next = original
+        .replace("111f4f4e-c5c0-4d46-b04c-f5c858718827", "another-session")
+        .replace("call_1795983579263", "call_2")
+        .replace("20001", "30001");
+    assert_paths_agree_after(original.as_bytes(), next.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = Classifier::new();
+    let _ = c.classify(original.as_bytes());
+    assert!(
+        c.shape.as_ref().and_then(|s| s.read(&next)).is_some(),
+        "the next heartbeat has the learned shape"
+    );
+    match c.classify(next.as_bytes()) {
+        Inbound::Event(DaemonEvent::ToolProgress {
+            session,
+            call,
+            progress,
+            beats: 1,
+        }) => {
+            assert_eq!(session.as_str(), "another-session");
+            assert_eq!(call.as_str(), "call_2");
+            assert_eq!(progress.elapsed_ms, Some(30001));
+            assert_eq!(progress.total_lines, Some(1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.stats().heartbeats, 2);
+    assert_eq!(c.stats().frames, 2);
 }
