@@ -400,22 +400,9 @@ impl Classifier {
     fn fast_update(&mut self, p: FastParams<'_>) -> DaemonEvent {
         if let (Some(sid), Some(u)) = (p.session_id, &p.update)
             && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id)
-            && let Some(session) = self.intern_session(sid)
+            && let Some(Inbound::Event(event)) = self.heartbeat(sid, call, progress)
         {
-            let calls = self.sessions.entry(session.clone()).or_default();
-            return match calls.intern(call) {
-                Some((call, true)) => DaemonEvent::LateUpdate { session, call },
-                Some((call, false)) => DaemonEvent::ToolProgress {
-                    session,
-                    call,
-                    progress,
-                    beats: 1,
-                },
-                None => malformed(
-                    Some(session),
-                    "tool_call_update without a valid toolCallId".into(),
-                ),
-            };
+            return event;
         }
         self.update_params(&mut p.into())
     }

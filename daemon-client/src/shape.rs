@@ -269,14 +269,22 @@ mod tests {
 
     const BEAT: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s-1","update":{"_meta":{"toolName":"run_shell_command","shellProgress":{"type":"shell_progress","elapsedMs":10000,"timeoutMs":60000}},"status":"in_progress","toolCallId":"call_1","sessionUpdate":"tool_call_update"}}}"#;
 
-    fn learned() -> Shape {
-        let s = BEAT.find("s-1").unwrap();
-        let c = BEAT.find("call_1").unwrap();
+    /// Where the reader finds `BEAT`'s session id and call id, and the progress it reads.
+    fn read_by_the_reader() -> (usize, usize, ShellProgress) {
         let progress = ShellProgress {
             elapsed_ms: Some(10000),
             timeout_ms: Some(60000),
             ..ShellProgress::default()
         };
+        (
+            BEAT.find("s-1").unwrap(),
+            BEAT.find("call_1").unwrap(),
+            progress,
+        )
+    }
+
+    fn learned() -> Shape {
+        let (s, c, progress) = read_by_the_reader();
         Shape::learn(BEAT, &BEAT[s..s + 3], &BEAT[c..c + 6], progress).expect("learned")
     }
 
@@ -330,13 +338,7 @@ mod tests {
 
     #[test]
     fn f1_a_shape_is_learned_only_where_the_reader_found_the_values() {
-        let s = BEAT.find("s-1").unwrap();
-        let c = BEAT.find("call_1").unwrap();
-        let progress = ShellProgress {
-            elapsed_ms: Some(10000),
-            timeout_ms: Some(60000),
-            ..ShellProgress::default()
-        };
+        let (s, c, progress) = read_by_the_reader();
         // The session id read elsewhere (the call's bytes), or numbers the reader did not read.
         assert!(Shape::learn(BEAT, &BEAT[c..c + 3], &BEAT[c..c + 6], progress).is_none());
         let other = ShellProgress {
