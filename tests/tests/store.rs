@@ -779,6 +779,79 @@ async fn d1_a_transaction_begun_while_holding_a_connection_on_sqlite_does_not_wa
     store.close().await;
 }
 
+/// D1 on SQLite: a full disk in the middle of a transaction leaves the one writer connection usable
+/// once there is space again. SQLite rolls such a transaction back by itself, sqlx's own rollback
+/// then fails, and sqlx went on counting the connection inside a transaction: every later `BEGIN`
+/// on it was refused ("begin_with at non-zero transaction depth") — every write of the bridge, for
+/// good (an outside tester filled a small tmpfs under the embedded default; freeing space did not
+/// help, the thread never answered again). A full disk is a transient fault: what waits for the
+/// database is held, not dropped (the tester's messages typed meanwhile were lost).
+#[tokio::test]
+async fn d1_after_a_full_disk_mid_transaction_the_sqlite_writer_takes_transactions_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("full.db").display());
+    let store = Store::open(&url).await.expect("open");
+    let conv = conversation(&store, "full").await;
+    // The disk fills: the writer connection may grow the database by two pages only.
+    {
+        let mut c = store.write_conn().await.expect("the writer");
+        sqlx::query("CREATE TABLE filler (x TEXT)")
+            .execute(&mut *c)
+            .await
+            .expect("a table to fill");
+        let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+            .fetch_one(&mut *c)
+            .await
+            .expect("page count");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "PRAGMA max_page_count = {}",
+            pages + 2
+        )))
+        .execute(&mut *c)
+        .await
+        .expect("a page limit");
+    }
+    let big = "x".repeat(3_000);
+    let full = async {
+        let mut tx = store.begin().await?;
+        outbox::enqueue(tx.conn(), &action(&conv, "lost with its transaction"), T0).await?;
+        for _ in 0..100 {
+            sqlx::query("INSERT INTO filler (x) VALUES ($1)")
+                .arg(big.as_str())
+                .execute(tx.conn())
+                .await?;
+        }
+        tx.commit().await
+    }
+    .await;
+    let e = full.expect_err("the transaction fails: the database is full");
+    assert!(e.to_string().contains("full"), "{e}");
+    assert!(
+        e.is_transient(),
+        "a full disk is waited out (an operator frees space), not a reason to drop what waits: {e}"
+    );
+    // Space again (a connection opened now has no page limit): transactions and single writes
+    // go through, in time.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut tx = store.begin().await?;
+        outbox::enqueue(tx.conn(), &action(&conv, "after"), T0).await?;
+        tx.commit().await?;
+        let mut c = store.write_conn().await?;
+        outbox::enqueue(&mut c, &action(&conv, "and after"), T0).await
+    })
+    .await
+    .expect("in time")
+    .expect("writes after the disk was full");
+    let mut c = store.conn().await.expect("conn");
+    assert_eq!(
+        outbox::stats(&mut c, T0).await.expect("stats").pending,
+        2,
+        "the two writes after it, none of the failed transaction's"
+    );
+    drop(c);
+    store.close().await;
+}
+
 /// P2 on SQLite (item 1): writes outside a transaction — delivery claims and marks, heartbeat
 /// counts, inbox entries, message intents — queue for the one transaction connection with the
 /// transactions. On connections of their own they contended with it for SQLite's write lock, and

@@ -128,7 +128,8 @@ where
 }
 
 impl StoreError {
-    /// Whether retrying later can succeed: the database is unreachable, restarting, or busy.
+    /// Whether retrying later can succeed: the database is unreachable, restarting, busy, or its
+    /// disk is full.
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
@@ -142,12 +143,16 @@ impl StoreError {
                 | sqlx::Error::Tls(_) => true,
                 sqlx::Error::Database(db) => db.code().is_some_and(|c| {
                     // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
-                    // too many connections; SQLite: busy (5) or locked (6).
+                    // too many connections, a full disk (53100); SQLite: busy (5), locked (6), a
+                    // full disk (13) or an I/O error (10 and its extended codes). A full disk is
+                    // freed by an operator: what waits for the database must not be dropped
+                    // meanwhile.
                     c.starts_with("08")
                         || matches!(
                             c.as_ref(),
-                            "57P01" | "57P02" | "57P03" | "53300" | "5" | "6"
+                            "57P01" | "57P02" | "57P03" | "53300" | "53100" | "5" | "6" | "13"
                         )
+                        || c.parse::<i32>().is_ok_and(|n| n & 0xff == 10)
                 }),
                 _ => false,
             },
@@ -267,6 +272,23 @@ async fn sqlite_pragmas(conn: &mut sqlx::AnyConnection) -> std::result::Result<(
     Ok(())
 }
 
+/// Whether a pooled SQLite connection may be handed out: not while sqlx still counts it inside a
+/// transaction. SQLite ends a transaction by itself on a full disk or an I/O error (`SQLITE_FULL`,
+/// `SQLITE_IOERR`); sqlx's rollback of it then fails ("no transaction is active") and leaves its
+/// count at one, and every later `BEGIN` on that connection is refused — on the one writer
+/// connection, every write of the bridge, for good. Such a connection is closed and a new one
+/// opened. (One whose dropped transaction's rollback is merely still queued is closed too: a
+/// reconnect, on an error path.)
+fn sqlite_usable(conn: &sqlx::AnyConnection) -> bool {
+    let usable = !sqlx::Connection::is_in_transaction(conn);
+    if !usable {
+        tracing::warn!(
+            "an SQLite connection still inside a transaction is replaced by a new one (SQLite ended the transaction itself after a full disk or an I/O error, or its rollback was still queued)"
+        );
+    }
+    usable
+}
+
 /// Connections beside SQLite's one transaction connection, opened on first use: for single
 /// statements, or (`read_only`, `query_only`) for reads that never hold up the writer.
 fn sqlite_side_pool(url: &str, masked: &str, max: u32, read_only: bool) -> Result<AnyPool> {
@@ -274,6 +296,7 @@ fn sqlite_side_pool(url: &str, masked: &str, max: u32, read_only: bool) -> Resul
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(5))
         .test_before_acquire(false)
+        .before_acquire(|conn, _| Box::pin(async move { Ok(sqlite_usable(conn)) }))
         .after_connect(move |conn, _| {
             Box::pin(async move {
                 sqlite_pragmas(conn).await?;
@@ -405,8 +428,12 @@ impl Store {
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
                 Box::pin(async move {
-                    if backend == Backend::Postgres && meta.idle_for >= PING_IDLE_AFTER {
-                        sqlx::Connection::ping(conn).await?;
+                    match backend {
+                        Backend::Postgres if meta.idle_for >= PING_IDLE_AFTER => {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Backend::Postgres => {}
+                        Backend::Sqlite => return Ok(sqlite_usable(conn)),
                     }
                     Ok(true)
                 })
