@@ -202,6 +202,7 @@ impl Classifier {
                     .as_ref()
                     .and_then(|s| s.read(text))
                     .and_then(|b| self.heartbeat(b.session, b.call, b.progress))
+                    .map(Inbound::Event)
                 {
                     self.count(&event);
                     return event;
@@ -400,7 +401,7 @@ impl Classifier {
     fn fast_update(&mut self, p: FastParams<'_>) -> DaemonEvent {
         if let (Some(sid), Some(u)) = (p.session_id, &p.update)
             && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id)
-            && let Some(Inbound::Event(event)) = self.heartbeat(sid, call, progress)
+            && let Some(event) = self.heartbeat(sid, call, progress)
         {
             return event;
         }
@@ -412,7 +413,7 @@ impl Classifier {
     fn scanned_update<'a>(&mut self, p: &mut UpdateParams<'a, Option<Meta<'a>>>) -> DaemonEvent {
         if let (Some(sid), Some(u)) = (p.session_id.as_deref(), &p.update)
             && let (Some(progress), Some(call)) = (u.heartbeat(), u.tool_call_id.as_deref())
-            && let Some(Inbound::Event(event)) = self.heartbeat(sid, call, progress)
+            && let Some(event) = self.heartbeat(sid, call, progress)
         {
             return event;
         }
@@ -421,9 +422,9 @@ impl Classifier {
 
     /// The event of a heartbeat (F1) of session `sid`'s call `call`; `None` when `sid` is no valid
     /// session id (the frame then takes the general path, which says so).
-    fn heartbeat(&mut self, sid: &str, call: &str, progress: ShellProgress) -> Option<Inbound> {
+    fn heartbeat(&mut self, sid: &str, call: &str, progress: ShellProgress) -> Option<DaemonEvent> {
         let session = self.intern_session(sid)?;
-        Some(Inbound::Event(match self.calls(&session).intern(call) {
+        Some(match self.calls(&session).intern(call) {
             Some((call, true)) => DaemonEvent::LateUpdate { session, call },
             Some((call, false)) => DaemonEvent::ToolProgress {
                 session,
@@ -435,7 +436,7 @@ impl Classifier {
                 Some(session),
                 "tool_call_update without a valid toolCallId".into(),
             ),
-        }))
+        })
     }
 
     /// Learns the shape of `text`, which the reader read into `p`, when it is a heartbeat and no

@@ -35,6 +35,20 @@ fn qwen_bridge_config() -> Option<(QwenPeer, tempfile::TempDir, Config)> {
     Some((peer, dir, cfg))
 }
 
+/// Waits until the core has no turn running (both of the test's turns ended, within `limit`) and
+/// every chat action is delivered.
+async fn both_turns_end(app: &Application, limit: Duration) {
+    tokio::time::timeout(limit, app.core.wait_idle())
+        .await
+        .expect("both turns end");
+    while !chat_bridge::outbox_worker::drained(&app.store)
+        .await
+        .expect("store")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_qwen_bridge_silent_command_and_timeout() {
     let Some((peer, _dir, mut cfg)) = qwen_bridge_config() else {
@@ -79,15 +93,7 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
         ))
         .await
         .expect("accept");
-    tokio::time::timeout(Duration::from_secs(120), app.core.wait_idle())
-        .await
-        .expect("both turns end");
-    while !chat_bridge::outbox_worker::drained(&app.store)
-        .await
-        .expect("store")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    both_turns_end(&app, Duration::from_secs(120)).await;
     approve.abort();
 
     let latest = rec.latest();
@@ -163,15 +169,7 @@ async fn interop_qwen_bridge_new_while_a_command_runs() {
         .accept(console::inbound("RUN 30000 echo after-new"))
         .await
         .expect("accept");
-    tokio::time::timeout(Duration::from_secs(90), app.core.wait_idle())
-        .await
-        .expect("both turns end");
-    while !chat_bridge::outbox_worker::drained(&app.store)
-        .await
-        .expect("store")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    both_turns_end(&app, Duration::from_secs(90)).await;
     let latest = rec.latest();
     let (_, sleep) = latest.iter().find(|(id, _)| *id == first).expect("shown");
     assert!(

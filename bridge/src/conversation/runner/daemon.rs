@@ -562,18 +562,9 @@ impl Runner {
         let who = self.person(user);
         let heading = approvals::decided_heading(&who, p.kind(option), label);
         let shown = approvals::decided_text(&who, label);
-        let msg = render::permission(
-            &self.core.redactor,
-            &p.db_id,
-            &p.title,
-            &p.options,
-            p.detail.as_deref(),
-            Some((&heading, &shown)),
-        );
+        let edit = self.closed_approval(p, &heading, &shown);
         let decided = approvals::decided_text(user, label);
-        let key = MessageKey::Permission(p.db_id.clone());
-        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-            .await?;
+        self.enqueue(&mut tx, &edit).await?;
         self.record(&mut tx, None, "permission", user, &decided, None)
             .await?;
         self.commit(tx).await?;

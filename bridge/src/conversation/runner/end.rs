@@ -175,17 +175,8 @@ impl Runner {
     ) -> Result<()> {
         for p in unanswered {
             permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
-            let msg = render::permission(
-                &self.core.redactor,
-                &p.db_id,
-                &p.title,
-                &p.options,
-                p.detail.as_deref(),
-                Some((approvals::ENDED_HEADING, approvals::ENDED)),
-            );
-            let key = MessageKey::Permission(p.db_id.clone());
-            self.enqueue(tx, &effects::edit(&self.target, &key, msg, false))
-                .await?;
+            let edit = self.closed_approval(p, approvals::ENDED_HEADING, approvals::ENDED);
+            self.enqueue(tx, &edit).await?;
         }
         Ok(())
     }
@@ -382,22 +373,32 @@ impl Runner {
         }
     }
 
-    /// An approval expired unanswered (as rejected): its message says so, the daemon hears
-    /// "cancelled".
-    pub(super) async fn expire(&mut self, p: Pending) -> Result<()> {
-        let mut tx = self.begin().await?;
-        permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
+    /// The edit that shows approval `p` closed: `heading` and `text` in place of its buttons
+    /// (answered, expired, or no longer needed).
+    pub(super) fn closed_approval(&self, p: &Pending, heading: &str, text: &str) -> ChatAction {
         let msg = render::permission(
             &self.core.redactor,
             &p.db_id,
             &p.title,
             &p.options,
             p.detail.as_deref(),
-            Some((approvals::EXPIRED_HEADING, approvals::EXPIRED)),
+            Some((heading, text)),
         );
-        let key = MessageKey::Permission(p.db_id.clone());
-        self.enqueue(&mut tx, &effects::edit(&self.target, &key, msg, false))
-            .await?;
+        effects::edit(
+            &self.target,
+            &MessageKey::Permission(p.db_id.clone()),
+            msg,
+            false,
+        )
+    }
+
+    /// An approval expired unanswered (as rejected): its message says so, the daemon hears
+    /// "cancelled".
+    pub(super) async fn expire(&mut self, p: Pending) -> Result<()> {
+        let mut tx = self.begin().await?;
+        permissions::expire_due(tx.conn(), now_ms() + 1000).await?;
+        let edit = self.closed_approval(&p, approvals::EXPIRED_HEADING, approvals::EXPIRED);
+        self.enqueue(&mut tx, &edit).await?;
         self.commit(tx).await?;
         let _ = self
             .core
