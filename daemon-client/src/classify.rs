@@ -15,6 +15,7 @@ use crate::event::{
     DaemonEvent, Outcome, PermissionRequest, PlanEntry, ShellProgress, StopReason, ToolInfo,
     ToolResult,
 };
+use crate::fold::{Fold, FoldSlot};
 use crate::ids::{RequestId, SessionId, ToolCallId};
 use crate::shape::Shape;
 use crate::wire::{
@@ -86,9 +87,12 @@ const OPEN_MEMORY: usize = 4096;
 /// the settled ones remembered for F4 — as 64-bit hashes, 8 bytes each instead of the id string, so
 /// the memory a long-running bridge settles into stays small. (Two ids of one session colliding
 /// within its last 64 settled calls is a 1-in-2^58 event; it would drop one late update.)
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct SessionCalls {
-    open: Map<ToolCallId, ()>,
+    /// The session's id, interned (handed out by clone, never allocated again).
+    id: SessionId,
+    /// Each open call with where it sits in the classifier's fold, if it was folded lately.
+    open: Map<ToolCallId, FoldSlot>,
     settled: HashSet<u64, foldhash::fast::FixedState>,
     order: VecDeque<u64>,
 }
@@ -100,13 +104,22 @@ fn settled_key(call: &str) -> u64 {
 }
 
 impl SessionCalls {
+    fn new(id: SessionId) -> Self {
+        Self {
+            id,
+            open: Map::default(),
+            settled: HashSet::default(),
+            order: VecDeque::new(),
+        }
+    }
+
     fn is_settled(&self, call: &str) -> bool {
         self.settled.contains(&settled_key(call))
     }
 
     /// The interned id for `call` and whether it is already terminal; `None` for an invalid id.
     fn intern(&mut self, call: &str) -> Option<(ToolCallId, bool)> {
-        if let Some((id, ())) = self.open.get_key_value(call) {
+        if let Some((id, _)) = self.open.get_key_value(call) {
             return Some((id.clone(), false));
         }
         if self.is_settled(call) {
@@ -117,7 +130,7 @@ impl SessionCalls {
         if self.open.len() >= OPEN_MEMORY {
             self.open.clear();
         }
-        self.open.insert(id.clone(), ());
+        self.open.insert(id.clone(), FoldSlot::default());
         Some((id, false))
     }
 
@@ -146,6 +159,8 @@ pub struct Classifier {
     /// Heartbeats the reader read since the shape was learned (they missed it): past
     /// [`RELEARN_AFTER`], the next one's shape is learned instead.
     shape_misses: u32,
+    /// Heartbeats folded for the connection that reads with [`Self::classify_folding`] (F1).
+    fold: Fold,
 }
 
 /// Heartbeats of another shape before the classifier learns theirs: a daemon that changed its
@@ -190,40 +205,97 @@ impl Classifier {
 
     /// Classifies one text frame. Never panics, never fails.
     pub fn classify(&mut self, bytes: &[u8]) -> Inbound {
-        self.stats.frames += 1;
         // UTF-8 is checked once here; the decodes below read a `&str` and do not check it again in
         // every string they meet.
-        let inbound = match std::str::from_utf8(bytes) {
-            // The hot path: a `session/update` read by hand in one validating pass.
-            Ok(text) => {
-                // A heartbeat shaped as the last one: its ids and numbers are all there is to read.
-                if let Some(event) = self
-                    .shape
-                    .as_ref()
-                    .and_then(|s| s.read(text))
-                    .and_then(|b| self.heartbeat(b.session, b.call, b.progress))
-                    .map(Inbound::Event)
-                {
-                    self.count(&event);
-                    return event;
-                }
-                let mut p = UpdateParams {
-                    session_id: None,
-                    update: None,
-                };
-                match crate::scan::session_update(text, &mut p) {
-                    Some(()) => {
-                        self.learn(text, &p);
-                        Inbound::Event(self.scanned_update(&mut p))
-                    }
-                    None => self.classify_serde_text(text),
-                }
-            }
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.classify_text(text),
             // Not UTF-8: serde_json reads the bytes and says where they fail.
-            Err(_) => self.classify_serde_bytes(bytes),
+            Err(_) => {
+                self.stats.frames += 1;
+                let inbound = self.classify_serde_bytes(bytes);
+                self.count(&inbound);
+                inbound
+            }
+        }
+    }
+
+    /// [`Self::classify`] of a frame already known to be UTF-8 (a WebSocket text frame, which the
+    /// transport checked): the same classification, without checking its bytes a second time.
+    pub fn classify_text(&mut self, text: &str) -> Inbound {
+        self.stats.frames += 1;
+        // A heartbeat shaped as the last one: its ids and numbers are all there is to read.
+        if let Some(event) = self
+            .shape
+            .as_ref()
+            .and_then(|s| s.read(text))
+            .and_then(|b| self.heartbeat(b.session, b.call, b.progress))
+            .map(Inbound::Event)
+        {
+            self.count(&event);
+            return event;
+        }
+        // The hot path: a `session/update` read by hand in one validating pass.
+        let mut p = UpdateParams {
+            session_id: None,
+            update: None,
+        };
+        let inbound = match crate::scan::session_update(text, &mut p) {
+            Some(()) => {
+                self.learn(text, &p);
+                Inbound::Event(self.scanned_update(&mut p))
+            }
+            None => self.classify_serde_text(text),
         };
         self.count(&inbound);
         inbound
+    }
+
+    /// [`Self::classify_text`] for the connection's reader, which hands heartbeats on folded (F1):
+    /// a heartbeat of a known session's open call is folded here, into [`Self::fold`], and `None`
+    /// returned; every other frame is classified as by [`Self::classify_text`]. A heartbeat shaped
+    /// as the last one is folded in place — no event made, no id cloned, one lookup of each id, the
+    /// fold's place kept with the call (issue 20, item 4).
+    pub(crate) fn classify_folding(&mut self, text: &str) -> Option<Inbound> {
+        if let Some(beat) = self.shape.as_ref().and_then(|s| s.read(text))
+            && let Some(calls) = self.sessions.get(beat.session)
+            && let Some((call, slot)) = calls.open.get_key_value(beat.call)
+        {
+            self.stats.frames += 1;
+            self.stats.heartbeats += 1;
+            self.fold.beat(&calls.id, call, slot, beat.progress, 1);
+            return None;
+        }
+        match self.classify_text(text) {
+            // Read by the reader (the first of a call, or of another shape): folded the same way,
+            // so a call's heartbeats make one event however each was read.
+            Inbound::Event(DaemonEvent::ToolProgress {
+                session,
+                call,
+                progress,
+                beats,
+            }) => match self
+                .sessions
+                .get(session.as_str())
+                .and_then(|calls| calls.open.get_key_value(call.as_str()))
+            {
+                Some((id, slot)) => {
+                    self.fold.beat(&session, id, slot, progress, beats);
+                    None
+                }
+                None => Some(Inbound::Event(DaemonEvent::ToolProgress {
+                    session,
+                    call,
+                    progress,
+                    beats,
+                })),
+            },
+            other => Some(other),
+        }
+    }
+
+    /// The heartbeats folded for the connection's reader.
+    pub(crate) fn fold(&mut self) -> &mut Fold {
+        &mut self.fold
     }
 
     /// [`Self::classify`] without the hand-written reader: what every frame it is unsure of takes
@@ -423,8 +495,15 @@ impl Classifier {
     /// The event of a heartbeat (F1) of session `sid`'s call `call`; `None` when `sid` is no valid
     /// session id (the frame then takes the general path, which says so).
     fn heartbeat(&mut self, sid: &str, call: &str, progress: ShellProgress) -> Option<DaemonEvent> {
-        let session = self.intern_session(sid)?;
-        Some(match self.calls(&session).intern(call) {
+        let calls = match self.sessions.get_mut(sid) {
+            Some(calls) => calls,
+            None => {
+                self.intern_session(sid)?;
+                self.sessions.get_mut(sid)?
+            }
+        };
+        let session = calls.id.clone();
+        Some(match calls.intern(call) {
             Some((call, true)) => DaemonEvent::LateUpdate { session, call },
             Some((call, false)) => DaemonEvent::ToolProgress {
                 session,
@@ -462,17 +541,19 @@ impl Classifier {
 
     /// The tool calls of an interned session.
     fn calls(&mut self, session: &SessionId) -> &mut SessionCalls {
-        self.sessions.entry(session.clone()).or_default()
+        self.sessions
+            .entry(session.clone())
+            .or_insert_with(|| SessionCalls::new(session.clone()))
     }
 
     /// The interned id of a session (allocated once per session, not per frame).
     fn intern_session(&mut self, id: &str) -> Option<SessionId> {
-        if let Some((known, _)) = self.sessions.get_key_value(id) {
-            return Some(known.clone());
+        if let Some(known) = self.sessions.get(id) {
+            return Some(known.id.clone());
         }
         let session = SessionId::parse(id).ok()?;
         self.sessions
-            .insert(session.clone(), SessionCalls::default());
+            .insert(session.clone(), SessionCalls::new(session.clone()));
         Some(session)
     }
 

@@ -28,10 +28,9 @@ use tokio_util::sync::CancellationToken;
 use crate::classify::{Classifier, ClassifierStats, Inbound, parse_stop_reason};
 use crate::error::Error;
 use crate::event::{DaemonEvent, PermissionOutcome, PermissionRequest, StopReason};
-use crate::fold::Fold;
 use crate::ids::{RequestId, SessionId};
 use crate::stdio::AgentCommand;
-use crate::transport::{self, Incoming, Link, Token};
+use crate::transport::{self, Frame, Incoming, Link, Token};
 
 /// ACP protocol version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -390,8 +389,6 @@ struct Shared {
     /// Whether the current connection is a child process (its exit ends its turns).
     child: std::sync::atomic::AtomicBool,
     events: mpsc::Sender<DaemonEvent>,
-    /// Heartbeats read in the current burst, not yet handed on (F1).
-    fold: Mutex<Fold>,
     reconnects: AtomicU64,
     /// The workspace sessions open in (`cfg.cwd`, else the one the daemon served when first reached):
     /// a reconnect to a daemon serving another one is not used (L7).
@@ -402,17 +399,18 @@ struct Shared {
 /// How many things read from the connection are taken in one go (see `serve_connection`).
 const READ_AT_ONCE: usize = 64;
 
-/// `fut`'s output when it is ready at once: polled once, with no one to wake (a `Pending` is
-/// polled again, with the task's waker, by the `select!` it came from).
-fn ready_now<F: Future>(fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    match fut
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(out) => Some(out),
-        std::task::Poll::Pending => None,
-    }
+/// The next thing read from `link` when one is ready at once: polled once, with the task's own
+/// waker (the one the connection's `select!` registers anyway, so the transport's waker is not
+/// swapped back and forth every frame); `None` when nothing is ready.
+async fn ready_now(link: &mut Link) -> Option<Incoming> {
+    std::future::poll_fn(|cx| {
+        let next = std::pin::pin!(link.next());
+        std::task::Poll::Ready(match next.poll(cx) {
+            std::task::Poll::Ready(incoming) => Some(incoming),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -482,7 +480,6 @@ impl DaemonClient {
             agent: Mutex::new(None),
             child: std::sync::atomic::AtomicBool::new(false),
             events,
-            fold: Mutex::default(),
             reconnects: AtomicU64::new(0),
             expected_workspace,
             shutdown: CancellationToken::new(),
@@ -958,7 +955,8 @@ impl Shared {
     /// Hands on the heartbeats folded so far, one event per call.
     async fn hand_on_folded(&self) {
         let folded: Vec<DaemonEvent> = {
-            let mut fold = lock(&self.fold);
+            let mut classifier = lock(&self.classifier);
+            let fold = classifier.fold();
             if fold.is_empty() {
                 return;
             }
@@ -974,7 +972,8 @@ impl Shared {
     /// after them.
     async fn fold_or_emit(&self, event: DaemonEvent) {
         let (other, full) = {
-            let mut fold = lock(&self.fold);
+            let mut classifier = lock(&self.classifier);
+            let fold = classifier.fold();
             (fold.add(event), fold.full())
         };
         match other {
@@ -999,7 +998,7 @@ impl Shared {
         if self.shutdown.is_cancelled() {
             // Closing: like the frames left unread, folded heartbeats are not handed on to a
             // bridge that is stopping (they are counts, and its turns are taken back at start).
-            drop(lock(&self.fold).take());
+            drop(lock(&self.classifier).fold().take());
         } else {
             self.hand_on_folded().await;
         }
@@ -1020,7 +1019,7 @@ impl Shared {
                     None => std::future::pending().await,
                 }
             };
-            let folded = !lock(&self.fold).is_empty();
+            let folded = !lock(&self.classifier).fold().is_empty();
             // In this order: the frames waiting to be read come before the heartbeats folded from
             // the ones read, which are handed on once none is waiting.
             tokio::select! {
@@ -1063,10 +1062,11 @@ impl Shared {
                             return reason;
                         }
                         taken += 1;
-                        if taken == READ_AT_ONCE || self.shutdown.is_cancelled() {
+                        // A shutdown is seen at the next turn, at most this many frames later.
+                        if taken == READ_AT_ONCE {
                             break;
                         }
-                        match ready_now(link.next()) {
+                        match ready_now(&mut link).await {
                             Some(next) => incoming = next,
                             None => break,
                         }
@@ -1096,16 +1096,38 @@ impl Shared {
                 return Some(reason);
             }
             frame => {
-                if let Some(bytes) = frame.bytes() {
-                    self.handle_frame(bytes).await;
+                if let Some(frame) = frame.frame() {
+                    self.handle_frame(frame).await;
                 }
             }
         }
         None
     }
 
-    async fn handle_frame(&self, bytes: &[u8]) {
-        let inbound = lock(&self.classifier).classify(bytes);
+    async fn handle_frame(&self, frame: Frame<'_>) {
+        let inbound = match frame {
+            // While no session replays its history, a heartbeat is folded as it is classified,
+            // under the one lock (a replayed one is marked history first, below).
+            Frame::Text(text) if lock(&self.replays).active.is_empty() => {
+                let classified = {
+                    let mut classifier = lock(&self.classifier);
+                    classifier
+                        .classify_folding(text)
+                        .ok_or_else(|| classifier.fold().full())
+                };
+                match classified {
+                    Ok(inbound) => inbound,
+                    Err(full) => {
+                        if full {
+                            self.hand_on_folded().await;
+                        }
+                        return;
+                    }
+                }
+            }
+            Frame::Text(text) => lock(&self.classifier).classify_text(text),
+            Frame::Bytes(bytes) => lock(&self.classifier).classify(bytes),
+        };
         match inbound {
             Inbound::Event(event) => {
                 if let DaemonEvent::Malformed { session, reason } = &event {

@@ -139,13 +139,21 @@ pub(crate) enum Incoming {
     TooBig(String),
 }
 
+/// The JSON-RPC frame an [`Incoming`] carries, as the classifier takes it.
+pub(crate) enum Frame<'a> {
+    /// A WebSocket text frame: UTF-8, which the transport checked.
+    Text(&'a str),
+    /// A binary frame or a line from a child: bytes the classifier checks.
+    Bytes(&'a [u8]),
+}
+
 impl Incoming {
-    /// The JSON-RPC bytes this carries, if any.
-    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+    /// The JSON-RPC frame this carries, if any.
+    pub(crate) fn frame(&self) -> Option<Frame<'_>> {
         match self {
-            Self::Message(tungstenite::Message::Text(t)) => Some(t.as_bytes()),
-            Self::Message(tungstenite::Message::Binary(b)) => Some(b),
-            Self::Line(l) => Some(l),
+            Self::Message(tungstenite::Message::Text(t)) => Some(Frame::Text(t.as_str())),
+            Self::Message(tungstenite::Message::Binary(b)) => Some(Frame::Bytes(b)),
+            Self::Line(l) => Some(Frame::Bytes(l)),
             _ => None,
         }
     }

@@ -185,7 +185,7 @@ async fn bare_round(frames: &[Utf8Bytes], n: usize, classify: bool) -> f64 {
                 if classify
                     && let daemon_client::Inbound::Event(daemon_client::DaemonEvent::ToolProgress {
                         ..
-                    }) = classifier.classify(text.as_bytes())
+                    }) = classifier.classify_text(text.as_str())
                 {
                     heartbeats += 1;
                 }

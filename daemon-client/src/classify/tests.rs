@@ -1003,3 +1003,147 @@ fn a_learned_heartbeat_shape_reads_the_next_heartbeat_and_only_that() {
     assert_eq!(c.stats().heartbeats, 2);
     assert_eq!(c.stats().frames, 2);
 }
+
+/// One step of a connection's reading: a frame, or the fold handed on (no frame waiting).
+enum Read {
+    Frame(String),
+    HandOn,
+}
+
+/// What a connection hands on for `reads`: with `folding`, heartbeats folded as they are
+/// classified (`classify_folding`); without, every event made and folded after (`Fold::add`, the
+/// reference). Any other event hands on the fold before it, as the connection does.
+fn handed_on(folding: bool, reads: &[Read]) -> (Vec<DaemonEvent>, ClassifierStats) {
+    let mut c = Classifier::new();
+    let mut out = Vec::new();
+    for read in reads {
+        let frame = match read {
+            Read::HandOn => {
+                out.extend(c.fold().take());
+                continue;
+            }
+            Read::Frame(f) => f,
+        };
+        let inbound = if folding {
+            c.classify_folding(frame)
+        } else {
+            Some(c.classify_text(frame))
+        };
+        if let Some(Inbound::Event(event)) = inbound
+            && let Some(other) = c.fold().add(event)
+        {
+            out.extend(c.fold().take());
+            out.push(other);
+        }
+    }
+    out.extend(c.fold().take());
+    (out, c.stats())
+}
+
+/// qwen's heartbeat of `session`'s `call` at `elapsed` ms; `odd` gives it another shape (compact,
+/// an extra field), which the learned shape misses and the reader reads.
+fn beat_frame(session: usize, call: usize, elapsed: u64, odd: bool) -> String {
+    if odd {
+        return format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s{session}","update":{{"sessionUpdate":"tool_call_update","toolCallId":"c{call}","status":"in_progress","extra":1,"_meta":{{"shellProgress":{{"elapsedMs":{elapsed}}}}}}}}}}}"#
+        );
+    }
+    String::from_utf8(heartbeat_capture())
+        .expect("utf-8")
+        .replace(
+            "111f4f4e-c5c0-4d46-b04c-f5c858718827",
+            &format!("s{session}"),
+        )
+        .replace("call_1795983579263", &format!("c{call}"))
+        .replace("20001", &elapsed.to_string())
+}
+
+fn tool_frame(session: usize, call: usize, status: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s{session}","update":{{"sessionUpdate":"tool_call","toolCallId":"c{call}","title":"make","kind":"execute","status":"{status}"}}}}}}"#
+    )
+}
+
+#[test]
+fn f1_heartbeats_folded_as_they_are_classified_hand_on_what_folding_their_events_hands_on() {
+    let reads = vec![
+        Read::Frame(tool_frame(1, 1, "in_progress")),
+        Read::Frame(tool_frame(1, 2, "in_progress")),
+        Read::Frame(tool_frame(2, 1, "in_progress")),
+        Read::Frame(beat_frame(1, 1, 1, false)),
+        Read::Frame(beat_frame(2, 1, 2, false)),
+        Read::Frame(beat_frame(1, 1, 3, false)),
+        Read::Frame(beat_frame(1, 2, 4, false)),
+        Read::HandOn,
+        Read::Frame(beat_frame(1, 1, 5, false)),
+        Read::Frame(beat_frame(1, 1, 6, true)),
+        Read::Frame(beat_frame(1, 2, 7, false)),
+        // The call ends: what was folded goes first; a heartbeat after it is late, not folded.
+        Read::Frame(tool_frame(1, 2, "completed")),
+        Read::Frame(beat_frame(1, 2, 8, false)),
+        // A call and a session never started: read, then folded like the rest.
+        Read::Frame(beat_frame(2, 9, 9, false)),
+        Read::Frame(beat_frame(3, 1, 10, false)),
+        Read::Frame(beat_frame(2, 9, 11, false)),
+    ];
+    let (want, want_stats) = handed_on(false, &reads);
+    let (got, got_stats) = handed_on(true, &reads);
+    assert_eq!(got, want);
+    assert_eq!(got_stats, want_stats);
+    let beats: Vec<(String, u32, Option<u64>)> = got
+        .iter()
+        .filter_map(|e| match e {
+            DaemonEvent::ToolProgress {
+                session,
+                call,
+                progress,
+                beats,
+            } => Some((format!("{session}/{call}"), *beats, progress.elapsed_ms)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        beats,
+        [
+            ("s1/c1".into(), 2, Some(3)),
+            ("s2/c1".into(), 1, Some(2)),
+            ("s1/c2".into(), 1, Some(4)),
+            ("s1/c1".into(), 2, Some(6)),
+            ("s1/c2".into(), 1, Some(7)),
+            ("s2/c9".into(), 2, Some(11)),
+            ("s3/c1".into(), 1, Some(10)),
+        ]
+    );
+    assert!(
+        got.iter()
+            .any(|e| matches!(e, DaemonEvent::LateUpdate { call, .. } if call.as_str() == "c2")),
+        "the heartbeat after the end is late: {got:?}"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// F1: folding heartbeats as they are classified hands on exactly the events that folding the
+    /// classifier's events hands on, for any mix of heartbeats (of either shape), starts, ends and
+    /// hand-ons over a few sessions and calls.
+    #[test]
+    fn f1_folding_in_place_agrees_with_folding_events(
+        steps in proptest::collection::vec((1usize..4, 1usize..4, 0u8..8, 0u64..1_000_000), 0..120),
+    ) {
+        let reads: Vec<Read> = steps
+            .iter()
+            .map(|&(s, c, what, n)| match what {
+                0 => Read::HandOn,
+                1 => Read::Frame(tool_frame(s, c, "in_progress")),
+                2 => Read::Frame(tool_frame(s, c, "completed")),
+                3 => Read::Frame(beat_frame(s, c, n, true)),
+                _ => Read::Frame(beat_frame(s, c, n, false)),
+            })
+            .collect();
+        let (want, want_stats) = handed_on(false, &reads);
+        let (got, got_stats) = handed_on(true, &reads);
+        proptest::prop_assert_eq!(got, want);
+        proptest::prop_assert_eq!(got_stats, want_stats);
+    }
+}
