@@ -76,6 +76,38 @@ on_both! {
         app.shutdown().await;
     }
 
+    async fn f1_heartbeat_counts_not_yet_written_are_written_when_the_bridge_stops_mid_command(db) {
+        // Counts go to the store every `progress_flush`; one that never comes in this test leaves
+        // every count in the conversation until the shutdown, which must not lose them (an outside
+        // tester: SIGTERM 14 s into `sleep 60` left the call at 0 heartbeats for good).
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.liveness.progress_flush = Duration::from_secs(3600);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 30")).await.expect("accept");
+        // Until the live board shows heartbeats of the running call (the shell agent beats every
+        // 200 ms in these tests).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut live = 0;
+        while live < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "heartbeats reached the live board");
+            live = app.core.live().snapshot().turns.iter().flat_map(|t| &t.tools).map(|t| t.heartbeats).max().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        app.shutdown().await;
+        let store = chat_bridge::store::Store::open(&db.url).await.expect("store");
+        let mut c = store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls.len(), 1);
+        assert!(
+            calls[0].heartbeats >= i64::try_from(live).expect("count"),
+            "the counts the conversation held were written at shutdown: {} stored, {live} seen live",
+            calls[0].heartbeats
+        );
+    }
+
     async fn r3_timeouts_show_as_errors_with_the_partial_output_or_the_no_output_sentence(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let rec = Arc::new(Recorder::default());

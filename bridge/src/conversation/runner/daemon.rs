@@ -336,6 +336,50 @@ impl Runner {
         }
     }
 
+    /// Writes the heartbeat counts not written yet, now and on a connection of its own: at shutdown
+    /// the progress writer may already have stopped taking them, and a long command must not keep
+    /// fewer heartbeats than it had (F1: its count is the proof it was alive).
+    pub(super) async fn write_progress_now(&mut self) -> Result<()> {
+        let conversation = self.conv.id.clone();
+        let session = self.state.session.clone();
+        let Some(turn) = self.state.turn.as_mut() else {
+            return Ok(());
+        };
+        let writes: Vec<(String, i64, Option<String>)> = turn
+            .tools
+            .iter()
+            .filter(|(_, t)| t.unflushed > 0)
+            .map(|(call, t)| {
+                (
+                    scoped_id(session.as_ref(), call),
+                    t.unflushed,
+                    t.progress_json(),
+                )
+            })
+            .collect();
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<tool_calls::ProgressRow<'_>> = writes
+            .iter()
+            .map(|(call, heartbeats, progress)| tool_calls::ProgressRow {
+                conversation: &conversation,
+                call_id: call,
+                heartbeats: *heartbeats,
+                last_progress: progress.as_deref(),
+            })
+            .collect();
+        let mut c = self.core.store.relaxed_conn().await?;
+        tool_calls::progress_many(&mut c, &rows, now_ms()).await?;
+        let now = Instant::now();
+        for t in turn.tools.values_mut() {
+            if t.unflushed > 0 {
+                t.flushed_at(now);
+            }
+        }
+        Ok(())
+    }
+
     /// L5: edits the tool's message into its progress line. Never a new message.
     pub(super) async fn show_line(&mut self, line: Option<Line>) -> Result<()> {
         let Some(line) = line else {

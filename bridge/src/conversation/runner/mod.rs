@@ -160,6 +160,9 @@ pub(crate) async fn run(
                 {
                     tracing::warn!(conversation = %r.conv.id, error = %e, "late work not written at shutdown");
                 }
+                if let Err(e) = Box::pin(r.write_progress_now()).await {
+                    tracing::warn!(conversation = %r.conv.id, error = %e, "heartbeat counts not written at shutdown");
+                }
                 return;
             }
             m = rx.recv() => m,
