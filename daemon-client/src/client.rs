@@ -920,29 +920,32 @@ impl Shared {
         .map(drop)
     }
 
-    /// Marks a replayed frame as history; ends the replay at the daemon's marker.
-    fn replayed(&self, event: DaemonEvent) -> DaemonEvent {
+    /// Marks a replayed frame as history; ends the replay at the daemon's marker, naming the
+    /// session whose replay it ended.
+    fn replayed(&self, event: DaemonEvent) -> (DaemonEvent, Option<SessionId>) {
         if let DaemonEvent::Other {
             kind: Some(kind), ..
         } = &event
             && kind == "replay_complete"
         {
             let mut replays = lock(&self.replays);
-            if let Some(done) = replays.awaiting_marker.pop_front() {
-                replays.active.remove(&done);
+            let done = replays.awaiting_marker.pop_front();
+            if let Some(done) = &done {
+                replays.active.remove(done);
             }
-            return event;
+            return (event, done);
         }
         let Some(session) = event.session() else {
-            return event;
+            return (event, None);
         };
         if !lock(&self.replays).active.contains(session) {
-            return event;
+            return (event, None);
         }
-        DaemonEvent::Replayed {
+        let event = DaemonEvent::Replayed {
             session: session.clone(),
             event: Box::new(event),
-        }
+        };
+        (event, None)
     }
 
     async fn emit(&self, event: DaemonEvent) {
@@ -1133,8 +1136,11 @@ impl Shared {
                 if let DaemonEvent::Malformed { session, reason } = &event {
                     tracing::warn!(session = session.as_ref().map(SessionId::as_str), %reason, "malformed frame from the daemon skipped");
                 }
-                let event = self.replayed(event);
+                let (event, ended) = self.replayed(event);
                 self.fold_or_emit(event).await;
+                if let Some(session) = ended {
+                    self.emit(DaemonEvent::ReplayEnded { session }).await;
+                }
             }
             Inbound::VendorTurnComplete {
                 event,
@@ -1142,7 +1148,7 @@ impl Shared {
                 stop_reason,
             } => {
                 // A load's replay of an old turn's end is history like the rest of it (L6, D6).
-                let event = self.replayed(event);
+                let (event, _) = self.replayed(event);
                 self.emit(event).await;
                 let orphan = lock(&self.orphans).remove(&session);
                 if let Some(orphan) = orphan {
@@ -1186,11 +1192,20 @@ impl Shared {
                     && let Some(session) = &pending.session
                 {
                     let end = *lock(&self.replay_end);
-                    let mut replays = lock(&self.replays);
-                    if result.is_ok() && end == ReplayEnd::Marker {
-                        replays.awaiting_marker.push_back(session.clone());
-                    } else {
-                        replays.active.remove(session);
+                    {
+                        let mut replays = lock(&self.replays);
+                        if result.is_ok() && end == ReplayEnd::Marker {
+                            replays.awaiting_marker.push_back(session.clone());
+                        } else {
+                            replays.active.remove(session);
+                        }
+                    }
+                    if result.is_ok() && end == ReplayEnd::WithResponse {
+                        // Every replayed frame came before the answer.
+                        self.emit(DaemonEvent::ReplayEnded {
+                            session: session.clone(),
+                        })
+                        .await;
                     }
                 }
                 if pending.method == "session/prompt"

@@ -142,6 +142,14 @@ pub enum DaemonEvent {
         /// The frame as it would have been classified live.
         event: Box<DaemonEvent>,
     },
+    /// The history a `session/load` replayed is over (L6): every replayed frame of `session` came
+    /// before this event, every frame after it is live. Sent in frame order — after the load's
+    /// answer (shell-agent, the ACP reference agents) or the daemon's `replay_complete` marker
+    /// (qwen-code) — so a consumer can judge the whole replay, e.g. whether it showed a prompt (D6).
+    ReplayEnded {
+        /// Session whose replay ended.
+        session: SessionId,
+    },
     /// The connection to the daemon dropped; the client is reconnecting.
     Disconnected {
         /// Why, in words for the operator.
@@ -178,7 +186,8 @@ impl DaemonEvent {
             | Self::LateUpdate { session, .. }
             | Self::Plan { session, .. }
             | Self::TurnEnded { session, .. }
-            | Self::Replayed { session, .. } => Some(session),
+            | Self::Replayed { session, .. }
+            | Self::ReplayEnded { session } => Some(session),
             Self::PermissionRequested(p) => Some(&p.session),
             Self::Other { session, .. } | Self::Malformed { session, .. } => session.as_ref(),
             Self::Disconnected { .. } | Self::Reconnected { .. } | Self::Closed { .. } => None,
@@ -202,6 +211,7 @@ impl DaemonEvent {
         "other",
         "malformed",
         "replayed",
+        "replay_ended",
         "disconnected",
         "reconnected",
         "closed",
@@ -227,6 +237,7 @@ impl DaemonEvent {
             Self::Other { .. } => "other",
             Self::Malformed { .. } => "malformed",
             Self::Replayed { .. } => "replayed",
+            Self::ReplayEnded { .. } => "replay_ended",
             Self::Disconnected { .. } => "disconnected",
             Self::Reconnected { .. } => "reconnected",
             Self::Closed { .. } => "closed",

@@ -1068,6 +1068,22 @@ async fn with_outliving_agent() -> (
     (dir, url, agent, cfg)
 }
 
+/// The store's only conversation and its first turn.
+async fn the_conversation_and_its_first_turn(
+    c: &mut sqlx::AnyConnection,
+) -> (chat_bridge::store::conversations::Conversation, turns::Turn) {
+    let conv = chat_bridge::store::history::list(c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let turn = turns::of_conversation(c, &conv.id)
+        .await
+        .expect("turns")
+        .remove(0);
+    (conv, turn)
+}
+
 /// The titles of the results (✅) the recorder was asked to edit in, in order.
 fn results(rec: &Recorder) -> Vec<String> {
     rec.calls()
@@ -1125,15 +1141,7 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     );
     let store = chat_bridge::store::Store::open(&url).await.expect("store");
     let mut c = store.conn().await.expect("conn");
-    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
-        .await
-        .expect("list")
-        .items
-        .remove(0);
-    let turn = turns::of_conversation(&mut c, &conv.id)
-        .await
-        .expect("turns")
-        .remove(0);
+    let (conv, turn) = the_conversation_and_its_first_turn(&mut c).await;
     let calls = tool_calls::of_conversation(&mut c, &conv.id)
         .await
         .expect("calls");
@@ -1147,6 +1155,116 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
     );
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].status, "completed");
+    agent.shutdown().await;
+}
+
+/// D6 (a CI run of the Q1 crash suite): the bridge stopped after recording a prompt as sent and
+/// before the agent got it. The agent outlives the bridge and replays the session's prompts on
+/// load; the last is the turn before's, so the restarted bridge sends the prompt now — it runs
+/// once and the turn ends — instead of waiting out the idle limit and reporting the message
+/// interrupted although the agent never saw it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_prompt_recorded_as_sent_that_never_reached_the_agent_is_sent_after_the_restart() {
+    never_reached_prompt(false).await;
+}
+
+/// D6: the same, but the store's turn before is not the agent's last prompt (a turn the agent
+/// never saw either): nothing proves where the prompt went, so it is not sent again — the idle
+/// limit reports it interrupted, not re-run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_prompt_whose_turn_before_the_agent_did_not_see_is_not_sent_again() {
+    never_reached_prompt(true).await;
+}
+
+/// An open turn the agent never got, after one that ran (and, with `phantom`, one between that the
+/// agent never saw); the bridge restarts.
+async fn never_reached_prompt(phantom: bool) {
+    let (dir, url, agent, cfg) = with_outliving_agent().await;
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound("echo one"))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    app.shutdown().await;
+
+    // What a kill between recording the prompt and sending it leaves: an open turn the agent never
+    // got.
+    let marker = dir.path().join("ran-two");
+    let two = format!("echo two >> {}", marker.display());
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let mut c = store.conn().await.expect("conn");
+    let (conv, first) = the_conversation_and_its_first_turn(&mut c).await;
+    if phantom {
+        let t = turns::start(&mut c, &conv.id, "echo phantom", &first.requested_by, 1)
+            .await
+            .expect("turn");
+        let end = turns::Ending {
+            status: "interrupted",
+            stop_reason: None,
+            end_cause: None,
+            answer: None,
+        };
+        turns::finish(&mut c, &t.id, &end, 2).await.expect("end");
+    }
+    let open = turns::start(
+        &mut c,
+        &conv.id,
+        &two,
+        &first.requested_by,
+        chat_bridge::store::now_ms(),
+    )
+    .await
+    .expect("open turn");
+    drop(c);
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    app.shutdown().await;
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    if phantom {
+        let said = format!("{:?}", rec.calls());
+        assert!(
+            ran.is_empty() && said.contains("marked interrupted and was not re-run"),
+            "not sent again, reported interrupted: ran {ran:?}; {said}"
+        );
+        store.close().await;
+        agent.shutdown().await;
+        return;
+    }
+    assert_eq!(
+        ran,
+        "two\n",
+        "the prompt ran once; the thread saw: {:#?}",
+        rec.calls()
+    );
+    let said = format!("{:?}", rec.calls());
+    assert!(
+        said.contains("before your message reached the agent; it was sent now"),
+        "the thread hears why it runs late: {said}"
+    );
+    assert!(
+        !said.contains("interrupted"),
+        "not reported interrupted: {said}"
+    );
+    let mut c = store.conn().await.expect("conn");
+    let turn = turns::get(&mut c, &open.id)
+        .await
+        .expect("get")
+        .expect("the turn");
+    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    drop(c);
+    store.close().await;
+    assert_eq!(
+        (turn.status.as_str(), turn.end_cause.as_deref()),
+        ("ended", None)
+    );
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls.iter().all(|c| c.status == "completed"), "{calls:?}");
     agent.shutdown().await;
 }
 

@@ -787,7 +787,8 @@ async fn wss_urls_set_up_tls_with_ring_and_fail_cleanly_against_a_non_tls_server
 }
 
 /// L6: a daemon that replays a loaded session's history after answering the load (qwen-code: until
-/// its `_qwen/notify` `replay_complete`) — everything in between is history, marked as such; the mode
+/// its `_qwen/notify` `replay_complete`, after which the replay's end is reported) — everything in
+/// between is history, marked as such; the mode
 /// is applied after the load; the workspace the daemon serves is read from `initialize`.
 #[tokio::test]
 async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_reapplied() {
@@ -845,6 +846,7 @@ async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_r
             "replayed",
             "replayed",
             "other",
+            "replay_ended",
             "agent_text"
         ],
         "history until the marker, live after it: {seen:?}"
@@ -858,13 +860,14 @@ async fn l6_a_loads_replay_is_history_until_the_daemons_marker_and_the_mode_is_r
         "{seen:?}"
     );
     assert!(
-        matches!(&seen[6], DaemonEvent::AgentText { text, .. } if text == "new answer"),
+        matches!(&seen[7], DaemonEvent::AgentText { text, .. } if text == "new answer"),
         "{seen:?}"
     );
 }
 
 /// L6: a daemon that replays before answering the load (shell-agent): the frames before the answer
-/// are history, the ones after it are live; a reconnect unbinds every session until it is loaded again.
+/// are history, then the replay's end is reported (at the answer, in frame order), the ones after it
+/// are live; a reconnect unbinds every session until it is loaded again.
 #[tokio::test]
 async fn l6_a_reconnect_unbinds_sessions_and_a_replay_before_the_answer_is_history() {
     init_tracing();
@@ -917,6 +920,7 @@ async fn l6_a_reconnect_unbinds_sessions_and_a_replay_before_the_answer_is_histo
         [
             "disconnected",
             "replayed",
+            "replay_ended",
             "agent_text",
             "other",
             "turn_ended"

@@ -94,6 +94,9 @@ pub enum Effect {
     Notice(Tone, String),
     /// End the turn with a status the bridge decided (interrupted, failed).
     EndTurnAs(TurnStatus),
+    /// A turn taken back after a restart whose prompt never reached the daemon, whose last prompt
+    /// was this: send the turn's prompt now if that one is provably the turn before (D6).
+    SendAgain(String),
     /// Start a turn for this prompt.
     StartTurn(Queued),
     /// The prompt waits behind the running turn; its inbox entry is noted as waiting (S4).

@@ -5,6 +5,19 @@ use daemon_client::DaemonEvent;
 
 use super::turn::TurnState;
 
+/// How a replayed frame leaves the session (D6): `Some(true)` a turn's end (nothing runs after
+/// it), `Some(false)` a prompt or a turn's work, `None` neither (usage, a command list).
+#[must_use]
+pub fn settles(event: &DaemonEvent) -> Option<bool> {
+    match event {
+        DaemonEvent::Other { kind: Some(k), .. } if k == "turn_complete" => Some(true),
+        DaemonEvent::TurnEnded { .. } => Some(true),
+        DaemonEvent::UserText { .. } => Some(false),
+        e if is_turn_work(e) => Some(false),
+        _ => None,
+    }
+}
+
 /// Whether a frame replayed by `session/load` tells the open turn something it has not seen (L6):
 /// how a tool it still waits on went on while the connection was down, or — for a turn resumed after
 /// a restart, which knows none of its tools yet — any tool frame (F4 and the message map make the
@@ -42,9 +55,32 @@ fn resumed_and_own(turn: &TurnState) -> bool {
 /// keeps it as typed; either form is its own.
 #[must_use]
 pub fn is_own_prompt(turn: &TurnState, text: &str) -> bool {
+    is_prompt(&turn.row.prompt, text)
+}
+
+/// Whether a prompt the replay shows is the one stored as `stored` (see [`is_own_prompt`]).
+#[must_use]
+pub fn is_prompt(stored: &str, text: &str) -> bool {
     let shown = text.replace('\0', "\u{2400}");
-    let stored = turn.row.prompt.trim();
+    let stored = stored.trim();
     shown.trim() == stored || as_typed(&shown) == stored
+}
+
+/// D6: a turn taken back after a restart whose prompt never reached the daemon — the load's
+/// replay names the daemon's prompts, the last of them is not this turn's (a daemon that replays
+/// no prompts proves nothing) and the replay ends in that older turn's end (nothing ran after
+/// it) — and of which nothing was seen: the bridge stopped after recording the prompt as sent and
+/// before the daemon got it.
+#[must_use]
+pub fn never_reached(turn: &TurnState) -> bool {
+    turn.resumed
+        && turn.replay_at_own == Some(false)
+        && turn.replay_settled
+        && turn.tools.is_empty()
+        && turn.outcomes.is_empty()
+        && turn.answer.trim().is_empty()
+        && turn.cancel_by.is_none()
+        && turn.downloading.is_none()
 }
 
 /// A prompt as sent to the agent, as its people typed it: without the steer note first, the context

@@ -166,6 +166,11 @@ pub enum DaemonStep {
     /// (scoped id, title) are closed as interrupted and the turn ends as interrupted, not re-run
     /// (D6).
     ResumedStopped(Vec<(String, String)>),
+    /// A turn taken back after a restart whose prompt the load's replay does not show, with
+    /// nothing of it seen: the bridge stopped after recording the prompt as sent and before the
+    /// daemon got it. The daemon's last prompt (as it keeps it) goes along: the prompt is sent
+    /// now if that one is provably the turn before (D6).
+    NeverReached(String),
 }
 
 /// What becomes of a prompt.
@@ -298,6 +303,7 @@ impl State {
                     Effect::EndTurnAs(TurnStatus::Interrupted),
                 ],
                 DaemonStep::Draft(seq, text) => vec![Effect::Draft(seq, text)],
+                DaemonStep::NeverReached(last) => vec![Effect::SendAgain(last)],
                 DaemonStep::ResumedStopped(running) => vec![
                     Effect::InterruptTools(running),
                     Effect::Notice(
@@ -633,6 +639,20 @@ impl State {
             // chatter such as a load's command list is no sign of a running turn.)
             turn.orphan_by = None;
         }
+        if let DaemonEvent::ReplayEnded { .. } = &e {
+            return match self.turn.as_ref() {
+                // D6: the replay shows the daemon's prompts, and this turn's is not among them.
+                Some(turn) if replay::never_reached(turn) => {
+                    DaemonStep::NeverReached(turn.replay_last_prompt.clone().unwrap_or_default())
+                }
+                _ => DaemonStep::Nothing,
+            };
+        }
+        if let (DaemonEvent::Replayed { event, .. }, Some(turn)) = (&e, self.turn.as_mut())
+            && let Some(settled) = replay::settles(event)
+        {
+            turn.replay_settled = settled;
+        }
         let e = match e {
             // History replayed by session/load is never live output (L6).
             DaemonEvent::Replayed { event, .. } => match self.turn.as_mut() {
@@ -644,6 +664,7 @@ impl State {
                             turn.answer.clear();
                         }
                         turn.replay_at_own = Some(own);
+                        turn.replay_last_prompt = Some(text.clone());
                     }
                     return DaemonStep::Nothing;
                 }

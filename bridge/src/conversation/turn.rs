@@ -47,6 +47,11 @@ pub struct TurnState {
     /// names one (a daemon that replays no prompts), `Some(true)` from this turn's own prompt on
     /// (D6: it reached the daemon; what follows is this turn's), `Some(false)` in an older turn's.
     pub replay_at_own: Option<bool>,
+    /// The last prompt the load's replay showed, as the daemon keeps it (D6: for a turn whose own
+    /// prompt it does not show, which prompt the daemon was last asked).
+    pub replay_last_prompt: Option<String>,
+    /// The load's replay ends, so far, in a turn's end: nothing ran in the session after it.
+    pub replay_settled: bool,
     /// The draft the answer streams into (R5), while text arrives.
     pub draft: Option<Draft>,
     /// Drafts this turn has had (one per stretch of text between tool calls).
@@ -109,6 +114,8 @@ impl TurnState {
             cancel_by: None,
             orphan_by: None,
             replay_at_own: None,
+            replay_last_prompt: None,
+            replay_settled: false,
             draft: None,
             drafts: 0,
             merged_messages: Vec::new(),

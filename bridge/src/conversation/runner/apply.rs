@@ -119,6 +119,7 @@ impl Runner {
             Effect::Notice(tone, text) => self.notice(tone, &text).await,
             Effect::PostLate(text) => self.post_late(&text).await,
             Effect::ExpireApproval(p) => self.expire(p).await,
+            Effect::SendAgain(last) => self.send_again(last).await,
             Effect::Stalled {
                 stall,
                 resumed,

@@ -347,6 +347,72 @@ impl Runner {
             .is_some_and(|t| t.downloading.is_some())
     }
 
+    /// D6: a turn taken back after a restart whose prompt the load's replay does not show — the
+    /// bridge stopped after recording it as sent and before the daemon got it. It is sent now, once,
+    /// when the daemon's last prompt (`last`, as it keeps it) is provably the one of the turn
+    /// before; otherwise nothing is sent and the turn is left to the idle limit, which reports it
+    /// interrupted, not re-run. Not when the store keeps prompts redacted or with a NUL shown as
+    /// `␀`: what was sent is then not what the store holds.
+    pub(super) async fn send_again(&mut self, last: String) -> Result<()> {
+        let Some(row) = self
+            .state
+            .turn
+            .as_ref()
+            .filter(|t| crate::conversation::replay::never_reached(t))
+            .map(|t| t.row.clone())
+        else {
+            return Ok(());
+        };
+        let Some(session) = self.state.session.clone() else {
+            return Ok(());
+        };
+        let exact = !self.core.cfg.redact_store && !row.prompt.contains('\u{2400}');
+        let before = if exact {
+            let mut c = self.core.store.conn().await?;
+            turns::of_conversation(&mut c, &self.conv.id)
+                .await?
+                .into_iter()
+                .filter(|t| t.seq < row.seq)
+                .max_by_key(|t| t.seq)
+        } else {
+            None
+        };
+        if !before.is_some_and(|b| crate::conversation::replay::is_prompt(&b.prompt, &last)) {
+            tracing::info!(conversation = %self.conv.id, turn = %row.id, "the agent's history does not show this turn's prompt, nor provably the one before it: not sent again");
+            return Ok(());
+        }
+        tracing::info!(conversation = %self.conv.id, turn = %row.id, session = %session, "the bridge stopped before this turn's prompt reached the agent: it is sent now");
+        self.notice(
+            Tone::Neutral,
+            "The bridge restarted before your message reached the agent; it was sent now.",
+        )
+        .await?;
+        self.state.prompt_seq += 1;
+        let seq = self.state.prompt_seq;
+        if let Some(turn) = self.state.turn.as_mut() {
+            // A turn like any other from here: its silence counts from now.
+            turn.resumed = false;
+            turn.prompt_seq = seq;
+            turn.replay_at_own = None;
+            turn.liveness = daemon_client::Liveness::new(
+                self.core.cfg.liveness.clone(),
+                tokio::time::Instant::now(),
+            );
+        }
+        let q = Queued {
+            user: row.requested_by,
+            text: row.prompt,
+            message_id: row.message_id,
+            event: None,
+            files: Vec::new(),
+            note: None,
+            merged: Vec::new(),
+        };
+        let text = self.for_agent(&q, &[]).await;
+        self.send_prompt(session, seq, vec![PromptBlock::Text(text)], Vec::new())
+            .await
+    }
+
     /// The refusal notice, then the prompt call (its completion comes back as `PromptDone`).
     async fn send_prompt(
         &mut self,

@@ -247,6 +247,84 @@ fn d6_a_resumed_turn_knows_its_own_prompt_sent_with_speaker_labels_and_a_steer_n
     );
 }
 
+/// D6 (a CI run of the Q1 crash suite): the bridge was killed after recording a prompt as sent and
+/// before the daemon got it. The load's replay names the daemon's prompts, the last an older one:
+/// at the replay's end the turn asks to be sent again (with the daemon's last prompt, which the
+/// runner checks against the turn before). Its own prompt in the replay, anything of it seen, no
+/// prompt replayed at all, or a turn not taken back after a restart: nothing is sent again.
+#[test]
+fn d6_a_resumed_turn_whose_prompt_the_replay_does_not_show_asks_to_be_sent_again() {
+    let c = cfg();
+    let clock = Clock::new();
+    let ended = || DaemonEvent::ReplayEnded { session: session() };
+    let resumed = || {
+        let mut s = running(&clock, &c);
+        s.turn.as_mut().expect("turn").resumed = true;
+        s
+    };
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    let _ = s.on_daemon(replayed(started(1, "echo before")), clock.now(), &c);
+    let _ = s.on_daemon(turn_complete(), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(ended(), clock.now(), &c),
+        DaemonStep::NeverReached("echo before".into())
+    );
+    assert!(!s.abandon_session, "the session goes on");
+
+    // The older turn's frames come after its end, or it never ended: something ran after it.
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    let _ = s.on_daemon(turn_complete(), clock.now(), &c);
+    let _ = s.on_daemon(replayed(started(3, "echo hi")), clock.now(), &c);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    let _ = s.on_daemon(replayed(started(1, "echo before")), clock.now(), &c);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    // Its own prompt is there: it reached the daemon.
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    // No prompt replayed (a daemon that replays none, or a session's first prompt): unknown.
+    let mut s = resumed();
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    // Something of it seen (a call it knows), or a cancel asked for: not sent again.
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    s.tool_running(call(2), "echo hi".into(), clock.now(), true);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    s.turn
+        .as_mut()
+        .expect("turn")
+        .record_cancel(clock.now(), secs(10));
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    // A live turn's session loaded again (a reconnect): not a restart's unknown prompt.
+    let mut s = running(&clock, &c);
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    // The step happens once: the turn is sent again as a live one.
+    let mut s = resumed();
+    let _ = s.on_daemon(user("echo before"), clock.now(), &c);
+    s.turn.as_mut().expect("turn").resumed = false;
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+}
+
+/// D6: the daemon's last prompt is recognised as a stored one as the replay shows it (labels, a
+/// NUL shown as `␀`), and not when it differs.
+#[test]
+fn d6_a_replayed_prompt_is_matched_to_a_stored_one_as_sent() {
+    use crate::conversation::replay::is_prompt;
+    assert!(is_prompt("echo before", "echo before"));
+    assert!(is_prompt("echo before", "[alice] echo before"));
+    assert!(is_prompt("a \u{2400} b", "a \0 b"));
+    assert!(!is_prompt("echo before", "echo before2"));
+    assert!(!is_prompt("echo before", "[alice] echo hi"));
+}
+
 #[test]
 fn d6_a_daemon_that_replays_no_prompts_is_followed_as_before() {
     let c = cfg();
