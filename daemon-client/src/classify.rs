@@ -257,12 +257,10 @@ impl Classifier {
     /// fold's place kept with the call (issue 20, item 4).
     pub(crate) fn classify_folding(&mut self, text: &str) -> Option<Inbound> {
         if let Some(beat) = self.shape.as_ref().and_then(|s| s.read(text))
-            && let Some(calls) = self.sessions.get(beat.session)
-            && let Some((call, slot)) = calls.open.get_key_value(beat.call)
+            && self.fold_open(beat.session, beat.call, beat.progress, 1)
         {
             self.stats.frames += 1;
             self.stats.heartbeats += 1;
-            self.fold.beat(&calls.id, call, slot, beat.progress, 1);
             return None;
         }
         match self.classify_text(text) {
@@ -273,24 +271,38 @@ impl Classifier {
                 call,
                 progress,
                 beats,
-            }) => match self
-                .sessions
-                .get(session.as_str())
-                .and_then(|calls| calls.open.get_key_value(call.as_str()))
-            {
-                Some((id, slot)) => {
-                    self.fold.beat(&session, id, slot, progress, beats);
-                    None
+            }) => {
+                if self.fold_open(session.as_str(), call.as_str(), progress, beats) {
+                    return None;
                 }
-                None => Some(Inbound::Event(DaemonEvent::ToolProgress {
+                Some(Inbound::Event(DaemonEvent::ToolProgress {
                     session,
                     call,
                     progress,
                     beats,
-                })),
-            },
+                }))
+            }
             other => Some(other),
         }
+    }
+
+    /// Folds `beats` heartbeats of `call` in `session` into the call's event when the call is open
+    /// (its place kept with it); `false` when it is not, and nothing was folded.
+    fn fold_open(
+        &mut self,
+        session: &str,
+        call: &str,
+        progress: ShellProgress,
+        beats: u32,
+    ) -> bool {
+        let Some(calls) = self.sessions.get(session) else {
+            return false;
+        };
+        let Some((id, slot)) = calls.open.get_key_value(call) else {
+            return false;
+        };
+        self.fold.beat(&calls.id, id, slot, progress, beats);
+        true
     }
 
     /// The heartbeats folded for the connection's reader.

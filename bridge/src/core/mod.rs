@@ -25,7 +25,7 @@ mod progress;
 pub mod redact;
 pub mod render;
 
-pub(crate) use progress::ProgressWrite;
+pub(crate) use progress::{ProgressWrite, write_progress};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

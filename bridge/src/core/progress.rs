@@ -71,7 +71,10 @@ pub(super) async fn progress_writer(
     }
 }
 
-async fn write_progress(store: &Store, batch: &[ProgressWrite]) -> Result<(), store::StoreError> {
+pub(crate) async fn write_progress(
+    store: &Store,
+    batch: &[ProgressWrite],
+) -> Result<(), store::StoreError> {
     let rows: Vec<store::tool_calls::ProgressRow<'_>> = batch
         .iter()
         .map(|w| store::tool_calls::ProgressRow {

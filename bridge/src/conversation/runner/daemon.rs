@@ -12,7 +12,7 @@ use crate::conversation::event::ToolOutcome;
 use crate::conversation::state::{Line, scoped_id};
 use crate::conversation::tools::{ToolState, Tools};
 use crate::core::keys::{ButtonValue, MessageKey};
-use crate::core::{ProgressWrite, render};
+use crate::core::{ProgressWrite, render, write_progress};
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
 impl Runner {
@@ -313,25 +313,10 @@ impl Runner {
     /// `progress_flush` (or now). Never waits for the database: counts the writer cannot take yet
     /// stay here for the next flush.
     pub(super) fn flush_progress(&mut self, force: bool) {
-        let every = self.core.cfg.progress_flush;
-        let conversation = self.conv.id.clone();
-        let session = self.state.session.clone();
-        let Some(turn) = self.state.turn.as_mut() else {
-            return;
-        };
-        let now = Instant::now();
-        for (call, t) in &mut turn.tools {
-            if !t.flush_due(now, every, force) {
-                continue;
-            }
-            let w = ProgressWrite {
-                conversation: conversation.clone(),
-                call: scoped_id(session.as_ref(), call),
-                heartbeats: t.unflushed,
-                progress: t.progress_json(),
-            };
+        let due = self.progress_due(force);
+        for (call, w) in due {
             if self.core.queue_progress(w) {
-                t.flushed_at(Instant::now());
+                self.progress_written(&[call]);
             }
         }
     }
@@ -340,44 +325,48 @@ impl Runner {
     /// the progress writer may already have stopped taking them, and a long command must not keep
     /// fewer heartbeats than it had (F1: its count is the proof it was alive).
     pub(super) async fn write_progress_now(&mut self) -> Result<()> {
-        let conversation = self.conv.id.clone();
-        let session = self.state.session.clone();
-        let Some(turn) = self.state.turn.as_mut() else {
-            return Ok(());
-        };
-        let writes: Vec<(String, i64, Option<String>)> = turn
-            .tools
-            .iter()
-            .filter(|(_, t)| t.unflushed > 0)
-            .map(|(call, t)| {
-                (
-                    scoped_id(session.as_ref(), call),
-                    t.unflushed,
-                    t.progress_json(),
-                )
-            })
-            .collect();
+        let (calls, writes): (Vec<ToolCallId>, Vec<ProgressWrite>) =
+            self.progress_due(true).into_iter().unzip();
         if writes.is_empty() {
             return Ok(());
         }
-        let rows: Vec<tool_calls::ProgressRow<'_>> = writes
+        write_progress(&self.core.store, &writes).await?;
+        self.progress_written(&calls);
+        Ok(())
+    }
+
+    /// The running calls' heartbeat counts due to be written (every count held, with `force`):
+    /// once per `progress_flush` otherwise.
+    fn progress_due(&self, force: bool) -> Vec<(ToolCallId, ProgressWrite)> {
+        let Some(turn) = self.state.turn.as_ref() else {
+            return Vec::new();
+        };
+        let (every, now) = (self.core.cfg.progress_flush, Instant::now());
+        turn.tools
             .iter()
-            .map(|(call, heartbeats, progress)| tool_calls::ProgressRow {
-                conversation: &conversation,
-                call_id: call,
-                heartbeats: *heartbeats,
-                last_progress: progress.as_deref(),
+            .filter(|(_, t)| t.flush_due(now, every, force))
+            .map(|(call, t)| {
+                let w = ProgressWrite {
+                    conversation: self.conv.id.clone(),
+                    call: scoped_id(self.state.session.as_ref(), call),
+                    heartbeats: t.unflushed,
+                    progress: t.progress_json(),
+                };
+                (call.clone(), w)
             })
-            .collect();
-        let mut c = self.core.store.relaxed_conn().await?;
-        tool_calls::progress_many(&mut c, &rows, now_ms()).await?;
+            .collect()
+    }
+
+    /// The counts of `calls` were handed over (to the writer, or written).
+    fn progress_written(&mut self, calls: &[ToolCallId]) {
         let now = Instant::now();
-        for t in turn.tools.values_mut() {
-            if t.unflushed > 0 {
-                t.flushed_at(now);
+        if let Some(turn) = self.state.turn.as_mut() {
+            for call in calls {
+                if let Some(t) = turn.tools.get_mut(call) {
+                    t.flushed_at(now);
+                }
             }
         }
-        Ok(())
     }
 
     /// L5: edits the tool's message into its progress line. Never a new message.
