@@ -31,6 +31,7 @@ use crate::event::{DaemonEvent, PermissionOutcome, PermissionRequest, StopReason
 use crate::ids::{RequestId, SessionId};
 use crate::stdio::AgentCommand;
 use crate::transport::{self, Frame, Incoming, Link, Token};
+use crate::warn_budget::{self, Verdict, WarnBudget};
 
 /// ACP protocol version this client speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -374,6 +375,8 @@ struct Shared {
     cfg: ClientConfig,
     next_id: AtomicI64,
     classifier: Mutex<Classifier>,
+    /// How many malformed frames are logged a minute (F2, without flooding the log).
+    malformed_warnings: Mutex<WarnBudget>,
     pending: Mutex<HashMap<RequestId, Pending>>,
     orphans: Mutex<HashMap<SessionId, Orphan>>,
     cwds: Mutex<HashMap<SessionId, PathBuf>>,
@@ -476,6 +479,7 @@ impl DaemonClient {
             generation: AtomicU64::new(0),
             replays: Mutex::new(Replays::default()),
             replay_end: Mutex::new(ReplayEnd::WithResponse),
+            malformed_warnings: Mutex::new(WarnBudget::new()),
             out: Mutex::new(None),
             agent: Mutex::new(None),
             child: std::sync::atomic::AtomicBool::new(false),
@@ -920,6 +924,31 @@ impl Shared {
         .map(drop)
     }
 
+    /// F2: a malformed frame is logged at warn with its session — at most
+    /// [`warn_budget::PER_MINUTE`] a minute, the rest counted (the metrics count every one).
+    fn warn_malformed(&self, session: Option<&SessionId>, reason: &str) {
+        let session = session.map(SessionId::as_str);
+        match lock(&self.malformed_warnings).take(Instant::now()) {
+            Verdict::Log { skipped } => {
+                if skipped > 0 {
+                    tracing::warn!(
+                        skipped,
+                        "malformed frames from the daemon skipped in the last minute without a line of their own"
+                    );
+                }
+                tracing::warn!(session, %reason, "malformed frame from the daemon skipped");
+            }
+            Verdict::LogLast => {
+                tracing::warn!(session, %reason, "malformed frame from the daemon skipped");
+                tracing::warn!(
+                    per_minute = warn_budget::PER_MINUTE,
+                    "more malformed frames from the daemon: the rest of this minute's are counted (chatbridge_malformed_frames_total), not logged each"
+                );
+            }
+            Verdict::Count => {}
+        }
+    }
+
     /// Marks a replayed frame as history; ends the replay at the daemon's marker, naming the
     /// session whose replay it ended.
     fn replayed(&self, event: DaemonEvent) -> (DaemonEvent, Option<SessionId>) {
@@ -1134,7 +1163,7 @@ impl Shared {
         match inbound {
             Inbound::Event(event) => {
                 if let DaemonEvent::Malformed { session, reason } = &event {
-                    tracing::warn!(session = session.as_ref().map(SessionId::as_str), %reason, "malformed frame from the daemon skipped");
+                    self.warn_malformed(session.as_ref(), reason);
                 }
                 let (event, ended) = self.replayed(event);
                 self.fold_or_emit(event).await;

@@ -36,6 +36,7 @@ mod scan;
 mod shape;
 pub mod stdio;
 mod transport;
+mod warn_budget;
 pub mod wire;
 
 pub use classify::{Classifier, ClassifierStats, Inbound};
