@@ -1027,6 +1027,13 @@ impl Shared {
     /// Reads and writes one connection until it ends; returns why it ended.
     async fn run_connection(self: Arc<Self>, link: Link, out: mpsc::Receiver<String>) -> String {
         let reason = self.serve_connection(link, out).await;
+        let skipped = lock(&self.malformed_warnings).take_skipped();
+        if skipped > 0 {
+            tracing::warn!(
+                skipped,
+                "malformed frames from the daemon skipped without a line of their own before the connection ended"
+            );
+        }
         if self.shutdown.is_cancelled() {
             // Closing: like the frames left unread, folded heartbeats are not handed on to a
             // bridge that is stopping (they are counts, and its turns are taken back at start).

@@ -1,7 +1,7 @@
 //! How often one kind of warning is logged: a daemon that sends garbage must not flood the log
 //! (F2 logs each malformed frame at warn; a hostile daemon sent 1,000 in a burst). The first few of
 //! a minute are logged each, the rest are counted and summed up in one line when the next minute's
-//! first one comes; the metrics count them all.
+//! first one comes or the connection ends; the metrics count them all.
 
 use std::time::Duration;
 
@@ -41,6 +41,12 @@ impl WarnBudget {
             logged: 0,
             skipped: 0,
         }
+    }
+
+    /// The occurrences left unlogged so far, taken (said when the connection ends, so a burst's
+    /// count is not lost when no further one comes).
+    pub(crate) fn take_skipped(&mut self) -> u64 {
+        std::mem::take(&mut self.skipped)
     }
 
     /// One more occurrence at `now`.
@@ -100,5 +106,11 @@ mod tests {
             b.take(t0 + Duration::from_secs(62)),
             Verdict::Log { skipped: 0 }
         );
+        for _ in 0..20 {
+            b.take(t0 + Duration::from_secs(63));
+        }
+        // Two logged in this minute already: eight more are, twelve are not.
+        assert_eq!(b.take_skipped(), 12, "taken when the connection ends");
+        assert_eq!(b.take_skipped(), 0, "once");
     }
 }

@@ -1165,7 +1165,16 @@ async fn d6_a_turn_that_ended_while_the_bridge_was_down_ends_as_it_did_on_the_ag
 /// interrupted although the agent never saw it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d6_a_prompt_recorded_as_sent_that_never_reached_the_agent_is_sent_after_the_restart() {
-    never_reached_prompt(false).await;
+    never_reached_prompt(Before::Other).await;
+}
+
+/// D6 (outside tester): the same with the turn before of the same text (someone runs `make test`
+/// again). The replay's prompt reads as this turn's own; the call stored for the turn before shows it
+/// is not — the command runs now, once, instead of this turn being closed as "ended" with the turn
+/// before's result while nothing ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_prompt_that_never_reached_the_agent_is_sent_though_the_turn_before_had_its_text() {
+    never_reached_prompt(Before::SameText).await;
 }
 
 /// D6: the same, but the store's turn before is not the agent's last prompt (a turn the agent
@@ -1173,30 +1182,46 @@ async fn d6_a_prompt_recorded_as_sent_that_never_reached_the_agent_is_sent_after
 /// limit reports it interrupted, not re-run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d6_a_prompt_whose_turn_before_the_agent_did_not_see_is_not_sent_again() {
-    never_reached_prompt(true).await;
+    never_reached_prompt(Before::Phantom).await;
 }
 
-/// An open turn the agent never got, after one that ran (and, with `phantom`, one between that the
-/// agent never saw); the bridge restarts.
-async fn never_reached_prompt(phantom: bool) {
+/// What ran before the turn the agent never got.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Before {
+    /// A command of other text.
+    Other,
+    /// A command of the same text.
+    SameText,
+    /// A command of other text, then a turn the agent never saw.
+    Phantom,
+}
+
+/// An open turn the agent never got, after `before`; the bridge restarts.
+async fn never_reached_prompt(before: Before) {
     let (dir, url, agent, cfg) = with_outliving_agent().await;
+    let marker = dir.path().join("ran-two");
+    let two = format!("echo two >> {}", marker.display());
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    let first = if before == Before::SameText {
+        two.clone()
+    } else {
+        "echo one".to_owned()
+    };
     app.core
-        .accept(console::inbound("echo one"))
+        .accept(console::inbound(&first))
         .await
         .expect("accept");
     settle(&app).await;
     app.shutdown().await;
+    let ran_before = std::fs::read_to_string(&marker).unwrap_or_default();
 
     // What a kill between recording the prompt and sending it leaves: an open turn the agent never
     // got.
-    let marker = dir.path().join("ran-two");
-    let two = format!("echo two >> {}", marker.display());
     let store = chat_bridge::store::Store::open(&url).await.expect("store");
     let mut c = store.conn().await.expect("conn");
     let (conv, first) = the_conversation_and_its_first_turn(&mut c).await;
-    if phantom {
+    if before == Before::Phantom {
         let t = turns::start(&mut c, &conv.id, "echo phantom", &first.requested_by, 1)
             .await
             .expect("turn");
@@ -1224,7 +1249,8 @@ async fn never_reached_prompt(phantom: bool) {
     settle(&app).await;
     app.shutdown().await;
     let ran = std::fs::read_to_string(&marker).unwrap_or_default();
-    if phantom {
+    let ran = ran.strip_prefix(&ran_before).unwrap_or(&ran);
+    if before == Before::Phantom {
         let said = format!("{:?}", rec.calls());
         assert!(
             ran.is_empty() && said.contains("marked interrupted and was not re-run"),
@@ -1265,6 +1291,80 @@ async fn never_reached_prompt(phantom: bool) {
     );
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(calls.iter().all(|c| c.status == "completed"), "{calls:?}");
+    agent.shutdown().await;
+}
+
+/// D6 (outside tester): a command of the same text as the one before it is cut by a restart and
+/// finishes on the agent while the bridge is down. The replay shows both prompts; the call stored
+/// for the turn before tells its frames from this turn's, so this turn ends with its own result —
+/// not with the turn before's end, its own call left `running` for good and its result never shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_command_with_the_text_of_the_one_before_cut_by_a_restart_ends_with_its_own_result() {
+    use chat_bridge_tests::recorder::Call;
+    let (dir, url, agent, cfg) = with_outliving_agent().await;
+    let marker = dir.path().join("ran");
+    let command = format!("sleep 0.3; echo x >> {}", marker.display());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound(&command))
+        .await
+        .expect("accept");
+    settle(&app).await;
+    app.core
+        .accept(console::inbound(&command))
+        .await
+        .expect("accept");
+    rec.wait_for("the second command started", |r| {
+        r.calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Post(_, m) if m.title.starts_with('⏳')))
+            .count()
+            == 2
+    })
+    .await;
+    app.shutdown().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&marker).unwrap_or_default() != "x\nx\n" {
+        assert!(std::time::Instant::now() < deadline, "both commands ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    app.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default(),
+        "x\nx\n",
+        "nothing ran again"
+    );
+    let results = results(&rec);
+    assert_eq!(
+        results.len(),
+        1,
+        "its own result is shown: {:#?}",
+        rec.calls()
+    );
+    let store = chat_bridge::store::Store::open(&url).await.expect("store");
+    let mut c = store.conn().await.expect("conn");
+    let (conv, _) = the_conversation_and_its_first_turn(&mut c).await;
+    let turns = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
+    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    drop(c);
+    store.close().await;
+    assert!(
+        turns.len() == 2 && turns.iter().all(|t| t.status == "ended"),
+        "{turns:#?}"
+    );
+    assert!(
+        calls.len() == 2 && calls.iter().all(|c| c.status == "completed"),
+        "{calls:#?}"
+    );
     agent.shutdown().await;
 }
 

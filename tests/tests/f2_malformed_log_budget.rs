@@ -81,6 +81,14 @@ fn f2_a_flood_of_malformed_frames_is_counted_each_but_logged_ten_lines_a_minute(
             assert_eq!(malformed, FLOOD, "every one reaches the consumer");
             assert_eq!(client.stats().classifier.malformed, FLOOD as u64, "and is counted");
             client.close();
+            // The connection ends: what went unlogged is said then.
+            while let Ok(Some(e)) =
+                tokio::time::timeout(Duration::from_secs(10), events.recv()).await
+            {
+                if matches!(e, DaemonEvent::Closed { .. }) {
+                    break;
+                }
+            }
         });
     });
     let log = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
@@ -95,6 +103,12 @@ fn f2_a_flood_of_malformed_frames_is_counted_each_but_logged_ten_lines_a_minute(
                 "the rest of this minute's are counted (chatbridge_malformed_frames_total)"
             )),
         "the log says the rest are only counted:\n{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("skipped=990")
+            && l.contains("without a line of their own before the connection ended")),
+        "the count left unlogged is said when the connection ends:\n{log}"
     );
     assert!(
         log.contains("session=\"s1\"") || log.contains("session=s1"),

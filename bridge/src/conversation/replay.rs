@@ -5,6 +5,30 @@ use daemon_client::DaemonEvent;
 
 use super::turn::TurnState;
 
+/// D6: for a turn taken back after a restart, reading the replay as its own: a frame of a call
+/// stored for an earlier turn — the prompt the replay is at is an older one with the same text.
+#[must_use]
+pub fn of_an_earlier_call(
+    turn: &TurnState,
+    session: Option<&daemon_client::SessionId>,
+    event: &DaemonEvent,
+) -> bool {
+    let call = match event {
+        DaemonEvent::ToolStarted { call, .. }
+        | DaemonEvent::ToolUpdated { call, .. }
+        | DaemonEvent::ToolProgress { call, .. }
+        | DaemonEvent::ToolOutput { call, .. }
+        | DaemonEvent::ToolFinished { call, .. }
+        | DaemonEvent::LateUpdate { call, .. } => call,
+        _ => return false,
+    };
+    turn.resumed
+        && turn.replay_at_own == Some(true)
+        && turn
+            .earlier_calls
+            .contains(&super::state::scoped_id(session, call))
+}
+
 /// How a replayed frame leaves the session (D6): `Some(true)` a turn's end (nothing runs after
 /// it), `Some(false)` a prompt or a turn's work, `None` neither (usage, a command list).
 #[must_use]

@@ -653,6 +653,14 @@ impl State {
         {
             turn.replay_settled = settled;
         }
+        if let (DaemonEvent::Replayed { event, .. }, Some(turn)) = (&e, self.turn.as_mut())
+            && replay::of_an_earlier_call(turn, self.session.as_ref(), event)
+        {
+            // D6: the prompt the replay is at was an older one with the same text; what follows
+            // it is that turn's, history (its answer so far is not this turn's either).
+            turn.replay_at_own = Some(false);
+            turn.answer.clear();
+        }
         let e = match e {
             // History replayed by session/load is never live output (L6).
             DaemonEvent::Replayed { event, .. } => match self.turn.as_mut() {

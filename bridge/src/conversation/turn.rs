@@ -52,6 +52,10 @@ pub struct TurnState {
     pub replay_last_prompt: Option<String>,
     /// The load's replay ends, so far, in a turn's end: nothing ran in the session after it.
     pub replay_settled: bool,
+    /// For a turn taken back after a restart: the (session-scoped) ids of the calls stored for the
+    /// conversation's earlier turns. A replayed frame of one of them shows that the prompt the
+    /// replay is at is an older one with the same text as this turn's, not its own (D6).
+    pub earlier_calls: std::collections::HashSet<String>,
     /// The draft the answer streams into (R5), while text arrives.
     pub draft: Option<Draft>,
     /// Drafts this turn has had (one per stretch of text between tool calls).
@@ -116,6 +120,7 @@ impl TurnState {
             replay_at_own: None,
             replay_last_prompt: None,
             replay_settled: false,
+            earlier_calls: std::collections::HashSet::new(),
             draft: None,
             drafts: 0,
             merged_messages: Vec::new(),

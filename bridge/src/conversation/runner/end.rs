@@ -296,13 +296,19 @@ impl Runner {
             self.lapse(&mut tx, &pending).await?;
         }
         self.commit(tx).await?;
-        self.state.turn = Some(TurnState::new(
-            row,
-            self.core.cfg.liveness.clone(),
-            Instant::now(),
-            true,
-            0,
-        ));
+        // The calls stored for earlier turns: a replayed frame of one of them shows the replay is
+        // in an older turn's frames, though its prompt reads as this turn's (D6).
+        let mut c = self.core.store.conn().await?;
+        let earlier_calls = tool_calls::of_conversation(&mut c, &self.conv.id)
+            .await?
+            .into_iter()
+            .filter(|t| t.turn_id.as_deref() != Some(row.id.as_str()))
+            .map(|t| t.call_id)
+            .collect();
+        drop(c);
+        let mut turn = TurnState::new(row, self.core.cfg.liveness.clone(), Instant::now(), true, 0);
+        turn.earlier_calls = earlier_calls;
+        self.state.turn = Some(turn);
         if !self
             .core
             .daemon_connected

@@ -367,15 +367,17 @@ impl Runner {
             return Ok(());
         };
         let exact = !self.core.cfg.redact_store && !row.prompt.contains('\u{2400}');
-        let before = if exact {
+        if !exact {
+            tracing::info!(conversation = %self.conv.id, turn = %row.id, "the agent's history does not show this turn's prompt, but the store keeps it redacted or with a NUL shown as ␀, not as it was sent: not sent again");
+            return Ok(());
+        }
+        let before = {
             let mut c = self.core.store.conn().await?;
             turns::of_conversation(&mut c, &self.conv.id)
                 .await?
                 .into_iter()
                 .filter(|t| t.seq < row.seq)
                 .max_by_key(|t| t.seq)
-        } else {
-            None
         };
         if !before.is_some_and(|b| crate::conversation::replay::is_prompt(&b.prompt, &last)) {
             tracing::info!(conversation = %self.conv.id, turn = %row.id, "the agent's history does not show this turn's prompt, nor provably the one before it: not sent again");

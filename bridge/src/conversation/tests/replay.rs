@@ -313,6 +313,76 @@ fn d6_a_resumed_turn_whose_prompt_the_replay_does_not_show_asks_to_be_sent_again
     assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
 }
 
+/// D6 (outside tester): the turn before had the same text as this one. Its prompt in the replay reads
+/// as this turn's own, but a frame of a call stored for an earlier turn shows it is not: what follows
+/// is that turn's history — its end does not end this turn. If this turn's prompt comes after it,
+/// that one's frames are this turn's; if it never comes, this turn never reached the daemon.
+#[test]
+fn d6_a_prompt_with_the_text_of_the_turn_before_is_told_from_it_by_the_calls_stored_for_that_one() {
+    let c = cfg();
+    let clock = Clock::new();
+    let ended = || DaemonEvent::ReplayEnded { session: session() };
+    let finished = |n: u32| {
+        replayed(DaemonEvent::ToolFinished {
+            session: session(),
+            call: call(n),
+            result: result(Outcome::Completed),
+        })
+    };
+    let resumed = || {
+        let mut s = running(&clock, &c);
+        let earlier = crate::conversation::state::scoped_id(Some(&session()), &call(1));
+        let turn = s.turn.as_mut().expect("turn");
+        turn.resumed = true;
+        turn.earlier_calls.insert(earlier);
+        s
+    };
+    // `running` stores the prompt "echo hi"; the turn before was "echo hi" too, with call-1.
+    // (a) This turn's prompt never reached the daemon.
+    let mut s = resumed();
+    assert_eq!(
+        s.on_daemon(user("echo hi"), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.on_daemon(replayed(started(1, "echo hi")), clock.now(), &c),
+        DaemonStep::Nothing,
+        "the earlier turn's call is not announced as this turn's"
+    );
+    assert_eq!(
+        s.on_daemon(finished(1), clock.now(), &c),
+        DaemonStep::Nothing
+    );
+    assert_eq!(
+        s.on_daemon(turn_complete(), clock.now(), &c),
+        DaemonStep::Nothing,
+        "the earlier turn's end does not end this one"
+    );
+    assert_eq!(
+        s.on_daemon(ended(), clock.now(), &c),
+        DaemonStep::NeverReached("echo hi".into())
+    );
+    // (b) It reached the daemon and its command still runs.
+    let mut s = resumed();
+    for e in [
+        user("echo hi"),
+        replayed(started(1, "echo hi")),
+        finished(1),
+        turn_complete(),
+    ] {
+        assert_eq!(s.on_daemon(e, clock.now(), &c), DaemonStep::Nothing);
+    }
+    let _ = s.on_daemon(user("echo hi"), clock.now(), &c);
+    assert_eq!(
+        s.on_daemon(replayed(started(2, "echo hi")), clock.now(), &c),
+        DaemonStep::ToolStarted(call(2), info("echo hi")),
+        "its own call"
+    );
+    s.tool_running(call(2), "echo hi".into(), clock.now(), true);
+    assert_eq!(s.on_daemon(ended(), clock.now(), &c), DaemonStep::Nothing);
+    assert!(s.turn.is_some(), "still running");
+}
+
 /// D6: the daemon's last prompt is recognised as a stored one as the replay shows it (labels, a
 /// NUL shown as `␀`), and not when it differs.
 #[test]
