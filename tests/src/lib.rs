@@ -23,6 +23,7 @@ pub mod db;
 pub mod discord_twin;
 pub mod fake_discord;
 pub mod fake_slack;
+pub mod logs;
 pub mod pg_cluster;
 pub mod proxy;
 pub mod qwen;

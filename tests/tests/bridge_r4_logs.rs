@@ -10,51 +10,26 @@ use chat_bridge_tests::recorder::Recorder;
 
 #[test]
 fn r4_logs_carry_ids_and_outcomes_but_never_command_output_or_prompt_text() {
-    use std::io::Write;
-    #[derive(Clone, Default)]
-    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("lock").extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let dir = tempfile::tempdir().expect("tmp");
-            let url = format!("sqlite://{}", dir.path().join("r4.db").display());
-            let rec = Arc::new(Recorder::default());
-            let app = Application::build(&config(&url, dir.path()), rec.clone())
-                .await
-                .expect("build");
-            app.core
-                .accept(console::inbound(
-                    "timeout=1s echo SECRET-OUTPUT-7731; sleep 30",
-                ))
-                .await
-                .expect("accept");
-            settle(&app).await;
-            assert!(
-                rec.latest()[0].1.code.as_deref() == Some("SECRET-OUTPUT-7731"),
-                "the thread shows the output"
-            );
-            app.shutdown().await;
-        });
+    let logs = chat_bridge_tests::logs::logged(tracing::Level::DEBUG, || async {
+        let dir = tempfile::tempdir().expect("tmp");
+        let url = format!("sqlite://{}", dir.path().join("r4.db").display());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&url, dir.path()), rec.clone())
+            .await
+            .expect("build");
+        app.core
+            .accept(console::inbound(
+                "timeout=1s echo SECRET-OUTPUT-7731; sleep 30",
+            ))
+            .await
+            .expect("accept");
+        settle(&app).await;
+        assert!(
+            rec.latest()[0].1.code.as_deref() == Some("SECRET-OUTPUT-7731"),
+            "the thread shows the output"
+        );
+        app.shutdown().await;
     });
-    let logs = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf8");
     assert!(
         logs.contains("tool finished") && logs.contains("timed_out"),
         "the log has the outcome: {logs}"
