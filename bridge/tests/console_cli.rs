@@ -480,3 +480,67 @@ fn issue17_check_config_checks_every_projects_daemon_like_daemon() {
         );
     }
 }
+
+/// An outside tester's finding: with approvals on and the console's input piped, the input ending
+/// while an approval waits kept the bridge up until the approval expired (10 minutes) — nobody was
+/// left to answer. Each approval waiting when the input ends, or asked after it (a prompt that was
+/// queued), is closed as not answered, its command not run, and the bridge exits.
+#[test]
+fn approvals_waiting_when_the_console_input_ends_are_closed_unanswered_and_the_bridge_exits() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut child = binary::command(
+        dir.path(),
+        &[
+            ("CHAT_BRIDGE_SHELL_AGENT__REQUIRE_APPROVAL", "true"),
+            ("CHAT_BRIDGE_APPROVALS__TIMEOUT", "5m"),
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("start chat-bridge");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo ran-one\necho ran-two\n")
+        .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let mut out = String::new();
+            let _ = child
+                .stdout
+                .take()
+                .expect("stdout")
+                .read_to_string(&mut out);
+            panic!(
+                "still waiting for an approval nobody can give 60 s after the input ended:\n{out}"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
+    assert!(status.success(), "{out}");
+    assert_eq!(
+        out.matches("Not answered").count(),
+        2,
+        "both approvals closed unanswered:\n{out}"
+    );
+    assert!(
+        !out.contains("│ ran-one") && !out.contains("│ ran-two"),
+        "neither command ran:\n{out}"
+    );
+}

@@ -537,6 +537,10 @@ impl Application {
     /// # Errors
     /// The store failing, or another replica taking the leader lease.
     pub async fn finish(&self, stop: &CancellationToken) -> anyhow::Result<()> {
+        // Nobody is left to click an approval.
+        for core in &self.projects.cores {
+            core.input_ended().await;
+        }
         let idle =
             futures_util::future::join_all(self.projects.cores.iter().map(|c| c.wait_idle()));
         tokio::select! {

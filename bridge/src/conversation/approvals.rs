@@ -118,6 +118,12 @@ impl Approvals {
         self.pending.get(id)
     }
 
+    /// The waiting requests' ids, in no particular order.
+    #[must_use]
+    pub fn ids(&self) -> Vec<String> {
+        self.pending.keys().cloned().collect()
+    }
+
     /// Questions taken out whose closing could not be written: waiting again, as they were.
     pub fn ask_again(&mut self, taken: Vec<Pending>) {
         for p in taken {
@@ -208,3 +214,10 @@ pub const ENDED_HEADING: &str = "⏹ Not needed";
 
 /// The heading of a request asked before a restart.
 pub const LAPSED_HEADING: &str = "⏹ Lapsed";
+
+/// The line of a request left waiting when the console's input ended: nobody can answer it.
+pub const INPUT_ENDED: &str =
+    "not answered: the input ended, so nobody can answer — the command was not run";
+
+/// The heading of a request left waiting when the console's input ended.
+pub const INPUT_ENDED_HEADING: &str = "⏹ Not answered";

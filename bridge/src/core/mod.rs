@@ -248,6 +248,8 @@ pub(crate) enum ConvMsg {
     Resume(store::turns::Turn),
     /// The daemon connection went down (`false`) or came back (`true`) (L7).
     Connection(bool),
+    /// The chat's input ended (the console's stdin closed): nobody can answer an approval any more.
+    InputEnded,
     /// The conversation has been idle since before this (Unix ms): its worktree is removed, as
     /// `/done` does, unless something happened since ([`crate::checkouts`]).
     Expire(i64),
@@ -287,6 +289,8 @@ pub struct Core {
     progress_pending: Arc<AtomicUsize>,
     /// Whether the daemon connection is up (for `/readyz`).
     pub daemon_connected: std::sync::atomic::AtomicBool,
+    /// The chat's input ended (the console's stdin closed): approvals are closed as asked.
+    pub input_ended: std::sync::atomic::AtomicBool,
     /// Downloads attached files from the platform (none: files are explained, not used).
     fetch: std::sync::OnceLock<Arc<dyn crate::channel::Fetch>>,
     /// Speakers' display names, asked of the platform once per user.
@@ -360,6 +364,7 @@ impl Core {
             progress,
             progress_pending,
             daemon_connected: std::sync::atomic::AtomicBool::new(true),
+            input_ended: std::sync::atomic::AtomicBool::new(false),
             fetch: std::sync::OnceLock::new(),
             speakers: crate::conversation::speaker::Speakers::default(),
             live: std::sync::OnceLock::new(),
@@ -722,6 +727,17 @@ impl Core {
         let tx = lock(&self.actors).get(&conv).cloned();
         if let Some(tx) = tx {
             let _ = tx.send(ConvMsg::Daemon(event)).await;
+        }
+    }
+
+    /// The chat's input ended (the console's stdin closed): every conversation in memory closes the
+    /// approvals it waits on — nobody is left to click — so its turn ends instead of waiting out
+    /// `approvals.timeout`.
+    pub async fn input_ended(&self) {
+        self.input_ended.store(true, Ordering::SeqCst);
+        let actors: Vec<mpsc::Sender<ConvMsg>> = lock(&self.actors).values().cloned().collect();
+        for tx in actors {
+            let _ = tx.send(ConvMsg::InputEnded).await;
         }
     }
 

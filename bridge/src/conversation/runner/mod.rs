@@ -267,6 +267,7 @@ impl Runner {
                 retrying_step!(id, stop, r.on_resume(turn.clone()))
             }
             ConvMsg::Connection(up) => r.on_connection(up).await,
+            ConvMsg::InputEnded => r.on_input_ended().await,
             ConvMsg::Expire(before) => {
                 let done = r.on_expire(before).await;
                 lock(&r.core.expiring).remove(&r.conv.id);
