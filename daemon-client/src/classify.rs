@@ -445,7 +445,10 @@ impl Classifier {
         };
         match serde_json::from_str::<UpdateParams<'_, RawMeta<'_>>>(params.get()) {
             Ok(mut p) => self.update_params(&mut p),
-            Err(e) => malformed(None, format!("session/update params: {}", json_error(&e))),
+            Err(e) => malformed(
+                session_named(params.get()),
+                format!("session/update params: {}", json_error(&e)),
+            ),
         }
     }
 
@@ -745,6 +748,18 @@ fn without_lone_surrogates(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The session params that do not decode still name, when `sessionId` itself reads (F2: the
+/// warning names it — e.g. a duplicate key further in).
+fn session_named(params: &str) -> Option<SessionId> {
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(rename = "sessionId", borrow)]
+        session_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    let named: Named<'_> = serde_json::from_str(params).ok()?;
+    SessionId::parse(&named.session_id?).ok()
+}
+
 fn malformed(session: Option<SessionId>, reason: String) -> DaemonEvent {
     DaemonEvent::Malformed { session, reason }
 }
@@ -837,7 +852,7 @@ fn permission(id: RequestId, params: Option<&RawValue>) -> DaemonEvent {
         Ok(p) => p,
         Err(e) => {
             return malformed(
-                None,
+                session_named(params.get()),
                 format!("session/request_permission params: {}", json_error(&e)),
             );
         }

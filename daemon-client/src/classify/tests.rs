@@ -1147,3 +1147,27 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got_stats, want_stats);
     }
 }
+
+/// F2 (an outside tester): a frame whose params do not decode — a duplicate key in its update —
+/// is malformed and its warning still names the session the params name.
+#[test]
+fn f2_a_malformed_update_names_its_session_when_its_params_do() {
+    let mut c = Classifier::new();
+    let frame = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call_update","toolCallId":"c1","toolCallId":"c2","status":"in_progress"}}}"#;
+    match c.classify(frame) {
+        Inbound::Event(DaemonEvent::Malformed { session, reason }) => {
+            assert_eq!(
+                session.as_ref().map(SessionId::as_str),
+                Some("s1"),
+                "{reason}"
+            );
+        }
+        other => panic!("malformed, not {other:?}"),
+    }
+    // A sessionId that is itself repeated names none.
+    let frame = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","sessionId":"s2","update":{"sessionUpdate":"tool_call_update","toolCallId":"c1"}}}"#;
+    assert!(matches!(
+        c.classify(frame),
+        Inbound::Event(DaemonEvent::Malformed { session: None, .. })
+    ));
+}
