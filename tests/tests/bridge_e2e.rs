@@ -252,6 +252,40 @@ on_both! {
         app.shutdown().await;
     }
 
+    // R6 (an outside tester): an approval's answer typed just before a crash is taken again from
+    // the inbox after the restart, which lapsed the approval; a bare number typed after an approval
+    // expired is the same. It is not a prompt — to an agent "1" reads as "go ahead" — and the
+    // thread is told it was not sent.
+    async fn r6_a_numbered_answer_with_no_approval_waiting_any_more_is_not_sent_as_a_prompt(db) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.shell_agent.require_approval = true;
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(as_user("echo asked", "alice")).await.expect("accept");
+        rec.wait_for("the approval message", |r| r.posts().iter().any(|(_, m)| !m.buttons.is_empty())).await;
+        app.shutdown().await;
+
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        settle(&app).await;
+        app.core.accept(as_user("1", "alice")).await.expect("accept");
+        settle(&app).await;
+        assert!(
+            format!("{:?}", rec.calls()).contains("No approval is waiting any more — the last one lapsed with a restart, expired or was closed — so `1` was not sent"),
+            "the thread is told: {:#?}", rec.calls()
+        );
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = chat_bridge::store::history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let prompts: Vec<String> = turns::of_conversation(&mut c, &conv.id).await.expect("turns").into_iter().map(|t| t.prompt).collect();
+        drop(c);
+        assert_eq!(prompts, ["echo asked"], "no turn for the late answer");
+        // Any other message still goes to the agent.
+        app.core.accept(as_user("echo after", "alice")).await.expect("accept");
+        rec.wait_for("the next approval", |r| r.posts().iter().any(|(_, m)| m.title.contains("approval needed: echo after"))).await;
+        app.shutdown().await;
+    }
+
     async fn r6_cancel_while_an_approval_waits_closes_it_and_the_next_message_runs(db) {
         let dir = tempfile::tempdir().expect("tmp");
         let mut cfg = config(&db.url, dir.path());

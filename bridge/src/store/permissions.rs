@@ -125,6 +125,29 @@ pub async fn pending_of(c: &mut AnyConnection, conversation: &str) -> Result<Vec
     .await?)
 }
 
+/// Whether `conversation` has a request asked at or after `since` (Unix ms) that nobody answered:
+/// still pending in the store, expired, or closed by the bridge (lapsed with a restart, not answered
+/// when the input ended, no longer needed).
+///
+/// # Errors
+/// Database errors.
+pub async fn unanswered_since(
+    c: &mut AnyConnection,
+    conversation: &str,
+    since: i64,
+) -> Result<bool> {
+    let (n,): (i64,) = sqlx::query_as(sql(
+        "SELECT COUNT(*) FROM permission_requests WHERE conversation_id = $1 AND created_at >= $2
+           AND (status IN ('pending', 'expired') OR (status = 'decided' AND decider = 'bridge'))"
+            .to_owned(),
+    ))
+    .arg(conversation)
+    .arg(since)
+    .fetch_one(c)
+    .await?;
+    Ok(n > 0)
+}
+
 /// Expires every pending request whose time is up, returning them (each is answered as rejected).
 ///
 /// # Errors

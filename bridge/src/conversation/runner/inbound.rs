@@ -37,6 +37,17 @@ impl Runner {
             // Not addressed to the bot (mention etiquette): context for its next prompt.
             return self.unaddressed(&m.user, &text).await;
         }
+        if self.answers_no_approval(&text, &files).await? {
+            let shown = text.trim();
+            return self
+                .notice(
+                    Tone::Warning,
+                    &format!(
+                        "No approval is waiting any more — the last one lapsed with a restart, expired or was closed — so `{shown}` was not sent to the agent. Send your request again if it still matters."
+                    ),
+                )
+                .await;
+        }
         // A2 needs the thread's members for anything but reading: read once, kept by the state.
         if !files.is_empty()
             || self
@@ -58,6 +69,23 @@ impl Runner {
             self.apply(effect).await?;
         }
         Ok(())
+    }
+
+    /// A bare number while no approval waits, in a thread where one went unanswered within the
+    /// approval timeout: an answer that came too late (or, typed just before a crash, was taken again
+    /// after the restart lapsed its approval) — not a prompt: to an agent "1" reads as "go ahead".
+    async fn answers_no_approval(&self, text: &str, files: &[Attachment]) -> Result<bool> {
+        if !self.state.approvals.is_empty()
+            || !files.is_empty()
+            || text.trim().parse::<u16>().is_err()
+        {
+            return Ok(false);
+        }
+        let timeout =
+            i64::try_from(self.core.cfg.permission_timeout.as_millis()).unwrap_or(i64::MAX);
+        let since = now_ms().saturating_sub(timeout);
+        let mut c = self.core.store.conn().await?;
+        crate::store::permissions::unanswered_since(&mut c, &self.conv.id, since).await
     }
 
     /// A prompt: 👀 on the person's message (it may wait in the queue), then it starts a turn,
