@@ -297,6 +297,26 @@ pub async fn of_conversation(c: &mut AnyConnection, conversation: &str) -> Resul
     .await?)
 }
 
+/// The ids of `conversation`'s calls that belong to another turn than `turn` (no output read).
+///
+/// # Errors
+/// Database errors.
+pub async fn ids_of_other_turns(
+    c: &mut AnyConnection,
+    conversation: &str,
+    turn: &str,
+) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> = sqlx::query_as(sql(
+        "SELECT call_id FROM tool_calls WHERE conversation_id = $1 AND (turn_id IS NULL OR turn_id <> $2)"
+            .to_owned(),
+    ))
+    .arg(conversation)
+    .arg(turn)
+    .fetch_all(c)
+    .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
 /// The calls of `conversation` still running although their turn is over (the daemon answered
 /// the prompt before their results), oldest first: their results may still come.
 ///

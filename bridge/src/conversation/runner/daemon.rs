@@ -503,31 +503,6 @@ impl Runner {
         Ok(true)
     }
 
-    /// The chat's input ended: nobody can answer the approvals waiting. Each is closed as not
-    /// answered (its message says why) and the daemon hears "cancelled", so the turn goes on to its
-    /// end instead of waiting out the approval timeout with nobody to click.
-    pub(super) async fn on_input_ended(&mut self) -> Result<()> {
-        for id in self.state.approvals.ids() {
-            let Some(p) = self.state.approvals.get(&id).cloned() else {
-                continue;
-            };
-            let mut tx = self.begin().await?;
-            permissions::resolve(tx.conn(), &p.db_id, "bridge", "unanswered", now_ms()).await?;
-            let edit =
-                self.closed_approval(&p, approvals::INPUT_ENDED_HEADING, approvals::INPUT_ENDED);
-            self.enqueue(&mut tx, &edit).await?;
-            self.commit(tx).await?;
-            self.state.approvals.take(&id);
-            tracing::info!(conversation = %self.conv.id, request = %p.db_id, "approval closed unanswered: the input ended");
-            let _ = self
-                .core
-                .client
-                .answer_permission(&p.request_id, &PermissionOutcome::Cancelled)
-                .await;
-        }
-        Ok(())
-    }
-
     /// R6: only the requester and configured approvers may decide; the first decision wins.
     pub(super) async fn decide(&mut self, user: &str, id: &str, option: &str) -> Result<()> {
         let Some(p) = self.state.approvals.get(id) else {

@@ -18,6 +18,20 @@ use crate::core::{Core, lock, render};
 use crate::store::turns::{self, Ending, Turn};
 use crate::store::{Result, conversations, now_ms, permissions, tool_calls};
 
+/// Why approvals are closed unanswered: the outcome stored, the heading and line their message
+/// shows.
+type Unanswered = (&'static str, &'static str, &'static str);
+
+/// Their turn ended first.
+const TURN_ENDED: Unanswered = ("turn_ended", approvals::ENDED_HEADING, approvals::ENDED);
+
+/// The chat's input ended: nobody can answer.
+const INPUT_ENDED: Unanswered = (
+    "unanswered",
+    approvals::INPUT_ENDED_HEADING,
+    approvals::INPUT_ENDED,
+);
+
 impl Runner {
     pub(super) async fn end_turn(
         &mut self,
@@ -84,7 +98,8 @@ impl Runner {
             // new session too.
             conversations::forget_session(tx.conn(), &self.conv.id, now_ms()).await?;
         }
-        self.close_unanswered(&mut tx, unanswered).await?;
+        self.close_unanswered(&mut tx, unanswered, TURN_ENDED)
+            .await?;
         if !answer.is_empty() {
             self.record(
                 &mut tx,
@@ -166,16 +181,18 @@ impl Runner {
         Ok(())
     }
 
-    /// Questions a turn asked that nobody answered, closed with it: resolved in the store, their
-    /// buttons gone ("Not needed").
+    /// Questions nobody answered, closed (`why`: the outcome stored, the heading and line their
+    /// message shows): resolved in the store, their buttons gone.
     async fn close_unanswered(
         &mut self,
         tx: &mut crate::store::Tx,
         unanswered: &[Pending],
+        why: Unanswered,
     ) -> Result<()> {
+        let (outcome, heading, text) = why;
         for p in unanswered {
-            permissions::resolve(tx.conn(), &p.db_id, "bridge", "turn_ended", now_ms()).await?;
-            let edit = self.closed_approval(p, approvals::ENDED_HEADING, approvals::ENDED);
+            permissions::resolve(tx.conn(), &p.db_id, "bridge", outcome, now_ms()).await?;
+            let edit = self.closed_approval(p, heading, text);
             self.enqueue(tx, &edit).await?;
         }
         Ok(())
@@ -186,12 +203,25 @@ impl Runner {
     /// permission request so on a cancel) — so a message sent next is a prompt again, queued
     /// behind the ending turn, not taken for an answer or refused.
     pub(super) async fn close_approvals_for_cancel(&mut self) -> Result<()> {
+        self.close_waiting_approvals(TURN_ENDED).await
+    }
+
+    /// The chat's input ended: nobody can answer the approvals waiting. They are closed as not
+    /// answered (their messages say why) and the daemon hears "cancelled", so the turn goes on to
+    /// its end instead of waiting out the approval timeout with nobody to click.
+    pub(super) async fn on_input_ended(&mut self) -> Result<()> {
+        self.close_waiting_approvals(INPUT_ENDED).await
+    }
+
+    /// Closes every waiting approval for `why` in one transaction (put back when it fails); then
+    /// the daemon hears "cancelled" for each.
+    async fn close_waiting_approvals(&mut self, why: Unanswered) -> Result<()> {
         let unanswered = self.state.approvals.take_all();
         if unanswered.is_empty() {
             return Ok(());
         }
         let mut tx = self.begin().await?;
-        let closed = match self.close_unanswered(&mut tx, &unanswered).await {
+        let closed = match self.close_unanswered(&mut tx, &unanswered, why).await {
             Ok(()) => self.commit(tx).await,
             Err(e) => Err(e),
         };
@@ -299,11 +329,9 @@ impl Runner {
         // The calls stored for earlier turns: a replayed frame of one of them shows the replay is
         // in an older turn's frames, though its prompt reads as this turn's (D6).
         let mut c = self.core.store.conn().await?;
-        let earlier_calls = tool_calls::of_conversation(&mut c, &self.conv.id)
+        let earlier_calls = tool_calls::ids_of_other_turns(&mut c, &self.conv.id, &row.id)
             .await?
             .into_iter()
-            .filter(|t| t.turn_id.as_deref() != Some(row.id.as_str()))
-            .map(|t| t.call_id)
             .collect();
         drop(c);
         let mut turn = TurnState::new(row, self.core.cfg.liveness.clone(), Instant::now(), true, 0);
