@@ -35,6 +35,19 @@ async fn conversation(store: &Store, thread: &str) -> String {
         .id
 }
 
+/// How many rows of `table` belong to `conv`.
+async fn rows(store: &Store, table: &str, conv: &str) -> i64 {
+    let mut c = store.conn().await.expect("conn");
+    sqlx::query_as::<_, (i64,)>(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {table} WHERE conversation_id = $1"
+    )))
+    .arg(conv)
+    .fetch_one(&mut *c)
+    .await
+    .expect("count")
+    .0
+}
+
 fn action<'a>(conv: &'a str, body: &'a str) -> NewAction<'a> {
     NewAction {
         conversation_id: conv,
@@ -224,6 +237,75 @@ on_both! {
             let (from_zero, from_floor) = (blocks[2], blocks[3]);
             assert!(from_floor * 3 < from_zero, "a claim from the floor read {from_floor} pages, from the first id {from_zero} ({blocks:?})");
         }
+    }
+
+    async fn p2_a_claim_reads_its_messages_platform_id_with_it(db) {
+        // The outbox worker takes the platform id of the claimed row's message from the claim (one
+        // round trip less a delivery): posted, an intent recorded, and none yet.
+        let (a, b, d) = (conversation(&db.store, "a").await, conversation(&db.store, "b").await, conversation(&db.store, "d").await);
+        let mut c = db.store.conn().await.expect("conn");
+        message_map::put(&mut c, &a, "tool:1", "1700.0001", T0).await.expect("put");
+        message_map::put(&mut c, &b, "tool:1", "", T0).await.expect("intent");
+        // Another conversation's message of the same key is not this one's.
+        message_map::put(&mut c, &a, "tool:2", "1700.0002", T0).await.expect("put");
+        for conv in [&a, &b, &d] {
+            let row = NewAction { conversation_id: conv, kind: Kind::Edit, coalesce_key: Some("tool:1"), action: "{}" };
+            outbox::enqueue(&mut c, &row, T0).await.expect("enqueue");
+        }
+        let mut seen = HashMap::new();
+        while let Some(claimed) = outbox::claim_next(&mut c, "w", T0, Duration::from_secs(60)).await.expect("claim") {
+            outbox::mark_delivered(&mut c, claimed.id, "w", T0).await.expect("delivered");
+            seen.insert(claimed.conversation_id, claimed.mapped);
+        }
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[&a].as_deref(), Some("1700.0001"));
+        assert_eq!(seen[&b].as_deref(), Some(""), "an intent reads as the empty id, as a lookup does");
+        assert_eq!(seen[&d], None);
+        // A row without a message (a reaction) reads none.
+        outbox::enqueue(&mut c, &action(&a, "react"), T0).await.expect("enqueue");
+        let claimed = outbox::claim_next(&mut c, "w", T0, Duration::from_secs(60)).await.expect("claim").expect("row");
+        assert_eq!(claimed.mapped, None);
+    }
+
+    async fn p2_a_tool_result_is_one_statement_on_postgres_written_whole_or_not_at_all(db) {
+        let conv = conversation(&db.store, "1.1").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let turn = turns::start(&mut c, &conv, "make", "U1", T0).await.expect("turn");
+        let id = tool_calls::start(&mut c, &conv, Some(&turn.id), "s/call_1", "make", Some("execute"), T0).await.expect("start");
+        let other = tool_calls::start(&mut c, &conv, Some(&turn.id), "s/call_2", "ls", None, T0).await.expect("start");
+        transcript::append(&mut c, &conv, &NewEntry { turn_id: Some(&turn.id), kind: "tool_started", actor: Some("agent"), body: "make", tool_call_id: Some(&id) }, T0).await.expect("append");
+        let finish = tool_calls::Finish { outcome: "completed", summary: Some("exit 0"), output: "built\n", exit_code: Some(0), signal: None };
+        let entry = NewEntry { turn_id: Some(&turn.id), kind: "tool_finished", actor: Some("agent"), body: "exit 0", tool_call_id: Some(&id) };
+        let edit = NewAction { conversation_id: &conv, kind: Kind::Edit, coalesce_key: Some("tool:s/call_1"), action: r#"{"edit":1}"# };
+        macro_rules! write {
+            ($row:expr) => {
+                tool_calls::finish_with_result(&mut c, &conv, "s/call_1", &$row, &finish, 3, Some(r#"{"lines":2}"#), &entry, &edit, T0 + 10).await
+            };
+        }
+        if db.store.backend() == Backend::Sqlite {
+            // SQLite's WITH takes no UPDATE: the runner writes results in a transaction there.
+            assert!(write!(id).is_err());
+            let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+            assert_eq!(row.status, "running");
+            return;
+        }
+        // A row the id does not name, or that is not running, is not finished, and nothing else is written.
+        assert_eq!(write!(other).expect("write"), None);
+        assert_eq!((rows(&db.store, "transcript", &conv).await, rows(&db.store, "outbox", &conv).await), (1, 0));
+        assert_eq!(write!(id).expect("write").as_deref(), Some(id.as_str()));
+        let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+        assert_eq!((row.status.as_str(), row.summary.as_deref(), row.output.as_deref(), row.exit_code), ("completed", Some("exit 0"), Some("built\n"), Some(0)));
+        assert_eq!((row.heartbeats, row.last_progress.as_deref(), row.progress_at), (3, Some(r#"{"lines":2}"#), Some(T0 + 10)));
+        let all = transcript::list(&mut c, &conv).await.expect("list");
+        assert_eq!(all.iter().map(|e| (e.seq, e.kind.as_str(), e.tool_call_id.as_deref())).collect::<Vec<_>>(),
+                   [(1, "tool_started", Some(id.as_str())), (2, "tool_finished", Some(id.as_str()))]);
+        let claimed = outbox::claim_next(&mut c, "w", T0 + 10, Duration::from_secs(60)).await.expect("claim").expect("the edit");
+        assert_eq!((claimed.kind.as_str(), claimed.coalesce_key.as_deref(), claimed.action.as_str()), ("edit", Some("tool:s/call_1"), r#"{"edit":1}"#));
+        // A replay of the finished call writes nothing again.
+        assert_eq!(write!(id).expect("write"), None);
+        assert_eq!((rows(&db.store, "transcript", &conv).await, rows(&db.store, "outbox", &conv).await), (2, 1));
+        let untouched = tool_calls::get(&mut c, &other).await.expect("get").expect("row");
+        assert_eq!(untouched.status, "running");
     }
 
     async fn transcript_keeps_order_and_message_map_replaces(db) {

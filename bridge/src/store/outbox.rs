@@ -28,7 +28,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Post => "post",
             Self::Edit => "edit",
@@ -164,6 +164,11 @@ pub struct Claimed {
     pub platform: Option<String>,
     /// When it became due (unix ms): queued, or its retry's time.
     pub due_at: i64,
+    /// The platform id the message map holds for its message (`coalesce_key`), read with the
+    /// claim: `Some("")` when an earlier attempt recorded its intent, `None` when there is none.
+    /// Only a delivery of this conversation's earlier rows writes it, and those are delivered
+    /// before this head is claimed, so it is what a lookup after the claim would read.
+    pub mapped: Option<String>,
 }
 
 /// The claim, with `$lock` (empty, or PostgreSQL's row lock) on the chosen head.
@@ -182,7 +187,9 @@ macro_rules! claim_sql {
             ")
            AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
          RETURNING id, conversation_id, kind, coalesce_key, action, attempts, next_attempt_at AS due_at,
-                   (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform"
+                   (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform,
+                   (SELECT m.platform_id FROM message_map m
+                     WHERE m.conversation_id = outbox.conversation_id AND m.logical_key = outbox.coalesce_key) AS mapped"
         )
     };
 }

@@ -253,6 +253,71 @@ pub async fn finish_counted(
     Ok(row.map(|r| r.0))
 }
 
+/// A tool's result as one statement, on PostgreSQL (P2): the call `id` (`call_id` of
+/// `conversation`) finished as [`finish_counted`] does, the result's transcript `entry` (its
+/// `tool_call_id` is the call's) and the chat `action` queued — what the result's transaction
+/// wrote in five round trips (`BEGIN`, three statements, `COMMIT`), with the same atomicity: one
+/// statement commits whole or not at all. Returns the id; `None` when that row is not running (a
+/// replay, or not the row `id` names) and nothing was written. PostgreSQL only: SQLite's `WITH`
+/// takes no `UPDATE`/`INSERT`.
+///
+/// # Errors
+/// Database errors.
+#[allow(clippy::too_many_arguments)]
+pub async fn finish_with_result(
+    c: &mut AnyConnection,
+    conversation: &str,
+    call_id: &str,
+    id: &str,
+    f: &Finish<'_>,
+    heartbeats: i64,
+    last_progress: Option<&str>,
+    entry: &super::transcript::NewEntry<'_>,
+    action: &super::outbox::NewAction<'_>,
+    now: i64,
+) -> Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "WITH f AS (
+             UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8,
+                 heartbeats = heartbeats + $9,
+                 last_progress = COALESCE($10, last_progress),
+                 progress_at = CASE WHEN $9 > 0 THEN $8 ELSE progress_at END
+             WHERE conversation_id = $1 AND call_id = $2 AND status = 'running' AND id = $11
+             RETURNING id
+         ), t AS (
+             INSERT INTO transcript (conversation_id, turn_id, seq, kind, actor, body, tool_call_id, created_at)
+             SELECT $1, $12, (SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript WHERE conversation_id = $1),
+                    $13, $14, $15, f.id, $8
+             FROM f
+         ), o AS (
+             INSERT INTO outbox (conversation_id, kind, coalesce_key, action, status, attempts, next_attempt_at, created_at)
+             SELECT $1, $16, $17, $18, 'pending', 0, $8, $8 FROM f
+         )
+         SELECT id FROM f",
+    )
+    .arg(conversation)
+    .arg(call_id)
+    .arg(f.outcome)
+    .arg(f.summary)
+    .arg(f.output)
+    .arg(f.exit_code)
+    .arg(f.signal)
+    .arg(now)
+    .arg(heartbeats)
+    .arg(last_progress.map(Json))
+    .arg(id)
+    .arg(entry.turn_id)
+    .arg(entry.kind)
+    .arg(entry.actor)
+    .arg(entry.body)
+    .arg(action.kind.as_str())
+    .arg(action.coalesce_key)
+    .arg(Json(action.action))
+    .fetch_optional(c)
+    .await?;
+    Ok(row.map(|r| r.0))
+}
+
 /// One call by our id, with its full output.
 ///
 /// # Errors

@@ -13,6 +13,8 @@ use crate::conversation::state::{Line, scoped_id};
 use crate::conversation::tools::{ToolState, Tools};
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render, write_progress};
+use crate::store::outbox::NewAction;
+use crate::store::transcript::NewEntry;
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
 impl Runner {
@@ -214,6 +216,12 @@ impl Runner {
     ) -> Result<()> {
         let scoped = self.state.scoped(call);
         let title = tool.map_or_else(|| "tool".to_owned(), |t| t.title.clone());
+        if self
+            .write_tool_result_at_once(&scoped, turn_id, result, tool, took)
+            .await?
+        {
+            return Ok(());
+        }
         let mut tx = self.begin().await?;
         if tool.is_none() {
             // Started before a restart, or never announced: make sure the row exists.
@@ -275,19 +283,7 @@ impl Runner {
             Some(&db_id),
         )
         .await?;
-        let msg = render::tool_finished(
-            &self.core.redactor,
-            &title,
-            result,
-            took,
-            &db_id,
-            self.core.cfg.output_cap,
-        );
-        let msg = match (&self.core.cfg.ui_pointer, self.core.cfg.api_pointer) {
-            (Some(base), _) => render::with_ui_pointer(msg, base),
-            (None, true) => msg,
-            (None, false) => render::without_api_pointer(msg),
-        };
+        let msg = self.result_message(&title, result, took, &db_id);
         let key = MessageKey::Tool(scoped);
         // No edit of the message can wait in the outbox when none was queued since its post in
         // this process: the result's edit is queued without looking for one to replace.
@@ -299,6 +295,121 @@ impl Runner {
         )
         .await?;
         self.commit(tx).await?;
+        self.result_written(result, &db_id);
+        Ok(())
+    }
+
+    /// [`Runner::write_tool_result`] as one statement on PostgreSQL, for the usual result: a call
+    /// this process follows (its row's id known), no edit of its message waiting in the outbox,
+    /// no inbox entry to mark. One round trip instead of five — at 10,000 sessions the database's
+    /// CPU goes more to round trips than to the statements' work (P2). `false` when it does not
+    /// apply or wrote nothing (a replay of a finished call): the transaction then does what it
+    /// always did.
+    async fn write_tool_result_at_once(
+        &mut self,
+        scoped: &str,
+        turn_id: &str,
+        result: &ToolResult,
+        tool: Option<&ToolState>,
+        took: Option<std::time::Duration>,
+    ) -> Result<bool> {
+        let Some(t) = tool else { return Ok(false) };
+        let Some(db_id) = t.stored_id.as_deref() else {
+            return Ok(false);
+        };
+        if t.edits_queued
+            || !self.state.marks.is_empty()
+            || self.core.store.backend() != crate::store::Backend::Postgres
+        {
+            return Ok(false);
+        }
+        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
+        let kept_output = self.kept(&result.output);
+        let finish = tool_calls::Finish {
+            outcome: ToolOutcome::from(result.outcome).as_str(),
+            summary: kept_summary.as_deref(),
+            output: &kept_output,
+            exit_code: result.exit_code,
+            signal: result.signal,
+        };
+        let progress = (t.unflushed > 0).then(|| t.progress_json()).flatten();
+        let summary = result
+            .summary
+            .clone()
+            .unwrap_or_else(|| result.outcome.as_str().to_owned());
+        let kept = self.kept(&summary);
+        let entry = NewEntry {
+            turn_id: Some(turn_id),
+            kind: "tool_finished",
+            actor: Some("agent"),
+            body: &kept,
+            tool_call_id: Some(db_id),
+        };
+        let msg = self.result_message(&t.title, result, took, db_id);
+        let action = effects::edit(
+            &self.target,
+            &MessageKey::Tool(scoped.to_owned()),
+            msg,
+            false,
+        );
+        let json =
+            serde_json::to_string(&action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (kind, coalesce_key) = effects::outbox_row(&action);
+        let row = NewAction {
+            conversation_id: &self.conv.id,
+            kind,
+            coalesce_key,
+            action: &json,
+        };
+        let mut c = self.core.store.write_conn().await?;
+        let written = tool_calls::finish_with_result(
+            &mut c,
+            &self.conv.id,
+            scoped,
+            db_id,
+            &finish,
+            t.unflushed.max(0),
+            progress.as_deref(),
+            &entry,
+            &row,
+            now_ms(),
+        )
+        .await?;
+        drop(c);
+        if written.is_none() {
+            return Ok(false);
+        }
+        self.core.wake_outbox.notify_one();
+        self.result_written(result, db_id);
+        Ok(true)
+    }
+
+    /// A tool's result message: its outcome, output and duration, with the pointer to its whole
+    /// output the configuration asks for.
+    fn result_message(
+        &self,
+        title: &str,
+        result: &ToolResult,
+        took: Option<std::time::Duration>,
+        db_id: &str,
+    ) -> crate::channel::Message {
+        let msg = render::tool_finished(
+            &self.core.redactor,
+            title,
+            result,
+            took,
+            db_id,
+            self.core.cfg.output_cap,
+        );
+        match (&self.core.cfg.ui_pointer, self.core.cfg.api_pointer) {
+            (Some(base), _) => render::with_ui_pointer(msg, base),
+            (None, true) => msg,
+            (None, false) => render::without_api_pointer(msg),
+        }
+    }
+
+    /// Counted and logged once a tool's result is written.
+    fn result_written(&self, result: &ToolResult, db_id: &str) {
         metrics::counter!(
             "chatbridge_tool_results_total",
             self.core.labels(&[("outcome", result.outcome.as_str())])
@@ -306,7 +417,6 @@ impl Runner {
         .increment(1);
         // R4: ids and the short outcome only — never output or prompt text.
         tracing::info!(conversation = %self.conv.id, tool_call = %db_id, outcome = result.outcome.as_str(), "tool finished");
-        Ok(())
     }
 
     /// Hands accumulated heartbeat counts and progress to the progress writer, at most every

@@ -84,13 +84,32 @@ impl Runner {
     ) -> Result<()> {
         let answer = turn.answer.trim().to_owned();
         let kept_answer = self.kept(&answer).into_owned();
-        let mut tx = self.begin().await?;
         let row = Ending {
             status: ending.status.as_str(),
             stop_reason: stop.map(StopReason::as_str),
             end_cause: ending.end_cause,
             answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
+        let marks: Vec<ChatAction> = turn
+            .user_message
+            .iter()
+            .chain(&turn.merged_messages)
+            .flat_map(|id| effects::outcome_marks(&self.target, id, ending.mark))
+            .collect();
+        if answer.is_empty()
+            && marks.is_empty()
+            && unanswered.is_empty()
+            && !self.state.abandon_session
+            && self.state.marks.is_empty()
+        {
+            // Only the turn's row changes: one statement, atomic on its own, not a transaction's
+            // three round trips (P2: a command's turn that ends without text, on a chat without
+            // reactions).
+            let mut c = self.core.store.write_conn().await?;
+            turns::finish(&mut c, &turn.row.id, &row, now_ms()).await?;
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
         turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
         if self.state.abandon_session {
             // D6: the session holds the interrupted prompt, which the daemon would fold into the
@@ -140,12 +159,6 @@ impl Runner {
                     .await?;
             }
         }
-        let marks: Vec<ChatAction> = turn
-            .user_message
-            .iter()
-            .chain(&turn.merged_messages)
-            .flat_map(|id| effects::outcome_marks(&self.target, id, ending.mark))
-            .collect();
         self.enqueue_all(&mut tx, &marks).await?;
         self.commit(tx).await
     }
