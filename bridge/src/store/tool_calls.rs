@@ -238,20 +238,37 @@ pub async fn finish_counted(
          WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'
          RETURNING id",
     )
-    .arg(conversation)
-    .arg(call_id)
-    .arg(f.outcome)
-    .arg(f.summary)
-    .arg(f.output)
-    .arg(f.exit_code)
-    .arg(f.signal)
-    .arg(now)
-    .arg(heartbeats)
-    .arg(last_progress.map(Json))
+    .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
     .fetch_optional(c)
     .await?;
     Ok(row.map(|r| r.0))
 }
+
+/// Binds `$1`–`$10` of a call's finishing `UPDATE` ([`finish_counted`], [`finish_with_result`]).
+trait FinishArgs: BindExt {
+    fn args_finish(
+        self,
+        conversation: &str,
+        call_id: &str,
+        f: &Finish<'_>,
+        now: i64,
+        heartbeats: i64,
+        last_progress: Option<&str>,
+    ) -> Self {
+        self.arg(conversation)
+            .arg(call_id)
+            .arg(f.outcome)
+            .arg(f.summary)
+            .arg(f.output)
+            .arg(f.exit_code)
+            .arg(f.signal)
+            .arg(now)
+            .arg(heartbeats)
+            .arg(last_progress.map(Json))
+    }
+}
+
+impl<T: BindExt> FinishArgs for T {}
 
 /// A tool's result as one statement, on PostgreSQL (P2): the call `id` (`call_id` of
 /// `conversation`) finished as [`finish_counted`] does, the result's transcript `entry` (its
@@ -295,16 +312,7 @@ pub async fn finish_with_result(
          )
          SELECT id FROM f",
     )
-    .arg(conversation)
-    .arg(call_id)
-    .arg(f.outcome)
-    .arg(f.summary)
-    .arg(f.output)
-    .arg(f.exit_code)
-    .arg(f.signal)
-    .arg(now)
-    .arg(heartbeats)
-    .arg(last_progress.map(Json))
+    .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
     .arg(id)
     .arg(entry.turn_id)
     .arg(entry.kind)

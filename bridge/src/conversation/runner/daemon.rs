@@ -17,6 +17,16 @@ use crate::store::outbox::NewAction;
 use crate::store::transcript::NewEntry;
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
+/// What a tool's result writes to its call's row and transcript, whichever way it is written.
+struct ResultRow<'a> {
+    finish: &'a tool_calls::Finish<'a>,
+    /// Heartbeats not yet written, and the progress that goes with them.
+    heartbeats: i64,
+    progress: Option<&'a str>,
+    /// The transcript line: the result's summary (or its outcome), as stored.
+    line: &'a str,
+}
+
 impl Runner {
     /// A running call's title changed: stored, and its message edited.
     pub(super) async fn retitle(
@@ -216,8 +226,32 @@ impl Runner {
     ) -> Result<()> {
         let scoped = self.state.scoped(call);
         let title = tool.map_or_else(|| "tool".to_owned(), |t| t.title.clone());
+        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
+        let kept_output = self.kept(&result.output);
+        let finish = tool_calls::Finish {
+            outcome: ToolOutcome::from(result.outcome).as_str(),
+            summary: kept_summary.as_deref(),
+            output: &kept_output,
+            exit_code: result.exit_code,
+            signal: result.signal,
+        };
+        // This tool's unwritten heartbeat count goes into the result's own statement: the result
+        // never waits for a separate write (P2).
+        let counts = tool.filter(|t| t.unflushed > 0);
+        let progress = counts.and_then(ToolState::progress_json);
+        let unflushed = counts.map_or(0, |t| t.unflushed);
+        let summary = result
+            .summary
+            .clone()
+            .unwrap_or_else(|| result.outcome.as_str().to_owned());
+        let row = ResultRow {
+            finish: &finish,
+            heartbeats: unflushed,
+            progress: progress.as_deref(),
+            line: &self.kept(&summary),
+        };
         if self
-            .write_tool_result_at_once(&scoped, turn_id, result, tool, took)
+            .write_tool_result_at_once(&scoped, turn_id, result, tool, took, &row)
             .await?
         {
             return Ok(());
@@ -236,20 +270,6 @@ impl Runner {
             )
             .await?;
         }
-        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
-        let kept_output = self.kept(&result.output);
-        let finish = tool_calls::Finish {
-            outcome: ToolOutcome::from(result.outcome).as_str(),
-            summary: kept_summary.as_deref(),
-            output: &kept_output,
-            exit_code: result.exit_code,
-            signal: result.signal,
-        };
-        // This tool's unwritten heartbeat count goes into the result's own statement: the result
-        // never waits for a separate write (P2).
-        let counts = tool.filter(|t| t.unflushed > 0);
-        let progress = counts.and_then(ToolState::progress_json);
-        let unflushed = counts.map_or(0, |t| t.unflushed);
         let Some(db_id) = tool_calls::finish_counted(
             tx.conn(),
             &self.conv.id,
@@ -270,16 +290,12 @@ impl Runner {
                 .await?
                 .map_or(title, |t| t.title),
         };
-        let summary = result
-            .summary
-            .clone()
-            .unwrap_or_else(|| result.outcome.as_str().to_owned());
         self.record(
             &mut tx,
             Some(turn_id),
             "tool_finished",
             "agent",
-            &self.kept(&summary),
+            row.line,
             Some(&db_id),
         )
         .await?;
@@ -312,6 +328,7 @@ impl Runner {
         result: &ToolResult,
         tool: Option<&ToolState>,
         took: Option<std::time::Duration>,
+        row: &ResultRow<'_>,
     ) -> Result<bool> {
         let Some(t) = tool else { return Ok(false) };
         let Some(db_id) = t.stored_id.as_deref() else {
@@ -323,26 +340,11 @@ impl Runner {
         {
             return Ok(false);
         }
-        let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
-        let kept_output = self.kept(&result.output);
-        let finish = tool_calls::Finish {
-            outcome: ToolOutcome::from(result.outcome).as_str(),
-            summary: kept_summary.as_deref(),
-            output: &kept_output,
-            exit_code: result.exit_code,
-            signal: result.signal,
-        };
-        let progress = (t.unflushed > 0).then(|| t.progress_json()).flatten();
-        let summary = result
-            .summary
-            .clone()
-            .unwrap_or_else(|| result.outcome.as_str().to_owned());
-        let kept = self.kept(&summary);
         let entry = NewEntry {
             turn_id: Some(turn_id),
             kind: "tool_finished",
             actor: Some("agent"),
-            body: &kept,
+            body: row.line,
             tool_call_id: Some(db_id),
         };
         let msg = self.result_message(&t.title, result, took, db_id);
@@ -355,7 +357,7 @@ impl Runner {
         let json =
             serde_json::to_string(&action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let (kind, coalesce_key) = effects::outbox_row(&action);
-        let row = NewAction {
+        let queued = NewAction {
             conversation_id: &self.conv.id,
             kind,
             coalesce_key,
@@ -367,11 +369,11 @@ impl Runner {
             &self.conv.id,
             scoped,
             db_id,
-            &finish,
-            t.unflushed.max(0),
-            progress.as_deref(),
+            row.finish,
+            row.heartbeats,
+            row.progress,
             &entry,
-            &row,
+            &queued,
             now_ms(),
         )
         .await?;
