@@ -1562,6 +1562,115 @@ async fn d2_a_burst_in_one_thread_is_handed_on_in_the_order_it_came() {
     app.shutdown().await;
 }
 
+/// A thread's messages queued behind a running command when the bridge stops are taken again from
+/// the inbox at the next start in the order they were sent (D2). They are recorded several at once,
+/// so the time of each insert is not their order, and a burst falls within one millisecond: before,
+/// the restart ran them shuffled (outside tester: 4, 5, 6 typed, 5, 4, 6 run; on both backends).
+async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
+    backend: chat_bridge::store::Backend,
+) {
+    use chat_bridge::channel::{Arrival, InboundKind};
+    // One running and five queued: the most a thread takes at once.
+    const QUEUED: usize = 5;
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(backend).await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = config(&db.url, dir.path());
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sent: Vec<String> = (0..QUEUED).map(|i| format!("echo q{i}")).collect();
+    let queued_in_inbox = async {
+        let (arrival, recorded) = Arrival::acknowledged(console::inbound("sleep 30"));
+        tx.send(arrival).await.expect("pump");
+        recorded.await.expect("recorded");
+        rec.wait_for("the long command to run", |r| {
+            r.posts().iter().any(|(_, m)| m.title.contains("sleep 30"))
+        })
+        .await;
+        let mut acks = Vec::new();
+        for line in &sent {
+            let (arrival, recorded) = Arrival::acknowledged(console::inbound(line));
+            tx.send(arrival).await.expect("pump");
+            acks.push(recorded);
+        }
+        for recorded in acks {
+            recorded.await.expect("recorded");
+        }
+        // What a restart takes again, in the order it takes it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let waiting = loop {
+            let mut c = app.store.conn().await.expect("conn");
+            let waiting: Vec<String> = chat_bridge::store::inbound::unhandled(&mut c)
+                .await
+                .expect("inbox")
+                .into_iter()
+                .filter_map(|(_, _, payload)| {
+                    match serde_json::from_str::<chat_bridge::channel::Inbound>(&payload)
+                        .expect("payload")
+                        .kind
+                    {
+                        InboundKind::Message(text) => Some(text),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if waiting.len() == QUEUED || tokio::time::Instant::now() > deadline {
+                break waiting;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        stop.cancel();
+        waiting
+    };
+    let (pumped, waiting) = tokio::join!(app.pump(&mut rx, &stop), queued_in_inbox);
+    pumped.expect("pump");
+    assert_eq!(waiting, sent, "the inbox keeps the order they were sent in");
+    app.shutdown().await;
+
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone())
+        .await
+        .expect("restart");
+    rec.wait_for("the queued messages to run", |r| {
+        r.latest()
+            .iter()
+            .filter(|(_, m)| m.title.starts_with("✅ echo q"))
+            .count()
+            == QUEUED
+    })
+    .await;
+    let ran: Vec<String> = rec
+        .posts()
+        .iter()
+        .filter_map(|(_, m)| m.title.find("echo q").map(|at| m.title[at..].to_owned()))
+        .collect();
+    assert_eq!(
+        ran,
+        sent,
+        "run after the restart in the order sent: {:#?}",
+        rec.calls()
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent_on_postgres() {
+    d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
+        chat_bridge::store::Backend::Postgres,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent_on_sqlite() {
+    d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
+        chat_bridge::store::Backend::Sqlite,
+    )
+    .await;
+}
+
 // `/new` while a command runs: the old session's turn is cancelled at the agent, and what the
 // agent then says of it — the command's end, the turn's — still finishes the command's message
 // and its rows; the thread's next message, queued behind it, opens a new session. (Before: the

@@ -568,16 +568,19 @@ impl Application {
         arrival: impl Into<crate::channel::Arrival>,
         stop: &CancellationToken,
     ) {
-        if let Some((core, m)) = self.record(arrival, stop).await {
+        let at = crate::store::inbound::arrival_stamp();
+        if let Some((core, m)) = self.record(arrival, at, stop).await {
             self.hand_on(&core, m, stop).await;
         }
     }
 
-    /// The first half of [`Application::accept`]: records the event in its project's inbox and
-    /// tells the platform; the core and the event to hand on when it is new.
+    /// The first half of [`Application::accept`]: records the event in its project's inbox as
+    /// arrived at `at` ([`crate::store::inbound::arrival_stamp`]) and tells the platform; the core
+    /// and the event to hand on when it is new.
     async fn record(
         &self,
         arrival: impl Into<crate::channel::Arrival>,
+        at: i64,
         stop: &CancellationToken,
     ) -> Option<(Arc<Core>, crate::channel::Inbound)> {
         let crate::channel::Arrival {
@@ -606,7 +609,7 @@ impl Application {
             return None;
         }
         let new = match self
-            .retry_store(stop, &m.platform, || core.record_inbound(&m))
+            .retry_store(stop, &m.platform, || core.record_inbound(&m, at))
             .await
         {
             Some(Ok(new)) => new,
@@ -685,9 +688,10 @@ impl Application {
         use futures_util::StreamExt;
         let (recorded_tx, mut recorded) = tokio::sync::mpsc::channel(RECORDED_AHEAD);
         let record = async move {
-            // Several recorded at once (each a commit of its own), passed on in arrival order.
+            // Several recorded at once (each a commit of its own), passed on in arrival order; each
+            // stamped as it is taken, so the inbox keeps that order for a restart too.
             let mut recording = futures_util::stream::poll_fn(|cx| rx.poll_recv(cx))
-                .map(|m| self.record(m, stop))
+                .map(|m| self.record(m, crate::store::inbound::arrival_stamp(), stop))
                 .buffered(RECORDING_AT_ONCE);
             loop {
                 tokio::select! {

@@ -46,22 +46,23 @@ impl Core {
     /// # Errors
     /// Store errors (the caller logs and tells the user).
     pub async fn accept(self: &Arc<Self>, msg: Inbound) -> Result<(), store::StoreError> {
-        if self.record_inbound(&msg).await? {
+        if self.record_inbound(&msg, inbound::arrival_stamp()).await? {
             self.dispatch_inbound(msg).await?;
         }
         Ok(())
     }
 
-    /// Records an inbound event in the inbox; `false` when it was seen before (D2: a platform's
-    /// retry or a gateway replay), and then nothing more is done with it.
+    /// Records an inbound event in the inbox as arrived at `at` ([`inbound::arrival_stamp`], taken
+    /// in arrival order); `false` when it was seen before (D2: a platform's retry or a gateway
+    /// replay), and then nothing more is done with it.
     ///
     /// # Errors
     /// Store errors: nothing was recorded.
-    pub async fn record_inbound(&self, msg: &Inbound) -> Result<bool, store::StoreError> {
+    pub async fn record_inbound(&self, msg: &Inbound, at: i64) -> Result<bool, store::StoreError> {
         let payload =
             serde_json::to_string(msg).map_err(|e| store::StoreError::Corrupt(e.to_string()))?;
         let mut c = self.store.write_conn().await?;
-        if inbound::record(&mut c, &msg.platform, &msg.event_id, &payload, now_ms()).await?
+        if inbound::record(&mut c, &msg.platform, &msg.event_id, &payload, at).await?
             == inbound::Seen::Duplicate
         {
             tracing::debug!(platform = %msg.platform, event = %msg.event_id, "duplicate inbound event ignored");

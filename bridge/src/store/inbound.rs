@@ -21,6 +21,26 @@ pub enum Seen {
     Duplicate,
 }
 
+/// When an event arrived, as the inbox records it (`received_at`, unix ms): taken in arrival
+/// order, and later than every stamp taken before it in this process. Events are recorded several
+/// at once, so the time of each insert is not their order, and a burst falls within one
+/// millisecond; the events still waiting in the inbox at a restart are taken again by this stamp
+/// (then by id, a random one for the console), so without it a thread's queued messages ran in a
+/// shuffled order after a restart (D2; outside tester).
+#[must_use]
+pub fn arrival_stamp() -> i64 {
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let now = super::now_ms();
+    let before = LAST
+        .fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |last| Some(now.max(last.saturating_add(1))),
+        )
+        .unwrap_or_else(|last| last);
+    now.max(before.saturating_add(1))
+}
+
 /// Records `event_id` with the event itself (`payload`, JSON) and says, atomically, whether it was
 /// already seen.
 ///
