@@ -215,6 +215,22 @@ pub async fn finish(
     finish_counted(c, conversation, call_id, f, 0, None, now).await
 }
 
+/// A call's finishing `UPDATE` (`$1`–`$10`, bound by [`FinishArgs::args_finish`]), with `$also`
+/// added to its condition; it returns the call's id.
+macro_rules! finish_sql {
+    ($also:literal) => {
+        concat!(
+            "UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8,
+                 heartbeats = heartbeats + $9,
+                 last_progress = COALESCE($10, last_progress),
+                 progress_at = CASE WHEN $9 > 0 THEN $8 ELSE progress_at END
+             WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'",
+            $also,
+            " RETURNING id"
+        )
+    };
+}
+
 /// [`finish`] with the call's last `heartbeats` (and its latest progress) added in the same
 /// statement, as [`progress`] would have before it — one statement for a result instead of two
 /// (P2). Nothing is added to a call that was terminal already.
@@ -230,17 +246,10 @@ pub async fn finish_counted(
     last_progress: Option<&str>,
     now: i64,
 ) -> Result<Option<String>> {
-    let row: Option<(String,)> = sqlx::query_as(
-        "UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8,
-             heartbeats = heartbeats + $9,
-             last_progress = COALESCE($10, last_progress),
-             progress_at = CASE WHEN $9 > 0 THEN $8 ELSE progress_at END
-         WHERE conversation_id = $1 AND call_id = $2 AND status = 'running'
-         RETURNING id",
-    )
-    .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
-    .fetch_optional(c)
-    .await?;
+    let row: Option<(String,)> = sqlx::query_as(finish_sql!(""))
+        .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
+        .fetch_optional(c)
+        .await?;
     Ok(row.map(|r| r.0))
 }
 
@@ -294,14 +303,10 @@ pub async fn finish_with_result(
     now: i64,
 ) -> Result<Option<String>> {
     let row: Option<(String,)> = sqlx::query_as(
-        "WITH f AS (
-             UPDATE tool_calls SET status = $3, summary = $4, output = $5, exit_code = $6, signal = $7, finished_at = $8,
-                 heartbeats = heartbeats + $9,
-                 last_progress = COALESCE($10, last_progress),
-                 progress_at = CASE WHEN $9 > 0 THEN $8 ELSE progress_at END
-             WHERE conversation_id = $1 AND call_id = $2 AND status = 'running' AND id = $11
-             RETURNING id
-         ), t AS (
+        concat!(
+            "WITH f AS (",
+            finish_sql!(" AND id = $11"),
+            "), t AS (
              INSERT INTO transcript (conversation_id, turn_id, seq, kind, actor, body, tool_call_id, created_at)
              SELECT $1, $12, (SELECT COALESCE(MAX(seq), 0) + 1 FROM transcript WHERE conversation_id = $1),
                     $13, $14, $15, f.id, $8
@@ -310,7 +315,8 @@ pub async fn finish_with_result(
              INSERT INTO outbox (conversation_id, kind, coalesce_key, action, status, attempts, next_attempt_at, created_at)
              SELECT $1, $16, $17, $18, 'pending', 0, $8, $8 FROM f
          )
-         SELECT id FROM f",
+         SELECT id FROM f"
+        ),
     )
     .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
     .arg(id)

@@ -13,7 +13,6 @@ use crate::conversation::state::{Line, scoped_id};
 use crate::conversation::tools::{ToolState, Tools};
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render, write_progress};
-use crate::store::outbox::NewAction;
 use crate::store::transcript::NewEntry;
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
@@ -354,15 +353,8 @@ impl Runner {
             msg,
             false,
         );
-        let json =
-            serde_json::to_string(&action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let (kind, coalesce_key) = effects::outbox_row(&action);
-        let queued = NewAction {
-            conversation_id: &self.conv.id,
-            kind,
-            coalesce_key,
-            action: &json,
-        };
+        let json = super::write::serialized(&action)?;
+        let queued = self.outbox_row(&action, &json);
         let mut c = self.core.store.write_conn().await?;
         let written = tool_calls::finish_with_result(
             &mut c,

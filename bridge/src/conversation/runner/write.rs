@@ -34,14 +34,8 @@ impl Runner {
         action: &ChatAction,
         replaces: bool,
     ) -> Result<()> {
-        let json = serde_json::to_string(action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let (kind, coalesce_key) = effects::outbox_row(action);
-        let a = NewAction {
-            conversation_id: &self.conv.id,
-            kind,
-            coalesce_key,
-            action: &json,
-        };
+        let json = serialized(action)?;
+        let a = self.outbox_row(action, &json);
         self.queued.store(true, Ordering::Relaxed);
         if replaces {
             outbox::enqueue(tx.conn(), &a, now_ms()).await?;
@@ -60,26 +54,25 @@ impl Runner {
             }
             return Ok(());
         }
-        let json = actions
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let json = actions.iter().map(serialized).collect::<Result<Vec<_>>>()?;
         let rows: Vec<NewAction<'_>> = actions
             .iter()
             .zip(&json)
-            .map(|(action, json)| {
-                let (kind, coalesce_key) = effects::outbox_row(action);
-                NewAction {
-                    conversation_id: &self.conv.id,
-                    kind,
-                    coalesce_key,
-                    action: json,
-                }
-            })
+            .map(|(action, json)| self.outbox_row(action, json))
             .collect();
         self.queued.store(true, Ordering::Relaxed);
         outbox::insert_all(tx.conn(), &rows, now_ms()).await
+    }
+
+    /// The outbox row of `action` (serialised as `json`) in this conversation.
+    pub(super) fn outbox_row<'a>(&'a self, action: &'a ChatAction, json: &'a str) -> NewAction<'a> {
+        let (kind, coalesce_key) = effects::outbox_row(action);
+        NewAction {
+            conversation_id: &self.conv.id,
+            kind,
+            coalesce_key,
+            action: json,
+        }
     }
 
     /// Appends to the conversation's transcript inside `tx`.
@@ -268,4 +261,9 @@ impl Runner {
             _ => user.to_owned(),
         }
     }
+}
+
+/// An action as the outbox stores it.
+pub(super) fn serialized(action: &ChatAction) -> Result<String> {
+    serde_json::to_string(action).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
