@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::channel::{Channel, ChatAction, DeliveryError, Message, Target, Tone};
 use crate::clock::{Clock, SystemClock};
 use crate::store::outbox::{self, Failure, Retry, RetryPolicy};
-use crate::store::{Store, StoreError, message_map, now_ms};
+use crate::store::{Backend, Store, StoreError, message_map, now_ms};
 
 /// What one step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,7 @@ pub async fn deliver_once_budgeted(
         clock: &SystemClock,
         give_up: &CancellationToken::new(),
         queued: None,
+        next: None,
     };
     deliver_step(store, channel, &cx).await
 }
@@ -132,7 +133,27 @@ pub struct StepContext<'a> {
     /// Set when the step claimed a row that had been due for [`QUEUE_AFTER`] or more: the rows
     /// are queueing, and a resting worker should take from them too.
     pub queued: Option<&'a AtomicBool>,
+    /// Where a delivery's record leaves what it found when it claims with it (PostgreSQL,
+    /// [`outbox::delivered_and_claim_next`]); the next step starts from that. `None`: each step
+    /// claims for itself.
+    pub next: Option<&'a std::sync::Mutex<Next>>,
 }
+
+/// What the next step starts from ([`StepContext::next`]).
+#[derive(Debug, Default)]
+pub enum Next {
+    /// A claim of its own.
+    #[default]
+    Claim,
+    /// The action the last delivery's record claimed.
+    Deliver(outbox::Claimed),
+    /// Nothing: the last delivery's record found nothing due — a row queued since wakes the
+    /// worker, a retry's time comes with its next look.
+    Rest,
+}
+
+/// How long a claim holds its action: a worker that stops mid-delivery frees it then.
+const LEASE: Duration = Duration::from_secs(60);
 
 /// How long a claimed row may have been due before the claim says the rows are queueing (a row
 /// claimed as it is queued waited about a millisecond).
@@ -147,17 +168,21 @@ pub async fn deliver_step(
     channel: &dyn Channel,
     cx: &StepContext<'_>,
 ) -> Result<Step, StoreError> {
-    let claimed = {
-        let mut c = store.relaxed_conn().await?;
-        let floor = store.claim_floor(&mut c).await?;
-        outbox::claim_next_from(
-            &mut c,
-            cx.worker,
-            cx.clock.now_ms(),
-            Duration::from_secs(60),
-            floor,
+    let next = cx.next.map_or(Next::Claim, |next| {
+        std::mem::take(
+            &mut *next
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
-        .await?
+    });
+    let claimed = match next {
+        Next::Deliver(a) => Some(a),
+        Next::Rest => None,
+        Next::Claim => {
+            let mut c = store.relaxed_conn().await?;
+            let floor = store.claim_floor(&mut c).await?;
+            outbox::claim_next_from(&mut c, cx.worker, cx.clock.now_ms(), LEASE, floor).await?
+        }
     };
     let Some(a) = claimed else {
         return Ok(Step::Idle);
@@ -475,6 +500,41 @@ async fn record_delivered(
 ) -> Result<(), StoreError> {
     // Relaxed: lost only with a database crash, and then the delivery is repeated harmlessly (the
     // post is found again by its idempotency key; edits and reactions repeat themselves).
+    if let Some(next) = cx.next
+        && store.backend() == Backend::Postgres
+    {
+        // The record and the next claim, one statement (P2).
+        let mut c = store.relaxed_conn().await?;
+        let floor = store.claim_floor(&mut c).await?;
+        let delivered = outbox::Delivered {
+            id,
+            conversation_id,
+            remember: key.map(|k| (k, platform_id)),
+        };
+        let after = outbox::delivered_and_claim_next(
+            &mut c,
+            delivered,
+            cx.worker,
+            cx.clock.now_ms(),
+            LEASE,
+            floor,
+        )
+        .await?;
+        *next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = match after {
+            outbox::AfterDelivery {
+                claimed: Some(a), ..
+            } => Next::Deliver(a),
+            // Its conversation's next row: the statement could not claim it; a claim will.
+            outbox::AfterDelivery {
+                more_in_its_conversation: true,
+                ..
+            } => Next::Claim,
+            _ => Next::Rest,
+        };
+        return Ok(());
+    }
     let Some(key) = key else {
         // Nothing to remember (a reaction, or an edit of a message the map already holds): the
         // mark alone, one statement.
@@ -597,6 +657,7 @@ pub async fn run(
                 clock: clock.clone(),
                 give_up: give_up.clone(),
                 queued: AtomicBool::new(false),
+                next: std::sync::Mutex::default(),
             },
             wake.clone(),
             stop.clone(),
@@ -624,6 +685,8 @@ struct Worker {
     give_up: CancellationToken,
     /// Whether its last claim found the rows queueing ([`StepContext::queued`]).
     queued: AtomicBool,
+    /// The claim its last delivery's record made ([`StepContext::next`]).
+    next: std::sync::Mutex<Next>,
 }
 
 impl Worker {
@@ -635,6 +698,7 @@ impl Worker {
             clock: self.clock.as_ref(),
             give_up: &self.give_up,
             queued: Some(&self.queued),
+            next: Some(&self.next),
         };
         deliver_step(&self.store, self.channel.as_ref(), &cx).await
     }
@@ -676,6 +740,22 @@ async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drai
         tokio::select! {
             () = w.give_up.cancelled() => break,
             () = tokio::time::sleep_until(next.min(until)) => {}
+        }
+    }
+    // A claim the last delivery's record made and no step took: given back, not held for its lease.
+    let left = std::mem::take(
+        &mut *w
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    if let Next::Deliver(a) = left {
+        let released = async {
+            let mut c = w.store.relaxed_conn().await?;
+            outbox::release(&mut c, a.id, &name).await
+        };
+        if let Err(e) = released.await {
+            tracing::debug!(action = a.id, error = %e, "could not give a claim back; its lease frees it");
         }
     }
 }

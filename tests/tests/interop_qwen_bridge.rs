@@ -1,6 +1,8 @@
 //! The bridge against the real qwen-code daemon: a silent command outlives the turn's idle limit
 //! without stalling (heartbeats and the stated timeout bind — L1/L2), and a timeout shows as an
-//! error with its partial output (R3). Skipped — loudly — only when npm cannot install qwen.
+//! error with its partial output (R3). Each runs on both stores: PostgreSQL writes a tool's result
+//! as one statement where SQLite writes a transaction (P2), so both paths meet the real daemon.
+//! Skipped — loudly — only when npm cannot install qwen.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,13 +10,15 @@ use std::time::Duration;
 use chat_bridge::app::Application;
 use chat_bridge::channel::{InboundKind, Tone, console};
 use chat_bridge::config::Config;
+use chat_bridge::store::Backend;
+use chat_bridge_tests::db::TestDb;
 use chat_bridge_tests::init_tracing;
 use chat_bridge_tests::qwen::{QwenPeer, Unavailable};
 use chat_bridge_tests::recorder::Recorder;
 
-/// The real qwen daemon (yolo mode) and a bridge configuration for it on SQLite in a temporary
-/// folder; `None`, said loudly, when npm cannot install qwen.
-fn qwen_bridge_config() -> Option<(QwenPeer, tempfile::TempDir, Config)> {
+/// The real qwen daemon (yolo mode) and a bridge configuration for it on a fresh database of
+/// `backend`; `None`, said loudly, when npm cannot install qwen.
+async fn qwen_bridge_config(backend: Backend) -> Option<(QwenPeer, TestDb, Config)> {
     init_tracing();
     let peer = match QwenPeer::start() {
         Ok(p) => p,
@@ -25,14 +29,14 @@ fn qwen_bridge_config() -> Option<(QwenPeer, tempfile::TempDir, Config)> {
             return None;
         }
     };
-    let dir = tempfile::tempdir().expect("tmp");
+    let db = TestDb::new(backend).await;
     let mut cfg = Config::default();
-    cfg.database.url = format!("sqlite://{}", dir.path().join("qwen.db").display());
+    cfg.database.url = db.url.clone();
     cfg.daemon.url = Some(peer.url.clone());
     cfg.daemon.token = Some(peer.token.clone().into());
     cfg.daemon.mode = Some("yolo".into());
     cfg.daemon.cwd = Some(peer.workspace());
-    Some((peer, dir, cfg))
+    Some((peer, db, cfg))
 }
 
 /// Waits until the core has no turn running (both of the test's turns ended, within `limit`) and
@@ -50,8 +54,17 @@ async fn both_turns_end(app: &Application, limit: Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interop_qwen_bridge_silent_command_and_timeout() {
-    let Some((peer, _dir, mut cfg)) = qwen_bridge_config() else {
+async fn interop_qwen_bridge_silent_command_and_timeout_on_sqlite() {
+    silent_command_and_timeout(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_qwen_bridge_silent_command_and_timeout_on_postgres() {
+    silent_command_and_timeout(Backend::Postgres).await;
+}
+
+async fn silent_command_and_timeout(backend: Backend) {
+    let Some((peer, db, mut cfg)) = qwen_bridge_config(backend).await else {
         return;
     };
     cfg.liveness.idle = Duration::from_secs(12);
@@ -120,16 +133,64 @@ async fn interop_qwen_bridge_silent_command_and_timeout() {
             .any(|(_, m)| m.title == "💬 answer" && m.body.as_deref() == Some("Command finished.")),
         "the answer after the last tool call (R5)"
     );
+    // The history holds what the chat showed: on PostgreSQL each result was written as one
+    // statement (P2), on SQLite as a transaction.
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let calls = chat_bridge::store::tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    drop(c);
+    let stored: Vec<_> = calls
+        .iter()
+        .map(|t| {
+            (
+                t.status.as_str(),
+                t.exit_code,
+                t.output.as_deref().map(str::trim),
+            )
+        })
+        .collect();
+    assert!(
+        stored.contains(&("completed", Some(0), Some("42"))),
+        "the silent command's result stored: {calls:#?}"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|(status, _, output)| *status == "timed_out" && *output == Some("partial")),
+        "the timeout stored with its partial output: {calls:#?}"
+    );
+    assert!(
+        chat_bridge::outbox_worker::drained(&app.store)
+            .await
+            .expect("store"),
+        "every chat action delivered"
+    );
     app.shutdown().await;
     drop(peer);
+    db.cleanup().await;
 }
 
 /// `/new` while qwen runs a command: the turn is cancelled at qwen, and what qwen then says of it
 /// ends the command's message; the next message, queued behind it, opens a new qwen session and
 /// runs there — no stall notice, nothing left running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interop_qwen_bridge_new_while_a_command_runs() {
-    let Some((peer, _dir, cfg)) = qwen_bridge_config() else {
+async fn interop_qwen_bridge_new_while_a_command_runs_on_sqlite() {
+    new_while_a_command_runs(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_qwen_bridge_new_while_a_command_runs_on_postgres() {
+    new_while_a_command_runs(Backend::Postgres).await;
+}
+
+async fn new_while_a_command_runs(backend: Backend) {
+    let Some((peer, db, cfg)) = qwen_bridge_config(backend).await else {
         return;
     };
     let rec = Arc::new(Recorder::default());
@@ -203,4 +264,5 @@ async fn interop_qwen_bridge_new_while_a_command_runs() {
     );
     app.shutdown().await;
     drop(peer);
+    db.cleanup().await;
 }

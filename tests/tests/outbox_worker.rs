@@ -109,6 +109,7 @@ async fn step_at(
         clock,
         give_up: &CancellationToken::new(),
         queued: None,
+        next: None,
     };
     deliver_step(store, channel, &cx).await.expect("step")
 }
@@ -123,12 +124,16 @@ async fn enqueue(store: &Store, conv: &str, title: &str) {
 }
 
 async fn conversation(store: &Store) -> String {
+    conversation_in(store, "t").await
+}
+
+async fn conversation_in(store: &Store, thread: &str) -> String {
     let mut c = store.conn().await.expect("conn");
     let key = Key {
         platform: "console",
         workspace: "w",
         channel: "c",
-        thread: "t",
+        thread,
     };
     conversations::find_or_create(&mut c, &key, "u", "t", now_ms())
         .await
@@ -219,7 +224,7 @@ on_both! {
         let policy = RetryPolicy::default();
         let mut c = db.store.conn().await.expect("conn");
         sqlx::query("ALTER TABLE message_map RENAME TO message_map_away").execute(&mut *c).await.expect("rename");
-        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: None };
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: None, next: None };
         assert!(deliver_step(&db.store, &channel, &cx).await.is_err(), "the map could not be read");
         sqlx::query("ALTER TABLE message_map_away RENAME TO message_map").execute(&mut *c).await.expect("rename back");
         let (claimed,): (Option<String>,) = sqlx::query_as("SELECT claimed_by FROM outbox WHERE conversation_id = $1")
@@ -240,7 +245,7 @@ on_both! {
         let policy = RetryPolicy::default();
         let clock = ManualClock::at(0);
         let queued = AtomicBool::new(true);
-        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: Some(&queued) };
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: Some(&queued), next: None };
         let due_at = || async {
             let mut c = db.store.conn().await.expect("conn");
             let (at,): (i64,) = sqlx::query_as("SELECT next_attempt_at FROM outbox WHERE conversation_id = $1 AND status = 'pending'")
@@ -258,6 +263,46 @@ on_both! {
         assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
         assert!(queued.load(Ordering::Relaxed), "a row due {QUEUE_AFTER:?} before its claim says the rows queue");
         assert_eq!(*channel.delivered.lock().expect("lock"), ["fresh", "waited"]);
+    }
+
+    async fn p2_a_step_starts_from_what_the_last_delivery_claimed_and_each_conversation_keeps_its_order(db) {
+        // On PostgreSQL a delivery's record claims the next action with it (one statement); the
+        // next step delivers that one. SQLite claims in a statement of its own each step.
+        use chat_bridge::outbox_worker::Next;
+        let (a, b) = (conversation_in(&db.store, "a").await, conversation_in(&db.store, "b").await);
+        for (conv, title) in [(&a, "a1"), (&a, "a2"), (&b, "b1")] {
+            enqueue(&db.store, conv, title).await;
+        }
+        let channel = Flaky::new(vec![]);
+        let policy = RetryPolicy::default();
+        let clock = ManualClock::at(now_ms() + 1000);
+        let next = Mutex::new(Next::Claim);
+        let cx = StepContext { worker: "w", policy: &policy, budget: &ProgressBudget::unlimited(), clock: &clock, give_up: &CancellationToken::new(), queued: None, next: Some(&next) };
+        let postgres = db.store.backend() == chat_bridge::store::Backend::Postgres;
+        let left = |next: &Mutex<Next>| match &*next.lock().expect("lock") {
+            Next::Claim => "claim".to_owned(),
+            Next::Deliver(row) => serde_json::from_str::<ChatAction>(&row.action).expect("action").key().expect("key").to_owned(),
+            Next::Rest => "rest".to_owned(),
+        };
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        // a2 waits behind a1 as the record saw it: the record claims b1.
+        assert_eq!(left(&next), if postgres { "k:b1" } else { "claim" });
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        let delivered = channel.delivered.lock().expect("lock").clone();
+        assert_eq!(delivered, if postgres { ["a1", "b1", "a2"] } else { ["a1", "a2", "b1"] });
+        // The last record found nothing due: the next step rests without a claim (a row queued
+        // meanwhile wakes the worker, whose step after that claims it).
+        assert_eq!(left(&next), if postgres { "rest" } else { "claim" });
+        enqueue(&db.store, &b, "b2").await;
+        if postgres {
+            assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Idle);
+        }
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Delivered);
+        assert_eq!(deliver_step(&db.store, &channel, &cx).await.expect("step"), Step::Idle);
+        let mut c = db.store.conn().await.expect("conn");
+        assert_eq!(outbox::stats(&mut c, clock.now_ms()).await.expect("stats").pending, 0, "every row recorded delivered");
+        assert_eq!(channel.delivered.lock().expect("lock").len(), 4, "each delivered once");
     }
 
     async fn progress_edits_have_a_smaller_budget_and_never_delay_results(db) {

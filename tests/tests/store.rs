@@ -48,6 +48,16 @@ async fn rows(store: &Store, table: &str, conv: &str) -> i64 {
     .0
 }
 
+async fn outbox_status(store: &Store, id: i64) -> String {
+    let mut c = store.conn().await.expect("conn");
+    sqlx::query_as::<_, (String,)>("SELECT status FROM outbox WHERE id = $1")
+        .arg(id)
+        .fetch_one(&mut *c)
+        .await
+        .expect("status")
+        .0
+}
+
 fn action<'a>(conv: &'a str, body: &'a str) -> NewAction<'a> {
     NewAction {
         conversation_id: conv,
@@ -308,6 +318,52 @@ on_both! {
         assert_eq!(untouched.status, "running");
     }
 
+    async fn p2_a_delivery_is_recorded_with_the_next_claim_as_one_statement_on_postgres(db) {
+        // The outbox worker records a delivery (its message's platform id, the row delivered) and
+        // claims its next action as one statement.
+        let (a, b) = (conversation(&db.store, "a").await, conversation(&db.store, "b").await);
+        let mut c = db.store.conn().await.expect("conn");
+        for (conv, body) in [(&a, "a1"), (&a, "a2"), (&b, "b1")] {
+            outbox::enqueue(&mut c, &action(conv, body), T0).await.expect("enqueue");
+        }
+        let lease = Duration::from_secs(60);
+        let a1 = outbox::claim_next(&mut c, "w", T0, lease).await.expect("claim").expect("a1");
+        assert_eq!(a1.action, "a1");
+        let of_a = |id| outbox::Delivered { id, conversation_id: a.as_str(), remember: Some(("answer:1", "1700.0001")) };
+        if db.store.backend() == Backend::Sqlite {
+            // SQLite's WITH takes no UPDATE: the worker records and claims in two statements there.
+            assert!(outbox::delivered_and_claim_next(&mut c, of_a(a1.id), "w", T0, lease, 0).await.is_err());
+            assert_eq!(outbox_status(&db.store, a1.id).await, "pending");
+            assert_eq!(message_map::get(&mut c, &a, "answer:1").await.expect("get"), None);
+            return;
+        }
+        // Recorded with its lease run out: the claim never takes the delivered row itself, nor its
+        // conversation's next row (the statement saw a1 pending) — it says that one waits — but
+        // another conversation's head.
+        let late = T0 + 61_000;
+        let after = outbox::delivered_and_claim_next(&mut c, of_a(a1.id), "w", late, lease, 0).await.expect("record");
+        let b1 = after.claimed.expect("b1");
+        assert_eq!((b1.action.as_str(), b1.conversation_id.as_str(), after.more_in_its_conversation), ("b1", b.as_str(), true));
+        assert_eq!(outbox_status(&db.store, a1.id).await, "delivered");
+        assert_eq!(message_map::get(&mut c, &a, "answer:1").await.expect("get").as_deref(), Some("1700.0001"));
+        // Nothing to remember: the mark alone, and a's head (a1 delivered before this statement) claimed.
+        let of_b = outbox::Delivered { id: b1.id, conversation_id: b.as_str(), remember: None };
+        let after = outbox::delivered_and_claim_next(&mut c, of_b, "w", late, lease, 0).await.expect("record");
+        assert_eq!((after.claimed.as_ref().map(|r| r.action.as_str()), after.more_in_its_conversation), (Some("a2"), false));
+        let a2 = after.claimed.expect("a2");
+        assert_eq!(outbox_status(&db.store, b1.id).await, "delivered");
+        assert_eq!(message_map::get(&mut c, &b, "answer:1").await.expect("get"), None);
+        // A claim this worker no longer holds is not marked delivered (the message's id is remembered
+        // all the same: the platform has it), and nothing is left to claim.
+        assert!(outbox::release(&mut c, a2.id, "w").await.expect("release"));
+        let of_a2 = outbox::Delivered { id: a2.id, conversation_id: a.as_str(), remember: Some(("answer:2", "1700.0002")) };
+        let after = outbox::delivered_and_claim_next(&mut c, of_a2, "w", late, lease, 0).await.expect("record");
+        assert_eq!(after, outbox::AfterDelivery { claimed: None, more_in_its_conversation: false });
+        assert_eq!(outbox_status(&db.store, a2.id).await, "pending");
+        assert_eq!(message_map::get(&mut c, &a, "answer:2").await.expect("get").as_deref(), Some("1700.0002"));
+        assert_eq!(outbox::claim_next(&mut c, "v", late, lease).await.expect("claim").map(|r| r.id), Some(a2.id));
+    }
+
     async fn transcript_keeps_order_and_message_map_replaces(db) {
         let conv = conversation(&db.store, "1.1").await;
         let mut c = db.store.conn().await.expect("conn");
@@ -563,6 +619,38 @@ on_both! {
         assert_eq!((b.id, b.action.as_str()), (a.id, "one"));
         assert!(!outbox::mark_delivered(&mut c, a.id, "crashed", T0 + 10_002).await.expect("stale"), "the old claim is void");
         assert!(outbox::mark_delivered(&mut c, b.id, "w2", T0 + 10_002).await.expect("mark"));
+    }
+
+    async fn d1_a_claim_whose_answer_was_lost_is_taken_again_by_its_worker_at_once(db) {
+        // The connection cut after the claim's commit: the worker never read which row it holds.
+        // Its next claim takes that row again, not a lease later; other workers still wait.
+        let (a, b) = (conversation(&db.store, "a").await, conversation(&db.store, "b").await);
+        let mut c = db.store.conn().await.expect("conn");
+        outbox::enqueue(&mut c, &action(&a, "a1"), T0).await.expect("e");
+        let lease = Duration::from_secs(60);
+        let lost = outbox::claim_next(&mut c, "w", T0, lease).await.expect("claim").expect("a1");
+        assert_eq!(outbox::claim_next(&mut c, "v", T0 + 1, lease).await.expect("claim"), None, "held by w");
+        let again = outbox::claim_next(&mut c, "w", T0 + 1, lease).await.expect("claim").expect("taken again");
+        assert_eq!((again.id, again.action.as_str()), (lost.id, "a1"));
+        assert!(outbox::mark_delivered(&mut c, again.id, "w", T0 + 2).await.expect("mark"));
+        if db.store.backend() == Backend::Postgres {
+            // The same after a delivery's record that claimed with it (the statement's answer lost).
+            outbox::enqueue(&mut c, &action(&b, "b1"), T0).await.expect("e");
+            outbox::enqueue(&mut c, &action(&b, "b2"), T0).await.expect("e");
+            let b1 = outbox::claim_next(&mut c, "w", T0 + 3, lease).await.expect("claim").expect("b1");
+            outbox::enqueue(&mut c, &action(&a, "a2"), T0 + 3).await.expect("e");
+            let of_b1 = outbox::Delivered { id: b1.id, conversation_id: b.as_str(), remember: None };
+            let lost = outbox::delivered_and_claim_next(&mut c, of_b1, "w", T0 + 4, lease, 0).await.expect("record").claimed.expect("a2");
+            // Its next claims, well within the lease, take b2 (b1's conversation's next, an older id)
+            // and then the row the lost answer named.
+            let mut taken = Vec::new();
+            while let Some(row) = outbox::claim_next(&mut c, "w", T0 + 5, lease).await.expect("claim") {
+                assert!(outbox::mark_delivered(&mut c, row.id, "w", T0 + 5).await.expect("mark"));
+                taken.push(row.action);
+            }
+            assert_eq!(taken, ["b2", "a2"]);
+            assert_eq!(lost.action, "a2");
+        }
     }
 
     async fn d3_pending_outbox_rows_and_open_turns_survive_closing_and_reopening(db) {

@@ -171,21 +171,27 @@ pub struct Claimed {
     pub mapped: Option<String>,
 }
 
-/// The claim, with `$lock` (empty, or PostgreSQL's row lock) on the chosen head.
+/// The claim, with `$lock` (empty, or PostgreSQL's row lock) on the chosen head and `$skip` (empty,
+/// or a further condition on the candidate `o`).
 macro_rules! claim_sql {
     ($lock:literal) => {
+        claim_sql!($lock, "")
+    };
+    ($lock:literal, $skip:literal) => {
         concat!(
             "UPDATE outbox SET claimed_by = $1, claim_until = $2
          WHERE id = (
              SELECT o.id FROM outbox o
              WHERE o.status = 'pending' AND o.next_attempt_at <= $3 AND o.id >= $4
-               AND (o.claimed_by IS NULL OR o.claim_until < $3)
+               AND (o.claimed_by IS NULL OR o.claim_until < $3 OR o.claimed_by = $1)",
+            $skip,
+            "
                AND NOT EXISTS (SELECT 1 FROM outbox e
                                WHERE e.conversation_id = o.conversation_id AND e.status = 'pending' AND e.id < o.id)
              ORDER BY o.id LIMIT 1",
             $lock,
             ")
-           AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3)
+           AND status = 'pending' AND (claimed_by IS NULL OR claim_until < $3 OR claimed_by = $1)
          RETURNING id, conversation_id, kind, coalesce_key, action, attempts, next_attempt_at AS due_at,
                    (SELECT c.platform FROM conversations c WHERE c.id = outbox.conversation_id) AS platform,
                    (SELECT m.platform_id FROM message_map m
@@ -196,6 +202,10 @@ macro_rules! claim_sql {
 
 /// Claims the next deliverable action: the oldest due head of any conversation's queue not already
 /// claimed. `None` when nothing is due.
+///
+/// A row `worker` itself holds counts as not claimed: a worker holds one claim at a time and claims
+/// again only after recording or giving back the one it held, so such a row is a claim whose answer
+/// it never read (the connection cut after the commit) — taken again at once, not a lease later.
 ///
 /// On PostgreSQL the head is locked with `SKIP LOCKED`: workers claiming at the same moment take
 /// different heads. Without it they all pick the same row; one wins, the others wait for its lock,
@@ -242,6 +252,114 @@ pub async fn claim_next_from(
 
 /// The claim as PostgreSQL runs it: `$1` worker, `$2` lease end, `$3` now, `$4` floor.
 pub const CLAIM_ON_POSTGRES: &str = claim_sql!(" FOR UPDATE OF o SKIP LOCKED");
+
+/// What [`delivered_and_claim_next`] records of the action it marks delivered.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered<'a> {
+    /// Its row id (claimed by the worker).
+    pub id: i64,
+    /// Its conversation.
+    pub conversation_id: &'a str,
+    /// The message's key and the platform id it is now known by, to record in the message map;
+    /// `None` when there is nothing to remember (a reaction, or an edit of a message the map holds).
+    pub remember: Option<(&'a str, &'a str)>,
+}
+
+/// What [`delivered_and_claim_next`] found after recording a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfterDelivery {
+    /// The next action it claimed, if any was due.
+    pub claimed: Option<Claimed>,
+    /// Whether the delivered action's conversation has more pending: the statement could not
+    /// claim its next row (see [`delivered_and_claim_next`]), so a claim of its own should.
+    pub more_in_its_conversation: bool,
+}
+
+/// [`AfterDelivery`] as the statement returns it: one row, the claim's columns NULL when it
+/// claimed nothing.
+#[derive(sqlx::FromRow)]
+struct AfterRow {
+    id: Option<i64>,
+    conversation_id: Option<String>,
+    kind: Option<String>,
+    coalesce_key: Option<String>,
+    action: Option<String>,
+    attempts: Option<i64>,
+    platform: Option<String>,
+    due_at: Option<i64>,
+    mapped: Option<String>,
+    more: bool,
+}
+
+/// Records a delivery — the message's platform id in the message map when there is one to remember,
+/// and the row delivered — and claims the next deliverable action, as ONE statement (P2: a worker
+/// claims again after each delivery anyway; at 10,000 sessions that was a round trip in four of the
+/// result phase's). PostgreSQL only: SQLite's `WITH` takes no `UPDATE`, and its statements cost no
+/// round trip.
+///
+/// The statement sees the table as it was before it: the delivered row still looks pending, so the
+/// claim never takes its conversation's next row (the head rule) — `more_in_its_conversation` says
+/// whether there is one, for a claim of its own — and never the delivered row itself, even with its
+/// lease run out. The delivery is recorded whatever is claimed, or, on an error, not at all.
+///
+/// # Errors
+/// Database errors.
+pub async fn delivered_and_claim_next(
+    c: &mut AnyConnection,
+    delivered: Delivered<'_>,
+    worker: &str,
+    now: i64,
+    lease: Duration,
+    floor: i64,
+) -> Result<AfterDelivery> {
+    let (key, platform_id) = delivered.remember.unwrap_or(("", ""));
+    let row = sqlx::query_as::<_, AfterRow>(DELIVERED_AND_CLAIM_ON_POSTGRES)
+        .arg(worker)
+        .arg(now.saturating_add(ms(lease)))
+        .arg(now)
+        .arg(floor)
+        .arg(delivered.id)
+        .arg(platform_id)
+        .arg(delivered.conversation_id)
+        .arg(key)
+        .arg(delivered.remember.is_some())
+        .fetch_one(c)
+        .await?;
+    let claimed = row.id.map(|id| Claimed {
+        id,
+        conversation_id: row.conversation_id.unwrap_or_default(),
+        kind: row.kind.unwrap_or_default(),
+        coalesce_key: row.coalesce_key,
+        action: row.action.unwrap_or_default(),
+        attempts: row.attempts.unwrap_or_default(),
+        platform: row.platform,
+        due_at: row.due_at.unwrap_or_default(),
+        mapped: row.mapped,
+    });
+    Ok(AfterDelivery {
+        claimed,
+        more_in_its_conversation: row.more,
+    })
+}
+
+/// [`delivered_and_claim_next`]'s statement, PostgreSQL's: `$1`–`$4` as the claim's; `$5` the
+/// delivered row; `$6` the platform id its message is now known by, recorded in the message map
+/// under `$7` (the conversation) and `$8` (the message's key) when `$9` is true.
+pub const DELIVERED_AND_CLAIM_ON_POSTGRES: &str = concat!(
+    "WITH m AS (
+         INSERT INTO message_map (conversation_id, logical_key, platform_id, created_at, updated_at)
+         SELECT $7, $8, $6, $3, $3 WHERE $9
+         ON CONFLICT (conversation_id, logical_key) DO UPDATE SET platform_id = excluded.platform_id, updated_at = excluded.updated_at),
+     d AS (
+         UPDATE outbox SET status = 'delivered', delivered_at = $3, claimed_by = NULL, claim_until = NULL
+         WHERE id = $5 AND claimed_by = $1 AND status = 'pending'),
+     claim AS (",
+    claim_sql!(" FOR UPDATE OF o SKIP LOCKED", " AND o.id <> $5"),
+    ")
+     SELECT claim.*,
+            EXISTS (SELECT 1 FROM outbox e WHERE e.conversation_id = $7 AND e.status = 'pending' AND e.id > $5) AS more
+     FROM (SELECT 1) one LEFT JOIN claim ON true"
+);
 
 /// How often [`ClaimFloor`] is found again.
 pub const FLOOR_EVERY: Duration = Duration::from_millis(100);
