@@ -202,6 +202,29 @@ on_both! {
         assert!(first < second, "queued messages run in order: {titles:?}");
         app.shutdown().await;
     }
+
+    async fn a_full_queue_names_the_message_it_refuses_and_the_queued_ones_run_in_order(db) {
+        // Five wait behind the running turn; a sixth is refused with a notice that says which
+        // message it was (several refused in a row would otherwise read alike).
+        let dir = tempfile::tempdir().expect("tmp");
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&config(&db.url, dir.path()), rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 1; echo running")).await.expect("accept");
+        for n in 1..=5 {
+            app.core.accept(console::inbound(&format!("echo queued-{n}"))).await.expect("accept");
+        }
+        app.core.accept(console::inbound("echo refused-6\nsecond line")).await.expect("accept");
+        settle(&app).await;
+        let latest = rec.latest();
+        let refusals: Vec<_> = latest.iter().filter(|(_, m)| m.title.contains("was not queued")).map(|(_, m)| m.title.clone()).collect();
+        assert_eq!(refusals.len(), 1, "{latest:#?}");
+        assert!(refusals[0].starts_with("The queue is full (5 messages waiting for the running turn); “echo refused-6…” was not queued."), "{refusals:?}");
+        let ran: Vec<String> = latest.iter().filter(|(_, m)| m.tone == Tone::Success).map(|(_, m)| m.title.clone()).collect();
+        let order: Vec<usize> = (1..=5).map(|n| ran.iter().position(|t| t.starts_with(&format!("✅ echo queued-{n}"))).expect("ran")).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "in order: {ran:?}");
+        assert!(!ran.iter().any(|t| t.contains("refused-6")), "{ran:?}");
+        app.shutdown().await;
+    }
 }
 
 fn as_user(line: &str, user: &str) -> chat_bridge::channel::Inbound {

@@ -105,8 +105,14 @@ pub enum Effect {
     Steer(Option<EventKey>),
     /// A prompt was merged into the one waiting (`collect`).
     Collected(Option<EventKey>),
-    /// The queue is full (this many wait): say so.
-    QueueFull(usize),
+    /// The queue is full: say so, naming the message refused.
+    QueueFull {
+        /// How many wait.
+        waiting: usize,
+        /// The refused message's text (the notice quotes its start, so a sender of several
+        /// messages knows which one to send again).
+        refused: String,
+    },
     /// The agent is unreachable: the prompt waits in the queue until it is back (L7); its inbox
     /// entry is noted as waiting (S4), as for [`Effect::Queued`].
     Held(Option<EventKey>),

@@ -378,6 +378,7 @@ impl State {
             Event::PromptDone { seq, end } => self.on_prompt_done(seq, end),
             Event::Prompt(q) => {
                 let event = q.event.clone();
+                let text = q.text.clone();
                 match self.admit_busy(q, cfg.queue_cap, cfg.while_busy) {
                     Admission::Start(q) => vec![Effect::StartTurn(q)],
                     Admission::Queued => vec![Effect::Queued(event)],
@@ -389,7 +390,10 @@ impl State {
                     }
                     Admission::Steer => vec![Effect::Steer(event)],
                     Admission::Collected => vec![Effect::Collected(event)],
-                    Admission::Full(waiting) => vec![Effect::QueueFull(waiting)],
+                    Admission::Full(waiting) => vec![Effect::QueueFull {
+                        waiting,
+                        refused: text,
+                    }],
                 }
             }
             Event::Unreachable(q) => {

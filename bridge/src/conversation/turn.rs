@@ -289,20 +289,29 @@ impl Queue {
     }
 }
 
-/// The notice a full queue gets; `unreachable`: nothing runs, the queue holds messages waiting for
-/// the agent to come back (L7).
+/// The notice a full queue gets, naming the `refused` message by its start (several refused in a
+/// row each say which); `unreachable`: nothing runs, the queue holds messages waiting for the agent
+/// to come back (L7).
 #[must_use]
-pub fn queue_full_text(waiting: usize, unreachable: bool) -> String {
+pub fn queue_full_text(waiting: usize, refused: &str, unreachable: bool) -> String {
     let messages = plural(waiting, "message", "messages");
+    let first_line = refused.trim().lines().next().unwrap_or_default();
+    let mut named = crate::channel::text::truncate_chars(first_line, REFUSED_SHOWN);
+    if named.len() < refused.trim().len() && !named.ends_with('…') {
+        named.push('…');
+    }
     if unreachable {
         return format!(
-            "The agent is unreachable and {waiting} {messages} are already queued; this one was not queued. Send it again once the agent is back, or `/cancel` what is queued."
+            "The agent is unreachable and {waiting} {messages} are already queued; “{named}” was not queued. Send it again once the agent is back, or `/cancel` what is queued."
         );
     }
     format!(
-        "The queue is full ({waiting} {messages} waiting for the running turn); this one was not queued. Wait for the turn to finish, or `/cancel` it."
+        "The queue is full ({waiting} {messages} waiting for the running turn); “{named}” was not queued. Wait for the turn to finish, or `/cancel` it."
     )
 }
+
+/// How many characters of a refused message its notice shows.
+const REFUSED_SHOWN: usize = 60;
 
 /// `n` and the noun that fits it.
 #[must_use]

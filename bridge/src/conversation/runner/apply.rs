@@ -96,7 +96,7 @@ impl Runner {
             Effect::StartTurn(_)
             | Effect::Queued(_)
             | Effect::Held(_)
-            | Effect::QueueFull(_)
+            | Effect::QueueFull { .. }
             | Effect::Steer(_)
             | Effect::Collected(_) => self.admitted(effect).await,
             Effect::RunQueued => self.run_queued().await,
@@ -166,10 +166,13 @@ impl Runner {
                 self.core.busy_add(1);
                 Ok(())
             }
-            Effect::QueueFull(waiting) => {
+            Effect::QueueFull { waiting, refused } => {
                 let unreachable = self.state.daemon_down || self.state.turn.is_none();
-                self.notice(Tone::Warning, &queue_full_text(waiting, unreachable))
-                    .await
+                self.notice(
+                    Tone::Warning,
+                    &queue_full_text(waiting, &refused, unreachable),
+                )
+                .await
             }
             // Only the five above come of a prompt; anything else is carried out as usual.
             other => Box::pin(self.apply(other)).await,

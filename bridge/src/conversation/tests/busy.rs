@@ -184,7 +184,10 @@ fn steering_a_full_queue_is_refused_with_the_queue_full_notice() {
     ));
     assert_eq!(
         send(&mut s, &c, &clock, "alice", "b", 2),
-        [Effect::QueueFull(1)]
+        [Effect::QueueFull {
+            waiting: 1,
+            refused: "b".into()
+        }]
     );
 }
 

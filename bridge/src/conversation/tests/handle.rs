@@ -155,7 +155,10 @@ fn queue_full_prompts_start_wait_or_are_refused() {
     }
     assert_eq!(
         s.handle(Event::Prompt(prompt(4)), clock.now(), &c),
-        [Effect::QueueFull(2)]
+        [Effect::QueueFull {
+            waiting: 2,
+            refused: "prompt 4".into()
+        }]
     );
 }
 

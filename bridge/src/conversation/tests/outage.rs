@@ -63,7 +63,10 @@ fn l7_the_hold_is_bounded_by_the_queue() {
     }
     assert_eq!(
         s.handle(Event::Prompt(prompt(3)), clock.now(), &c),
-        [Effect::QueueFull(2)],
+        [Effect::QueueFull {
+            waiting: 2,
+            refused: "prompt 3".into()
+        }],
         "queue_cap = 2 in these settings"
     );
     assert!(

@@ -237,8 +237,21 @@ fn queue_full_refuses_past_the_cap_and_keeps_order() {
     assert_eq!(q.pop().map(|q| q.text), Some("prompt 2".into()));
     assert_eq!(q.pop().map(|q| q.text), Some("prompt 4".into()));
     assert!(q.is_empty());
-    assert!(queue_full_text(2, false).starts_with("The queue is full (2 messages waiting"));
-    assert!(queue_full_text(1, false).starts_with("The queue is full (1 message waiting"));
+    assert!(queue_full_text(2, "ls", false).starts_with("The queue is full (2 messages waiting"));
+    assert!(queue_full_text(1, "ls", false).starts_with("The queue is full (1 message waiting"));
+}
+
+#[test]
+fn a_queue_full_notice_names_the_refused_message_by_its_start() {
+    let text = queue_full_text(5, "  make test\nand then deploy", false);
+    assert!(text.contains("; “make test…” was not queued."), "{text}");
+    let long = "x".repeat(200);
+    let text = queue_full_text(5, &long, true);
+    assert!(
+        text.contains(&format!("; “{}…” was not queued.", "x".repeat(59))),
+        "{text}"
+    );
+    assert!(queue_full_text(1, "ls -la", false).contains("; “ls -la” was not queued."));
 }
 
 #[test]
@@ -326,8 +339,8 @@ fn status_says_idle_with_the_session_or_what_runs() {
 fn l7_a_full_queue_during_an_outage_says_the_agent_is_unreachable_and_this_message_was_not_queued()
 {
     assert_eq!(
-        queue_full_text(5, true),
-        "The agent is unreachable and 5 messages are already queued; this one was not queued. Send it again once the agent is back, or `/cancel` what is queued."
+        queue_full_text(5, "make test", true),
+        "The agent is unreachable and 5 messages are already queued; “make test” was not queued. Send it again once the agent is back, or `/cancel` what is queued."
     );
     let clock = Clock::new();
     let text = crate::conversation::turn::status_with_outage(
