@@ -548,6 +548,9 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
         .into_iter()
         .collect()
     };
+    // `P2_DUMP=FILE`: each result's send time and its outbox row's time (unix ms), one per line,
+    // to see when in the run the slow ones fell.
+    let mut dump: Vec<(f64, i64)> = Vec::new();
     for (thread, delivered) in &last {
         // thread t{i} → its conversation and daemon session, from the store.
         let mut c = app.store.conn().await.expect("conn");
@@ -573,9 +576,18 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
         };
         lat.push(delivered.saturating_duration_since(at));
         let created = *newest_edit.get(&conv.id).expect("the result's outbox row");
+        dump.push((at_ms, created));
         to_outbox.push(Duration::from_secs_f64(
             ((created as f64 - at_ms).max(0.0)) / 1000.0,
         ));
+    }
+    if let Ok(path) = std::env::var("P2_DUMP") {
+        dump.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let lines: String = dump
+            .iter()
+            .map(|(at, created)| format!("{at:.0} {created}\n"))
+            .collect();
+        std::fs::write(&path, lines).expect("P2_DUMP");
     }
     to_outbox.sort();
     lat.sort();

@@ -1811,3 +1811,96 @@ on_both! {
         app.shutdown().await;
     }
 }
+
+/// D2 (outside tester, PostgreSQL stopped while a thread's queued messages were due): when a turn
+/// ended and the next queued message's turn could not be recorded (the database away), the step's
+/// retry skipped that message — the next one ran, and the skipped one waited in the inbox for a
+/// restart (or the queue stood still, `/status` saying "Idle" with a message queued). Now the
+/// message keeps its place and runs once the database answers, each exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_queued_message_whose_turn_cannot_be_recorded_keeps_its_place_until_the_database_answers()
+ {
+    let (db, _dir, rec, app) = on_postgres().await;
+    let mut c = db.store.conn().await.expect("conn");
+    // The next two turns' inserts fail as a database going away fails them (57P01, transient);
+    // a sequence counts the tries (it is not rolled back with them).
+    for ddl in [
+        "CREATE SEQUENCE turn_faults START WITH 1000",
+        "CREATE FUNCTION turn_fault() RETURNS trigger AS $$ BEGIN
+             IF nextval('turn_faults') <= 2 THEN
+                 RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
+             END IF;
+             RETURN NEW;
+         END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER turn_fault BEFORE INSERT ON turns FOR EACH ROW EXECUTE FUNCTION turn_fault()",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(ddl))
+            .execute(&mut *c)
+            .await
+            .expect("fault");
+    }
+    app.core
+        .accept(console::inbound("sleep 1; echo first"))
+        .await
+        .expect("accept");
+    rec.wait_for("the first command runs", |r| {
+        r.posts().iter().any(|(_, m)| m.tone == Tone::Running)
+    })
+    .await;
+    for text in ["echo second", "echo third"] {
+        app.core
+            .accept(console::inbound(text))
+            .await
+            .expect("accept");
+    }
+    sqlx::query("ALTER SEQUENCE turn_faults RESTART WITH 1")
+        .execute(&mut *c)
+        .await
+        .expect("arm");
+    settle(&app).await;
+    let (tries,): (i64,) = sqlx::query_as("SELECT last_value FROM turn_faults")
+        .fetch_one(&mut *c)
+        .await
+        .expect("tries");
+    assert!(tries >= 3, "the faults were met: {tries} tries");
+    drop(c);
+    let ran: Vec<String> = rec
+        .latest()
+        .into_iter()
+        .filter(|(_, m)| m.tone == Tone::Success)
+        .map(|(_, m)| m.title)
+        .collect();
+    let at = |word: &str| {
+        ran.iter()
+            .position(|t| t.starts_with(&format!("✅ {word}")))
+            .unwrap_or_else(|| panic!("{word} ran: {ran:?}"))
+    };
+    assert!(
+        at("sleep 1; echo first") < at("echo second") && at("echo second") < at("echo third"),
+        "in the order sent: {ran:?}"
+    );
+    assert_eq!(ran.len(), 3, "each once: {ran:?}");
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let stored: Vec<(String, String)> = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns")
+        .into_iter()
+        .map(|t| (t.prompt, t.status))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("sleep 1; echo first".to_owned(), "ended".to_owned()),
+            ("echo second".to_owned(), "ended".to_owned()),
+            ("echo third".to_owned(), "ended".to_owned()),
+        ],
+        "one turn each, all ended"
+    );
+    drop(c);
+    app.shutdown().await;
+}

@@ -621,6 +621,21 @@ on_both! {
         assert!(outbox::mark_delivered(&mut c, b.id, "w2", T0 + 10_002).await.expect("mark"));
     }
 
+    async fn d2_a_turn_recorded_without_its_commits_answer_is_found_again_by_its_message(db) {
+        // The runner looks for the open turn of the message whose recording seemed to fail.
+        let (a, b) = (conversation(&db.store, "a").await, conversation(&db.store, "b").await);
+        let mut c = db.store.conn().await.expect("conn");
+        let first = turns::start_for(&mut c, &a, "make", "U1", Some("m1"), T0).await.expect("turn");
+        turns::start_for(&mut c, &a, "ls", "U1", Some("m2"), T0 + 1).await.expect("turn");
+        let found = turns::open_for_message(&mut c, &a, "m1").await.expect("find").expect("open");
+        assert_eq!((found.id.as_str(), found.prompt.as_str()), (first.id.as_str(), "make"));
+        assert_eq!(turns::open_for_message(&mut c, &b, "m1").await.expect("find"), None, "another thread's");
+        assert_eq!(turns::open_for_message(&mut c, &a, "m3").await.expect("find"), None);
+        let ended = turns::Ending { status: "ended", ..Default::default() };
+        assert!(turns::finish(&mut c, &first.id, &ended, T0 + 2).await.expect("finish"));
+        assert_eq!(turns::open_for_message(&mut c, &a, "m1").await.expect("find"), None, "an ended turn is not taken again");
+    }
+
     async fn d1_a_claim_whose_answer_was_lost_is_taken_again_by_its_worker_at_once(db) {
         // The connection cut after the claim's commit: the worker never read which row it holds.
         // Its next claim takes that row again, not a lease later; other workers still wait.

@@ -62,6 +62,9 @@ pub struct State {
     pub abandon_session: bool,
     /// What the agent sent while no turn was open, waiting to be posted.
     pub late: Late,
+    /// The person's message whose turn's recording last failed with the database away: its
+    /// commit may have gone through unanswered, so the next try looks for that turn first.
+    pub unconfirmed_turn: Option<String>,
     /// Calls still running when their turn ended (the daemon answered the prompt first), by the
     /// turn they belong to: a result that comes later finishes its call's message and row, and
     /// heartbeats meanwhile are counted.

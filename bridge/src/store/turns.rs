@@ -96,6 +96,27 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Turn>> {
     )
 }
 
+/// The open turn of `conversation` started for the person's message `message_id`, if any: a turn
+/// whose recording committed although its commit's answer never came back (the database went away
+/// as it committed) — the step's retry takes it rather than recording a second turn.
+///
+/// # Errors
+/// Database errors.
+pub async fn open_for_message(
+    c: &mut AnyConnection,
+    conversation: &str,
+    message_id: &str,
+) -> Result<Option<Turn>> {
+    Ok(sqlx::query_as::<_, Turn>(sql(format!(
+        "SELECT {COLUMNS} FROM turns WHERE conversation_id = $1 AND message_id = $2 AND status = 'open'
+         ORDER BY seq DESC LIMIT 1"
+    )))
+    .arg(conversation)
+    .arg(message_id)
+    .fetch_optional(c)
+    .await?)
+}
+
 /// How a turn ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ending<'a> {

@@ -40,7 +40,13 @@ impl Runner {
     ) -> Result<()> {
         self.flush_progress(true);
         let Some(turn) = self.state.turn.take() else {
-            return Ok(());
+            // Ended already: a retry of this step after the ending was written and the next
+            // queued message could not start (the database away) — it starts now. Held messages
+            // wait for the agent instead (L7).
+            if self.state.daemon_down {
+                return Ok(());
+            }
+            return self.run_queued().await;
         };
         // Questions the turn asked die with it: their buttons go, the daemon hears "cancelled",
         // and the next message is a prompt again, not a wrong answer (R6).
@@ -182,10 +188,18 @@ impl Runner {
             }
             // Counted as busy when it was queued; that count now belongs to its turn.
             let event = q.event.clone();
+            let again = q.clone();
             if let Err(e) = self.start_turn(q).await {
                 // Not marked: it stays in the inbox and is taken again at the next start.
                 if let Some(event) = &event {
                     self.state.marks.take(event);
+                }
+                if e.is_transient() && self.state.turn.is_none() {
+                    // The database is away and the step is retried once it answers: this message
+                    // is still the next to run, not the one behind it (counted as waiting again;
+                    // its failed start let its count go).
+                    self.state.queue.push_front(again);
+                    self.core.busy_add(1);
                 }
                 return Err(e);
             }

@@ -584,6 +584,32 @@ impl Runner {
         user: &str,
         message_id: Option<&str>,
     ) -> Result<Turn> {
+        if let Some(id) = message_id
+            && self.state.unconfirmed_turn.as_deref() == Some(id)
+        {
+            // The last try to record this message's turn failed: perhaps only its commit's answer
+            // was lost. A turn it did record is taken as it is, not recorded twice (one of them
+            // would stay open, its prompt never sent).
+            let mut c = self.core.store.conn().await?;
+            if let Some(row) = turns::open_for_message(&mut c, &self.conv.id, id).await? {
+                self.state.unconfirmed_turn = None;
+                return Ok(row);
+            }
+        }
+        let recorded = self.record_new_turn(text, user, message_id).await;
+        self.state.unconfirmed_turn = match (&recorded, message_id) {
+            (Err(e), Some(id)) if e.is_transient() => Some(id.to_owned()),
+            _ => None,
+        };
+        recorded
+    }
+
+    async fn record_new_turn(
+        &mut self,
+        text: &str,
+        user: &str,
+        message_id: Option<&str>,
+    ) -> Result<Turn> {
         let mut tx = self.begin().await?;
         let kept = self.kept(text).into_owned();
         let row =
