@@ -1591,6 +1591,7 @@ async fn d2_a_burst_in_one_thread_is_handed_on_in_the_order_it_came() {
 /// the restart ran them shuffled (outside tester: 4, 5, 6 typed, 5, 4, 6 run; on both backends).
 async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
     backend: chat_bridge::store::Backend,
+    fault: bool,
 ) {
     use chat_bridge::channel::{Arrival, InboundKind};
     // One running and five queued: the most a thread takes at once.
@@ -1651,6 +1652,26 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
     pumped.expect("pump");
     assert_eq!(waiting, sent, "the inbox keeps the order they were sent in");
     app.shutdown().await;
+    if fault {
+        // The first inbox write of the restart fails as a database going away fails it (57P01,
+        // transient; a sequence counts the tries, it is not rolled back with them).
+        let mut c = db.store.conn().await.expect("conn");
+        for ddl in [
+            "CREATE SEQUENCE inbox_faults",
+            "CREATE FUNCTION inbox_fault() RETURNS trigger AS $$ BEGIN
+                 IF nextval('inbox_faults') <= 1 THEN
+                     RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
+                 END IF;
+                 RETURN NEW;
+             END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER inbox_fault BEFORE UPDATE ON inbound_events FOR EACH ROW EXECUTE FUNCTION inbox_fault()",
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(ddl))
+                .execute(&mut *c)
+                .await
+                .expect("fault");
+        }
+    }
 
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&cfg, rec.clone())
@@ -1675,6 +1696,14 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
         "run after the restart in the order sent: {:#?}",
         rec.calls()
     );
+    if fault {
+        let mut c = db.store.conn().await.expect("conn");
+        let (tries,): (i64,) = sqlx::query_as("SELECT last_value FROM inbox_faults")
+            .fetch_one(&mut *c)
+            .await
+            .expect("tries");
+        assert!(tries >= 2, "the fault was met: {tries} tries");
+    }
     app.shutdown().await;
 }
 
@@ -1682,6 +1711,21 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
 async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent_on_postgres() {
     d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
         chat_bridge::store::Backend::Postgres,
+        false,
+    )
+    .await;
+}
+
+/// The same with the first inbox write of the restart failing for a moment (the database going
+/// away): that event is taken again before the next, not left for a later start — it ran after the
+/// thread's messages behind it (outside tester: SIGKILLs with the bridge's connections cut, 4 of 4
+/// threads out of order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_queued_messages_taken_again_after_a_restart_keep_their_order_when_the_database_fails_one_for_a_moment()
+ {
+    d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
+        chat_bridge::store::Backend::Postgres,
+        true,
     )
     .await;
 }
@@ -1690,6 +1734,7 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent_on
 async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent_on_sqlite() {
     d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
         chat_bridge::store::Backend::Sqlite,
+        false,
     )
     .await;
 }

@@ -1104,22 +1104,27 @@ async fn take_unhandled(
     let pending = core.unhandled_inbound().await?;
     let n = pending.len();
     for (platform, event_id, payload) in pending {
-        let r = match serde_json::from_str::<crate::channel::Inbound>(&payload) {
-            Ok(msg) => {
-                // The project the thread belonged to when the message was received: a message
-                // written for one agent never runs on another project's (it is set aside, told).
-                let was = projects.project_of(store, &msg).await;
-                match projects.core_for(store, &msg).await {
-                    Some(to) if was.as_deref().is_some_and(|p| !to.serves(p)) => {
-                        to.not_run_after_move(&msg, was.as_deref().unwrap_or_default())
-                            .await
+        let take = || async {
+            match serde_json::from_str::<crate::channel::Inbound>(&payload) {
+                Ok(msg) => {
+                    // The project the thread belonged to when the message was received: a message
+                    // written for one agent never runs on another project's (it is set aside, told).
+                    let was = projects.project_of(store, &msg).await;
+                    match projects.core_for(store, &msg).await {
+                        Some(to) if was.as_deref().is_some_and(|p| !to.serves(p)) => {
+                            to.not_run_after_move(&msg, was.as_deref().unwrap_or_default())
+                                .await
+                        }
+                        Some(to) => to.dispatch_inbound(msg).await,
+                        None => core.drop_unrouted(&platform, &event_id).await,
                     }
-                    Some(to) => to.dispatch_inbound(msg).await,
-                    None => core.drop_unrouted(&platform, &event_id).await,
                 }
+                Err(_) => core.set_aside_unreadable(&platform, &event_id).await,
             }
-            Err(_) => core.set_aside_unreadable(&platform, &event_id).await,
         };
+        // Taken in order: one the database failed for the moment is taken again before the next
+        // (left for later, the thread's messages behind it ran before it — D2).
+        let r = crate::core::inbox::in_order(core, &platform, &event_id, take).await;
         if let Err(e) = r {
             tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
         }

@@ -507,10 +507,13 @@ impl Core {
         let pending = self.unhandled_inbound().await?;
         let n = pending.len();
         for (platform, event_id, payload) in pending {
-            let r = match serde_json::from_str::<Inbound>(&payload) {
-                Ok(msg) => self.dispatch_inbound(msg).await,
-                Err(_) => self.set_aside_unreadable(&platform, &event_id).await,
+            let take = || async {
+                match serde_json::from_str::<Inbound>(&payload) {
+                    Ok(msg) => self.dispatch_inbound(msg).await,
+                    Err(_) => self.set_aside_unreadable(&platform, &event_id).await,
+                }
             };
+            let r = in_order(self, &platform, &event_id, take).await;
             if let Err(e) = r {
                 tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
             }
@@ -567,4 +570,32 @@ impl Core {
 /// holds half a secret (S2).
 pub(crate) fn title_of(redactor: &crate::core::redact::Redactor, prompt: &str) -> String {
     redactor.redact(prompt.trim()).chars().take(80).collect()
+}
+
+/// How many times taking an inbox event at start-up is tried again while the database is
+/// unreachable (100 ms doubling to 5 s: about ten minutes, as a conversation's step).
+const TAKE_RETRIES: u32 = 130;
+
+/// Takes one inbox event at start-up (`take`), again while the database is unreachable, before the
+/// next is taken: events are taken oldest first, and one left for a later start would run after the
+/// thread's messages behind it (D2; an outside tester's SIGKILLs with connections cut meanwhile).
+/// Gives up when the core stops; the event then stays in the inbox for the next start.
+pub(crate) async fn in_order<F, Fut>(
+    core: &Core,
+    platform: &str,
+    event_id: &str,
+    take: F,
+) -> Result<(), store::StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), store::StoreError>>,
+{
+    let told = |e: &store::StoreError| {
+        tracing::warn!(%platform, event = %event_id, error = %e, "the database is unavailable; taking this inbox event again when it answers, before the ones after it");
+    };
+    match store::retry_transient(TAKE_RETRIES, &core.shutdown, told, take).await {
+        Some(r) => r,
+        // Stopping: left in the inbox, for the next start.
+        None => Err(store::StoreError::Query(sqlx::Error::PoolClosed)),
+    }
 }
