@@ -13,6 +13,8 @@
 //! ends with a `P2_RESULT {json}` line (scripts/p2-chart reads it). Above 1,000 sessions the targets
 //! are issue 20's (p99 ≤ 10 ms, RSS ≤ 300 MB). The open file descriptors at the end are printed.
 //! `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10; 5 under `cargo test`) override.
+//! `P2_DUMP=FILE` writes each result's send time and its outbox row's time (unix ms, one pair a
+//! line), to see when in the run the slow ones fell.
 //!
 //! Soak: `P2_SOAK_MINUTES=30 P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps
 //! the load up for that long (each session starts a new tool when one ends), samples RSS and the live
