@@ -1459,6 +1459,36 @@ async fn d6_a_command_followed_again_after_a_restart_counts_its_duration_from_it
     );
 }
 
+/// A trigger that fails the statements it fires on (`when`, e.g. `BEFORE INSERT ON turns`) as a
+/// database going away fails them (57P01, transient) while the sequence `name` — counting the
+/// tries, and not rolled back with the statement it fails — is at most `fails`. The sequence
+/// starts at `start`: above `fails`, nothing fails until it is restarted at 1.
+async fn transient_fault(
+    c: &mut sqlx::AnyConnection,
+    name: &str,
+    when: &str,
+    start: i64,
+    fails: i64,
+) {
+    for ddl in [
+        format!("CREATE SEQUENCE {name} START WITH {start}"),
+        format!(
+            "CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN
+                 IF nextval('{name}') <= {fails} THEN
+                     RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
+                 END IF;
+                 RETURN NEW;
+             END $$ LANGUAGE plpgsql"
+        ),
+        format!("CREATE TRIGGER {name} {when} FOR EACH ROW EXECUTE FUNCTION {name}()"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(ddl))
+            .execute(&mut *c)
+            .await
+            .expect("fault");
+    }
+}
+
 /// A bridge on a new PostgreSQL database, delivering to a recorder (the database, its directory, the
 /// recorder, the bridge).
 async fn on_postgres() -> (
@@ -1653,24 +1683,16 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
     assert_eq!(waiting, sent, "the inbox keeps the order they were sent in");
     app.shutdown().await;
     if fault {
-        // The first inbox write of the restart fails as a database going away fails it (57P01,
-        // transient; a sequence counts the tries, it is not rolled back with them).
+        // The first inbox write of the restart fails.
         let mut c = db.store.conn().await.expect("conn");
-        for ddl in [
-            "CREATE SEQUENCE inbox_faults",
-            "CREATE FUNCTION inbox_fault() RETURNS trigger AS $$ BEGIN
-                 IF nextval('inbox_faults') <= 1 THEN
-                     RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
-                 END IF;
-                 RETURN NEW;
-             END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER inbox_fault BEFORE UPDATE ON inbound_events FOR EACH ROW EXECUTE FUNCTION inbox_fault()",
-        ] {
-            sqlx::query(sqlx::AssertSqlSafe(ddl))
-                .execute(&mut *c)
-                .await
-                .expect("fault");
-        }
+        transient_fault(
+            &mut c,
+            "inbox_faults",
+            "BEFORE UPDATE ON inbound_events",
+            1,
+            1,
+        )
+        .await;
     }
 
     let rec = Arc::new(Recorder::default());
@@ -1867,23 +1889,8 @@ async fn d2_a_queued_message_whose_turn_cannot_be_recorded_keeps_its_place_until
  {
     let (db, _dir, rec, app) = on_postgres().await;
     let mut c = db.store.conn().await.expect("conn");
-    // The next two turns' inserts fail as a database going away fails them (57P01, transient);
-    // a sequence counts the tries (it is not rolled back with them).
-    for ddl in [
-        "CREATE SEQUENCE turn_faults START WITH 1000",
-        "CREATE FUNCTION turn_fault() RETURNS trigger AS $$ BEGIN
-             IF nextval('turn_faults') <= 2 THEN
-                 RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = '57P01';
-             END IF;
-             RETURN NEW;
-         END $$ LANGUAGE plpgsql",
-        "CREATE TRIGGER turn_fault BEFORE INSERT ON turns FOR EACH ROW EXECUTE FUNCTION turn_fault()",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(ddl))
-            .execute(&mut *c)
-            .await
-            .expect("fault");
-    }
+    // Armed below: then the next two turns' inserts fail.
+    transient_fault(&mut c, "turn_faults", "BEFORE INSERT ON turns", 1000, 2).await;
     app.core
         .accept(console::inbound("sleep 1; echo first"))
         .await
