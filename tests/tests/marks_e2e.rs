@@ -118,3 +118,63 @@ async fn r2_r3_discord_shows_the_same_outcomes_with_its_own_emoji() {
         .expect("join")
         .expect("clean shutdown");
 }
+
+/// The reactions taken away from the message `ts`, in order.
+fn removed(f: &FakeSlack, ts: &str) -> Vec<String> {
+    f.calls_of("reactions.remove")
+        .into_iter()
+        .filter(|c| c.body["timestamp"] == ts)
+        .map(|c| c.body["name"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2_a_message_the_full_queue_refuses_loses_its_eyes_and_is_marked_failed() {
+    // Five messages wait behind the running turn; the sixth is refused. Its 👀 said "taken", so the
+    // message itself must then say it will not run (the notice alone is easy to miss in a busy
+    // thread), as a turn that could not run does: 👀 taken away, ❌ added.
+    let fake = FakeSlack::start().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let (stop, task) = chat_bridge_tests::fake_slack::run_bridge(&fake, dir.path(), |_| {}).await;
+    let root = "1700.000100";
+    fake.push(event_envelope("env-0", "Ev0", 0, mention(root, "sleep 3")));
+    fake.wait_for("the running turn", |f| added(f, root) == ["eyes"])
+        .await;
+    let replies: Vec<String> = (1..=6).map(|n| format!("1700.00{n}000")).collect();
+    for (n, ts) in replies.iter().enumerate() {
+        let reply = json!({"type": "message", "user": "U1", "channel": "C1", "ts": ts,
+            "thread_ts": root, "text": format!("echo queued-{}", n + 1)});
+        fake.push(event_envelope(
+            &format!("env-{}", n + 1),
+            &format!("Ev{}", n + 1),
+            0,
+            reply,
+        ));
+    }
+    let refused = &replies[5];
+    fake.wait_for("the refused message's mark", |f| {
+        added(f, refused).len() == 2
+    })
+    .await;
+    assert_eq!(added(&fake, refused), ["eyes", "x"]);
+    assert_eq!(removed(&fake, refused), ["eyes"]);
+    assert!(
+        fake.calls_of("chat.postMessage")
+            .iter()
+            .any(|c| c.body.to_string().contains("was not queued")),
+        "the notice says so too"
+    );
+    fake.wait_for("the queued ones ran", |f| {
+        replies[..5].iter().all(|ts| added(f, ts).len() == 2)
+    })
+    .await;
+    for ts in &replies[..5] {
+        assert_eq!(added(&fake, ts), ["eyes", "white_check_mark"], "{ts}");
+    }
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("clean shutdown");
+}

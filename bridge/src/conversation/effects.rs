@@ -112,6 +112,9 @@ pub enum Effect {
         /// The refused message's text (the notice quotes its start, so a sender of several
         /// messages knows which one to send again).
         refused: String,
+        /// The refused message, where the platform names it: its 👀 is taken away and ❌ added,
+        /// so the message itself says it will not run.
+        message_id: Option<String>,
     },
     /// The agent is unreachable: the prompt waits in the queue until it is back (L7); its inbox
     /// entry is noted as waiting (S4), as for [`Effect::Queued`].

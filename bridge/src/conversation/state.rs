@@ -382,6 +382,7 @@ impl State {
             Event::Prompt(q) => {
                 let event = q.event.clone();
                 let text = q.text.clone();
+                let message_id = q.message_id.clone();
                 match self.admit_busy(q, cfg.queue_cap, cfg.while_busy) {
                     Admission::Start(q) => vec![Effect::StartTurn(q)],
                     Admission::Queued => vec![Effect::Queued(event)],
@@ -396,6 +397,7 @@ impl State {
                     Admission::Full(waiting) => vec![Effect::QueueFull {
                         waiting,
                         refused: text,
+                        message_id,
                     }],
                 }
             }

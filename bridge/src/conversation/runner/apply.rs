@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use super::Runner;
 use crate::channel::Tone;
 use crate::conversation::commands::Command;
-use crate::conversation::effects::Effect;
-use crate::conversation::event::Event;
+use crate::conversation::effects::{self, Effect};
+use crate::conversation::event::{Event, Mark};
 use crate::conversation::turn::queue_full_text;
 use crate::store::{Result, inbound};
 
@@ -166,11 +166,21 @@ impl Runner {
                 self.core.busy_add(1);
                 Ok(())
             }
-            Effect::QueueFull { waiting, refused } => {
+            Effect::QueueFull {
+                waiting,
+                refused,
+                message_id,
+            } => {
                 let unreachable = self.state.daemon_down || self.state.turn.is_none();
-                self.notice(
+                // The refused message itself says it will not run: 👀 taken away, ❌ added, with
+                // the notice (one transaction), as a turn that could not run ends.
+                let marks = message_id
+                    .as_deref()
+                    .map(|id| effects::outcome_marks(&self.target, id, Mark::Failed));
+                self.notice_marking(
                     Tone::Warning,
                     &queue_full_text(waiting, &refused, unreachable),
+                    marks.as_ref().map_or(&[][..], |m| &m[..]),
                 )
                 .await
             }

@@ -145,14 +145,24 @@ impl Runner {
     }
 
     pub(super) async fn notice(&mut self, tone: Tone, text: &str) -> Result<()> {
-        self.notice_with(tone, text, false, false).await
+        self.notice_with(tone, text, false, false, &[]).await
+    }
+
+    /// A notice and the marks it puts on a person's message, in one transaction.
+    pub(super) async fn notice_marking(
+        &mut self,
+        tone: Tone,
+        text: &str,
+        marks: &[ChatAction],
+    ) -> Result<()> {
+        self.notice_with(tone, text, false, false, marks).await
     }
 
     /// A notice whose first line is its heading and the rest its body (a list reads as a list), its
     /// parts redacted one by one by the caller (redacting it whole could join a name to the words
     /// after it and eat them).
     pub(super) async fn notice_lines_redacted(&mut self, tone: Tone, text: &str) -> Result<()> {
-        self.notice_with(tone, text, true, true).await
+        self.notice_with(tone, text, true, true, &[]).await
     }
 
     async fn notice_with(
@@ -161,6 +171,7 @@ impl Runner {
         text: &str,
         lines: bool,
         redacted: bool,
+        marks: &[ChatAction],
     ) -> Result<()> {
         let key = self.state.next_notice_key(now_ms());
         let mut msg = if redacted {
@@ -190,6 +201,9 @@ impl Runner {
         .await?;
         self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
             .await?;
+        for mark in marks {
+            self.enqueue(&mut tx, mark).await?;
+        }
         self.commit(tx).await
     }
 

@@ -186,7 +186,8 @@ fn steering_a_full_queue_is_refused_with_the_queue_full_notice() {
         send(&mut s, &c, &clock, "alice", "b", 2),
         [Effect::QueueFull {
             waiting: 1,
-            refused: "b".into()
+            refused: "b".into(),
+            message_id: Some("m2".into())
         }]
     );
 }

@@ -157,7 +157,8 @@ fn queue_full_prompts_start_wait_or_are_refused() {
         s.handle(Event::Prompt(prompt(4)), clock.now(), &c),
         [Effect::QueueFull {
             waiting: 2,
-            refused: "prompt 4".into()
+            refused: "prompt 4".into(),
+            message_id: Some("m4".into())
         }]
     );
 }

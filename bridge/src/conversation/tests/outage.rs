@@ -65,7 +65,8 @@ fn l7_the_hold_is_bounded_by_the_queue() {
         s.handle(Event::Prompt(prompt(3)), clock.now(), &c),
         [Effect::QueueFull {
             waiting: 2,
-            refused: "prompt 3".into()
+            refused: "prompt 3".into(),
+            message_id: Some("m3".into())
         }],
         "queue_cap = 2 in these settings"
     );
