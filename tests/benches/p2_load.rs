@@ -14,7 +14,9 @@
 //! are issue 20's (p99 ≤ 10 ms, RSS ≤ 300 MB). The open file descriptors at the end are printed.
 //! `P2_SESSIONS`, `P2_HEARTBEATS` (per tool, default 10; 5 under `cargo test`) override.
 //! `P2_DUMP=FILE` writes each result's send time and its outbox row's time (unix ms, one pair a
-//! line), to see when in the run the slow ones fell.
+//! line), to see when in the run the slow ones fell. `P2_PROBE=FILE` writes when a 5 ms sleep woke
+//! more than 10 ms late, on a runtime task and on an OS thread (unix ms, lateness ms, which), to tell a
+//! busy runtime from a stalled host.
 //!
 //! Soak: `P2_SOAK_MINUTES=30 P2_SESSIONS=200 cargo bench -p chat-bridge-tests --bench p2_load` keeps
 //! the load up for that long (each session starts a new tool when one ends), samples RSS and the live
@@ -349,6 +351,47 @@ fn inbound(i: usize, projects: usize, text: &str) -> Inbound {
     }
 }
 
+type ProbeLines = Arc<Mutex<Vec<String>>>;
+
+/// Two sleepers of 5 ms, one a runtime task and one an OS thread, each recording when it woke more
+/// than 10 ms late: late on both is the host (CPU taken, the VM paused), late on the task only is the
+/// runtime (a worker busy or blocked).
+fn start_probes() -> (ProbeLines, CancellationToken) {
+    let lines: ProbeLines = Arc::default();
+    let stop = CancellationToken::new();
+    let tick = Duration::from_millis(5);
+    let record = |lines: &ProbeLines, late: Duration, which: &str| {
+        if late > Duration::from_millis(10) {
+            lines.lock().expect("lock").push(format!(
+                "{:.0} {} {which}\n",
+                unix_ms(),
+                late.as_millis()
+            ));
+        }
+    };
+    {
+        let (lines, stop) = (lines.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let t = Instant::now();
+                tokio::time::sleep(tick).await;
+                record(&lines, t.elapsed().saturating_sub(tick), "task");
+            }
+        });
+    }
+    {
+        let (lines, stop) = (lines.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.is_cancelled() {
+                let t = Instant::now();
+                std::thread::sleep(tick);
+                record(&lines, t.elapsed().saturating_sub(tick), "thread");
+            }
+        });
+    }
+    (lines, stop)
+}
+
 /// The store a run uses.
 #[derive(Clone, Copy, Debug)]
 enum Backend {
@@ -482,6 +525,9 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
     {
         cfg.database.max_connections = n;
     }
+    let probe = std::env::var("P2_PROBE")
+        .ok()
+        .map(|path| (path, start_probes()));
     let chat = Arc::new(Chat::default());
     let app = Application::build(&cfg, chat.clone()).await.expect("build");
     let stop = CancellationToken::new();
@@ -590,6 +636,11 @@ async fn run(backend: Backend, n: usize, beats: u64, soak: Duration, projects: u
             .map(|(at, created)| format!("{at:.0} {created}\n"))
             .collect();
         std::fs::write(&path, lines).expect("P2_DUMP");
+    }
+    if let Some((path, (lines, stop_probes))) = probe {
+        stop_probes.cancel();
+        let lines = lines.lock().expect("lock").concat();
+        std::fs::write(&path, lines).expect("P2_PROBE");
     }
     to_outbox.sort();
     lat.sort();
