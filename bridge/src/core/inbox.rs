@@ -171,7 +171,7 @@ impl Core {
         }
         // In flight until the runner has handled it (it then counts the turn it opened or queued).
         self.busy_add(1);
-        if !self.send_to(&conv, ConvMsg::Inbound(msg)).await {
+        if !self.send_to(&conv, ConvMsg::Inbound(Box::new(msg))).await {
             self.busy_add(-1);
         }
         Ok(())

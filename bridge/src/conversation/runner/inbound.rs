@@ -275,7 +275,12 @@ impl Runner {
                     r = take_files(job) => r,
                     () = stop.cancelled() => return,
                 };
-                let _ = tx.send(ConvMsg::FilesReady(seq, blocks, refused)).await;
+                let ready = crate::core::FilesReady {
+                    seq,
+                    blocks,
+                    refused,
+                };
+                let _ = tx.send(ConvMsg::FilesReady(Box::new(ready))).await;
             });
             return Ok(());
         }
@@ -466,7 +471,7 @@ impl Runner {
                 r = client.prompt_content(&session, &blocks) => r,
                 () = stop.cancelled() => return,
             };
-            let _ = tx.send(ConvMsg::PromptDone(seq, r)).await;
+            let _ = tx.send(ConvMsg::PromptDone(Box::new((seq, r)))).await;
         });
         Ok(())
     }
