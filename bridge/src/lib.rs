@@ -29,6 +29,7 @@ pub mod conversation;
 pub mod core;
 pub mod history_cli;
 pub mod http;
+pub mod log_budget;
 pub mod metrics;
 pub mod outbox_worker;
 pub mod platform;

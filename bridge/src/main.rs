@@ -218,7 +218,8 @@ const SECRET_BEARING_TARGETS: [&str; 8] = [
 ];
 
 /// `CHAT_BRIDGE_LOG` (default `info`), then a cap no directive can lift: a second filter that must
-/// also pass, so even `CHAT_BRIDGE_LOG=trace,tungstenite::handshake=trace` stays at info there.
+/// also pass, so even `CHAT_BRIDGE_LOG=trace,tungstenite::handshake=trace` stays at info there; then
+/// the database driver's budget (a few lines a minute per call site, `log_budget`).
 fn init_logging(filter: tracing_subscriber::EnvFilter) {
     use std::io::IsTerminal;
     use tracing_subscriber::Layer;
@@ -239,7 +240,13 @@ fn init_logging(filter: tracing_subscriber::EnvFilter) {
         layer.json().boxed()
     };
     tracing_subscriber::registry()
-        .with(layer.with_filter(filter.and(cap)))
+        .with(
+            layer.with_filter(
+                filter
+                    .and(cap)
+                    .and(chat_bridge::log_budget::DriverBudget::default()),
+            ),
+        )
         .init();
 }
 

@@ -52,6 +52,10 @@ fn the_embedded_default_runs_a_scripted_console_session_and_history_reads_it_bac
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
+        stderr.contains("turn started") && stderr.contains("turn ended"),
+        "the default log level (info) shows the bridge's own lines: {stderr}"
+    );
+    assert!(
         !stderr.contains("hello from the console"),
         "logs never carry prompt text or output (R4): {stderr}"
     );
