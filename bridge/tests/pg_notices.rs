@@ -1,6 +1,7 @@
 //! Issue 6: PostgreSQL's NOTICEs (`relation "_sqlx_migrations" already exists, skipping`, sent by
 //! every idempotent migration run) are not printed on start, on `migrate` or on `history` commands.
 
+mod binary;
 mod support;
 
 use std::process::Command;
@@ -43,31 +44,11 @@ async fn d4_postgres_notices_are_not_printed_by_migrate_or_history() {
 /// vanished. A console session on PostgreSQL at the default level must show them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_log_level_shows_the_bridges_own_lines_on_postgres() {
-    use std::io::Write;
-    use std::process::Stdio;
     let db = support::FreshDb::create("loglevel").await;
     let dir = tempfile::tempdir().expect("tmp");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_chat-bridge"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("CHAT_BRIDGE_") {
-            c.env_remove(k);
-        }
-    }
-    let mut child = c
-        .current_dir(dir.path())
-        .args(["--database-url", &db.url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"echo logged\n")
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
+    let mut c = binary::command(dir.path(), &[]);
+    c.args(["--database-url", &db.url]);
+    let out = binary::piped(&mut c, b"echo logged\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(

@@ -61,3 +61,20 @@ pub async fn settle(app: &Application) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Stops a bridge started with `fake_slack::run_bridge` (or any `startup::run` task) and checks it
+/// ends cleanly within 30 s.
+///
+/// # Panics
+/// When it does not stop in time, or stops with an error.
+pub async fn stop_cleanly(
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("clean shutdown");
+}

@@ -12,13 +12,18 @@ fn mention(ts: &str, text: &str) -> serde_json::Value {
     json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": ts, "text": format!("<@UBOT> {text}"), "event_ts": ts})
 }
 
-/// The reactions added to the message `ts`, in order.
-fn added(f: &FakeSlack, ts: &str) -> Vec<String> {
-    f.calls_of("reactions.add")
+/// The reactions `method` (`reactions.add`, `reactions.remove`) put on or took off the message `ts`,
+/// in order.
+fn reactions(f: &FakeSlack, method: &str, ts: &str) -> Vec<String> {
+    f.calls_of(method)
         .into_iter()
         .filter(|c| c.body["timestamp"] == ts)
         .map(|c| c.body["name"].as_str().unwrap_or("").to_owned())
         .collect()
+}
+
+fn added(f: &FakeSlack, ts: &str) -> Vec<String> {
+    reactions(f, "reactions.add", ts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,12 +57,7 @@ async fn r2_r3_the_outcome_mark_is_done_only_when_every_tool_completed() {
     let removed = fake.calls_of("reactions.remove");
     assert_eq!(removed.len(), 3, "👀 taken away from each: {removed:#?}");
     assert!(removed.iter().all(|c| c.body["name"] == "eyes"));
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,21 +111,7 @@ async fn r2_r3_discord_shows_the_same_outcomes_with_its_own_emoji() {
             "{command}: {paths:?}"
         );
     }
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
-}
-
-/// The reactions taken away from the message `ts`, in order.
-fn removed(f: &FakeSlack, ts: &str) -> Vec<String> {
-    f.calls_of("reactions.remove")
-        .into_iter()
-        .filter(|c| c.body["timestamp"] == ts)
-        .map(|c| c.body["name"].as_str().unwrap_or("").to_owned())
-        .collect()
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,7 +143,7 @@ async fn r2_a_message_the_full_queue_refuses_loses_its_eyes_and_is_marked_failed
     })
     .await;
     assert_eq!(added(&fake, refused), ["eyes", "x"]);
-    assert_eq!(removed(&fake, refused), ["eyes"]);
+    assert_eq!(reactions(&fake, "reactions.remove", refused), ["eyes"]);
     assert!(
         fake.calls_of("chat.postMessage")
             .iter()
@@ -171,10 +157,5 @@ async fn r2_a_message_the_full_queue_refuses_loses_its_eyes_and_is_marked_failed
     for ts in &replies[..5] {
         assert_eq!(added(&fake, ts), ["eyes", "white_check_mark"], "{ts}");
     }
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
