@@ -146,12 +146,7 @@ async fn cancel_while_files_download_ends_the_turn_before_any_prompt_is_sent() {
         "{:#?}",
         fake.posted()
     );
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,12 +190,7 @@ async fn a_slow_file_is_given_up_after_the_download_timeout_and_the_text_runs() 
     assert_eq!(prompts.len(), 1, "{got:#?}");
     assert!(prompts[0].contains("what broke?"), "{got:#?}");
     assert!(!prompts[0].contains("build.log"), "{got:#?}");
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
 
 /// D3/D6: the bridge restarts while a message's files download. Its prompt was never sent, so
@@ -229,12 +219,7 @@ async fn d6_a_restart_while_files_download_runs_the_message_again_at_start() {
     ));
     fake.wait_for("the download to start", |f| f.file_gets() >= 1)
         .await;
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
     assert!(
         !heard(&h).iter().any(|m| m.starts_with("session/prompt")),
         "{:#?}",
@@ -258,12 +243,7 @@ async fn d6_a_restart_while_files_download_runs_the_message_again_at_start() {
     assert_eq!(prompts.len(), 1, "{got:#?}");
     assert!(prompts[0].contains("what broke?"), "{got:#?}");
     assert!(!said(&fake, "interrupted"), "{:#?}", fake.posted());
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
 
 /// `turns.while_busy = "steer"` while the running turn's files download: that turn ends before its
@@ -317,10 +297,5 @@ async fn steering_while_files_download_cancels_nothing_at_the_daemon() {
         !got.iter().any(|m| m.starts_with("session/cancel")),
         "{got:#?}"
     );
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("clean shutdown");
+    chat_bridge_tests::bridge::stop_cleanly(stop, task).await;
 }
