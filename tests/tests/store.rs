@@ -1143,3 +1143,86 @@ async fn p2_commits_on_sqlite_leave_the_checkpoint_to_the_store() {
     );
     store.close().await;
 }
+
+/// D1: a write that returns its row is not reported done before PostgreSQL has finished it. The
+/// tool result's one statement (a data-modifying `WITH`) sends its row before its transcript and
+/// outbox inserts are checked and before it commits; read with `fetch_optional` through sqlx's
+/// `Any` driver the call returned that row — "written" — and a failure after it (here a deferred
+/// constraint failing the commit; in an outside tester's run PostgreSQL stopped at that moment)
+/// surfaced only on the connection's next statement: the result was lost while the thread was told
+/// the tool finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_a_write_that_returns_a_row_is_done_only_once_the_statement_has_finished() {
+    let db = support::TestDb::new(Backend::Postgres).await;
+    let conv = conversation(&db.store, "1.1").await;
+    let mut c = db.store.conn().await.expect("conn");
+    let turn = turns::start(&mut c, &conv, "make", "U1", T0)
+        .await
+        .expect("turn");
+    let id = tool_calls::start(
+        &mut c,
+        &conv,
+        Some(&turn.id),
+        "s/call_1",
+        "make",
+        Some("execute"),
+        T0,
+    )
+    .await
+    .expect("start");
+    for ddl in [
+        "CREATE FUNCTION refuse_outbox() RETURNS trigger AS $$ BEGIN
+             RAISE EXCEPTION 'the outbox refuses this row' USING ERRCODE = 'P0001';
+         END $$ LANGUAGE plpgsql",
+        // Checked at the commit, after the statement has sent its row: as a commit that fails, or
+        // never comes because PostgreSQL stops, looks to the caller.
+        "CREATE CONSTRAINT TRIGGER refuse_outbox AFTER INSERT ON outbox DEFERRABLE INITIALLY DEFERRED
+             FOR EACH ROW EXECUTE FUNCTION refuse_outbox()",
+    ] {
+        sqlx::query(ddl).execute(&mut *c).await.expect("trigger");
+    }
+    let finish = tool_calls::Finish {
+        outcome: "completed",
+        summary: Some("exit 0"),
+        output: "built\n",
+        exit_code: Some(0),
+        signal: None,
+    };
+    let entry = NewEntry {
+        turn_id: Some(&turn.id),
+        kind: "tool_finished",
+        actor: Some("agent"),
+        body: "exit 0",
+        tool_call_id: Some(&id),
+    };
+    let edit = NewAction {
+        conversation_id: &conv,
+        kind: Kind::Edit,
+        coalesce_key: Some("tool:s/call_1"),
+        action: r#"{"edit":1}"#,
+    };
+    let written = tool_calls::finish_with_result(
+        &mut c,
+        &conv,
+        "s/call_1",
+        &id,
+        &finish,
+        0,
+        None,
+        &entry,
+        &edit,
+        T0 + 10,
+    )
+    .await;
+    assert!(
+        written.is_err(),
+        "the statement failed after its row: {written:?}"
+    );
+    let row = tool_calls::get(&mut c, &id)
+        .await
+        .expect("the connection answers the next statement")
+        .expect("row");
+    assert_eq!(row.status, "running", "nothing of it was written");
+    drop(c);
+    db.cleanup().await;
+}

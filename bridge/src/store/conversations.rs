@@ -108,8 +108,8 @@ pub async fn find_or_create_in(
     .arg(key.workspace)
     .arg(key.channel)
     .arg(key.thread)
-    .fetch_one(&mut *c)
-    .await?;
+    .fetch_all(&mut *c)
+    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
     Ok((conv, inserted))
 }
 

@@ -141,8 +141,10 @@ pub async fn start_attempt(
     )
     .arg(platform)
     .arg(event_id)
-    .fetch_optional(c)
-    .await?;
+    .fetch_all(c)
+    .await?
+    .into_iter()
+    .next();
     Ok(row.map(|r| r.0))
 }
 
@@ -167,8 +169,10 @@ pub async fn failed(
     .arg(event_id)
     .arg(i64::from(count))
     .arg(reason)
-    .fetch_optional(c)
-    .await?;
+    .fetch_all(c)
+    .await?
+    .into_iter()
+    .next();
     Ok(row.map(|r| r.0))
 }
 

@@ -6,6 +6,14 @@
 //! `migrations/sqlite`, embedded in the binary and run at start-up. Each table has its own module;
 //! no SQL lives outside this one.
 //!
+//! A statement that writes and returns rows (`RETURNING`, a data-modifying `WITH`) is read with
+//! `fetch_all`, never `fetch_optional` or `fetch_one`: the `Any` driver hands those the first row
+//! as it arrives, and PostgreSQL sends it before the statement has finished — on a connection of
+//! its own, before it has committed. A write reported as done could then be lost with its
+//! connection a moment later, or fail after its row (D1: a tool's result was shown as recorded
+//! and lost when PostgreSQL stopped). `fetch_all` reads to the statement's end, its commit or its
+//! error.
+//!
 //! # Layout
 //! - [`conversations`], [`turns`], [`tool_calls`], [`transcript`], [`message_map`],
 //!   [`inbound`] (D2), [`outbox`] (D1), [`permissions`] (R6): one module per table.

@@ -77,8 +77,10 @@ pub async fn enqueue(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Resu
         .arg(a.conversation_id)
         .arg(key)
         .arg(Json(a.action))
-        .fetch_optional(&mut *c)
-        .await?;
+        .fetch_all(&mut *c)
+        .await?
+        .into_iter()
+        .next();
         if let Some((id,)) = replaced {
             return Ok(Enqueued::Coalesced(id));
         }
@@ -101,8 +103,8 @@ pub async fn insert(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Resul
     .arg(a.coalesce_key)
     .arg(Json(a.action))
     .arg(now)
-    .fetch_one(c)
-    .await?;
+    .fetch_all(c)
+    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
     Ok(id)
 }
 
@@ -246,8 +248,10 @@ pub async fn claim_next_from(
         .arg(now.saturating_add(ms(lease)))
         .arg(now)
         .arg(floor)
-        .fetch_optional(c)
-        .await?)
+        .fetch_all(c)
+        .await?
+        .into_iter()
+        .next())
 }
 
 /// The claim as PostgreSQL runs it: `$1` worker, `$2` lease end, `$3` now, `$4` floor.
@@ -323,8 +327,11 @@ pub async fn delivered_and_claim_next(
         .arg(delivered.conversation_id)
         .arg(key)
         .arg(delivered.remember.is_some())
-        .fetch_one(c)
-        .await?;
+        .fetch_all(c)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or(sqlx::Error::RowNotFound)?;
     let claimed = row.id.map(|id| Claimed {
         id,
         conversation_id: row.conversation_id.unwrap_or_default(),

@@ -108,8 +108,8 @@ pub async fn resolve(
     .arg(decider)
     .arg(option_id)
     .arg(now)
-    .fetch_optional(c)
-    .await?)
+    .fetch_all(c)
+    .await?.into_iter().next())
 }
 
 /// The requests of `conversation` still pending (asked before a restart, when resumed).
@@ -171,8 +171,10 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<PermissionRow
         "SELECT {COLUMNS} FROM permission_requests WHERE id = $1"
     )))
     .arg(id)
-    .fetch_optional(c)
-    .await?)
+    .fetch_all(c)
+    .await?
+    .into_iter()
+    .next())
 }
 
 /// Every request of `conversation`, in the order asked (the UI's timeline shows who decided what).

@@ -75,8 +75,8 @@ pub async fn start(
     .arg(title)
     .arg(kind)
     .arg(now)
-    .fetch_one(c)
-    .await?;
+    .fetch_all(c)
+    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
     Ok(id.0)
 }
 
@@ -107,8 +107,8 @@ pub async fn progress(
     .arg(heartbeats)
     .arg(last_progress.map(Json))
     .arg(now)
-    .fetch_optional(c)
-    .await?;
+    .fetch_all(c)
+    .await?.into_iter().next();
     Ok(status.is_some_and(|(s,)| s == "running"))
 }
 
@@ -248,8 +248,10 @@ pub async fn finish_counted(
 ) -> Result<Option<String>> {
     let row: Option<(String,)> = sqlx::query_as(finish_sql!(""))
         .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
-        .fetch_optional(c)
-        .await?;
+        .fetch_all(c)
+        .await?
+        .into_iter()
+        .next();
     Ok(row.map(|r| r.0))
 }
 
@@ -327,8 +329,8 @@ pub async fn finish_with_result(
     .arg(action.kind.as_str())
     .arg(action.coalesce_key)
     .arg(Json(action.action))
-    .fetch_optional(c)
-    .await?;
+    .fetch_all(c)
+    .await?.into_iter().next();
     Ok(row.map(|r| r.0))
 }
 

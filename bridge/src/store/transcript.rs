@@ -63,8 +63,8 @@ pub async fn append(
     .arg(e.body)
     .arg(e.tool_call_id)
     .arg(now)
-    .fetch_one(c)
-    .await?;
+    .fetch_all(c)
+    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
     Ok(seq.0)
 }
 

@@ -91,8 +91,10 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Turn>> {
     Ok(
         sqlx::query_as::<_, Turn>(sql(format!("SELECT {COLUMNS} FROM turns WHERE id = $1")))
             .arg(id)
-            .fetch_optional(c)
-            .await?,
+            .fetch_all(c)
+            .await?
+            .into_iter()
+            .next(),
     )
 }
 
