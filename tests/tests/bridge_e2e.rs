@@ -1956,3 +1956,109 @@ async fn d2_a_queued_message_whose_turn_cannot_be_recorded_keeps_its_place_until
     drop(c);
     app.shutdown().await;
 }
+
+/// Makes the test database `name` read-only (or writable again) as a failover does: new sessions
+/// take the setting, and every open connection is cut so the bridge's next ones have it.
+async fn read_only(name: &str, on: bool) {
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    let set = if on {
+        format!("ALTER DATABASE {name} SET default_transaction_read_only = on")
+    } else {
+        format!("ALTER DATABASE {name} RESET default_transaction_read_only")
+    };
+    let cut = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    );
+    for sql in [set, cut] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(admin.statements())
+            .await
+            .expect("admin statement");
+    }
+    admin.close().await;
+}
+
+/// A database that turns read-only for a while (a demoted primary, an operator's
+/// `default_transaction_read_only`) refuses every write with 25006. Taken as refused for good, the
+/// chat events that arrived meanwhile were answered as taken but never recorded — lost without a
+/// trace — and every thread stood still until a restart (an outside tester's failover attack). The
+/// events wait, unacknowledged, until the database takes writes again, and run in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_messages_that_arrive_while_the_database_is_read_only_wait_for_it_and_run_in_order() {
+    let (db, _dir, rec, app) = on_postgres().await;
+    let app = Arc::new(app);
+    let name = db.url.rsplit('/').next().expect("database name").to_owned();
+    app.core
+        .accept(console::inbound("echo before"))
+        .await
+        .expect("accept");
+    rec.wait_for("the first result", |r| {
+        r.latest()
+            .iter()
+            .any(|(_, m)| m.title.starts_with("✅ echo before"))
+    })
+    .await;
+
+    read_only(&name, true).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (acks_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    let sender = tokio::spawn({
+        let (app, stop) = (app.clone(), stop.clone());
+        async move {
+            for n in 1..=3 {
+                let (arrival, recorded) = chat_bridge::channel::Arrival::acknowledged(
+                    console::inbound(&format!("echo ro-{n}")),
+                );
+                let acks_tx = acks_tx.clone();
+                tokio::spawn(async move {
+                    if recorded.await.is_ok() {
+                        let _ = acks_tx.send(n);
+                    }
+                });
+                app.accept(arrival, &stop).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        acks.try_recv().is_err(),
+        "nothing is acknowledged while it cannot be recorded"
+    );
+    read_only(&name, false).await;
+    tokio::time::timeout(Duration::from_secs(60), sender)
+        .await
+        .expect("the events are taken once the database takes writes")
+        .expect("join");
+    rec.wait_for("the three results", |r| {
+        r.latest()
+            .iter()
+            .filter(|(_, m)| m.title.starts_with("✅ echo ro-"))
+            .count()
+            == 3
+    })
+    .await;
+    let ran: Vec<String> = rec
+        .posts()
+        .iter()
+        .filter_map(|(_, m)| {
+            m.title
+                .find("echo ro-")
+                .map(|at| m.title[at..at + 9].to_owned())
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        ["echo ro-1", "echo ro-2", "echo ro-3"],
+        "once each, in order: {:#?}",
+        rec.calls()
+    );
+    let mut acked = Vec::new();
+    while let Ok(n) = acks.try_recv() {
+        acked.push(n);
+    }
+    assert_eq!(acked.len(), 3, "each acknowledged once recorded: {acked:?}");
+    let app = Arc::into_inner(app).expect("the only owner");
+    app.shutdown().await;
+}

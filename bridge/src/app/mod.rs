@@ -614,11 +614,11 @@ impl Application {
         {
             Some(Ok(new)) => new,
             Some(Err(e)) => {
-                // Refused for good (not a transient fault): retrying would not help either.
-                tracing::error!(error = %e, platform = %m.platform, "could not take a chat event");
-                if let Some(r) = recorded {
-                    let _ = r.send(());
-                }
+                // Refused for good (not a transient fault): retrying here would not help. It is not
+                // acknowledged either — an event answered as taken but never recorded would be lost
+                // without a trace — so the platform sends it again (Slack: three more times).
+                tracing::error!(error = %e, platform = %m.platform, event = %m.event_id, "could not record a chat event; not acknowledging it, so the platform sends it again");
+                drop(recorded);
                 return None;
             }
             None => return None,

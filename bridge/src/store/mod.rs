@@ -151,14 +151,26 @@ impl StoreError {
                 | sqlx::Error::Tls(_) => true,
                 sqlx::Error::Database(db) => db.code().is_some_and(|c| {
                     // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
-                    // too many connections, a full disk (53100); SQLite: busy (5), locked (6), a
-                    // full disk (13) or an I/O error (10 and its extended codes). A full disk is
-                    // freed by an operator: what waits for the database must not be dropped
-                    // meanwhile.
+                    // too many connections, a full disk (53100), a read-only database (25006: a
+                    // demoted primary during a failover, or `default_transaction_read_only`), a
+                    // serialization failure or deadlock (40001, 40P01); SQLite: busy (5), locked
+                    // (6), a full disk (13) or an I/O error (10 and its extended codes). A full or
+                    // read-only database is put right by an operator or a failover: what waits for
+                    // the database must not be dropped meanwhile.
                     c.starts_with("08")
                         || matches!(
                             c.as_ref(),
-                            "57P01" | "57P02" | "57P03" | "53300" | "53100" | "5" | "6" | "13"
+                            "57P01"
+                                | "57P02"
+                                | "57P03"
+                                | "53300"
+                                | "53100"
+                                | "25006"
+                                | "40001"
+                                | "40P01"
+                                | "5"
+                                | "6"
+                                | "13"
                         )
                         || c.parse::<i32>().is_ok_and(|n| n & 0xff == 10)
                 }),
@@ -650,7 +662,17 @@ impl Store {
 
     /// Whether the database answers (for `/readyz`).
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.shared).await.is_ok()
+        match self.backend {
+            // A read-only PostgreSQL (a demoted primary, `default_transaction_read_only`) answers
+            // `SELECT 1` but takes no write: not ready.
+            Backend::Postgres => {
+                sqlx::query_scalar::<_, String>("SELECT current_setting('transaction_read_only')")
+                    .fetch_one(&self.shared)
+                    .await
+                    .is_ok_and(|ro| ro == "off")
+            }
+            Backend::Sqlite => sqlx::query("SELECT 1").execute(&self.shared).await.is_ok(),
+        }
     }
 
     /// Closes the pools.
