@@ -2026,7 +2026,21 @@ async fn d2_messages_that_arrive_while_the_database_is_read_only_wait_for_it_and
         acks.try_recv().is_err(),
         "nothing is acknowledged while it cannot be recorded"
     );
+    // The first ping may meet a connection the cut closed; the next is on a new, read-only one.
+    app.store.ping().await;
+    assert!(
+        !app.store.ping().await,
+        "/readyz: a read-only store is not ready"
+    );
     read_only(&name, false).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !app.store.ping().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ready again once it takes writes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     tokio::time::timeout(Duration::from_secs(60), sender)
         .await
         .expect("the events are taken once the database takes writes")
