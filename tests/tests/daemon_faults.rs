@@ -2,6 +2,8 @@
 //! network path (a proxy that cuts the TCP connection) is reconnected within 5 s, the session is
 //! loaded again and the running command's result is delivered once. (A daemon killed and restarted,
 //! which loses its sessions, is `bridge/tests/q2_daemon_restart.rs`: it needs the real binaries.)
+//! D3: the load of a turn taken back after a restart that fails on the way is tried again, not
+//! taken for a daemon that lost the session.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +64,53 @@ on_both! {
         assert_eq!(calls[0].status, "completed");
         let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
         assert_eq!(t.status, "ended", "the turn completed normally");
+        drop(c);
+        app.shutdown().await;
+        agent.shutdown().await;
+    }
+}
+
+// D3 (an outside tester's finding): the bridge stopped while a command ran; the agent finished
+// it alone. The restarted bridge takes the turn back with a `session/load`, and the network
+// path fails under that one call (the proxy cuts the connection as the frame goes by). That is
+// not the daemon saying it lost the session: the load is tried again on the next connection,
+// the command's result is shown once, and the thread is not told "the agent no longer has
+// it" (it was, and the person was asked to run again a command that had run).
+on_both! {
+    async fn d3_a_resumed_turn_whose_session_load_is_cut_off_is_loaded_again_and_its_result_shown(db) {
+        chat_bridge_tests::init_tracing();
+        let dir = tempfile::tempdir().expect("tmp");
+        let agent = ShellAgent::start("127.0.0.1:0".parse().expect("addr"), None, agent_config()).await.expect("agent");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(agent.url());
+        cfg.daemon.token = Some(agent.token().into());
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 1; echo resumed-once")).await.expect("accept");
+        rec.wait_for("the running tool message", |r| !r.posts().is_empty()).await;
+        // Stopped mid-command: the turn stays open in the store; the agent runs the command on.
+        app.shutdown().await;
+
+        let proxy = Proxy::cutting_at(agent.addr(), "session/load").await;
+        cfg.daemon.url = Some(format!("ws://{}/acp", proxy.addr));
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        settle(&app).await;
+        assert!(proxy.has_cut(), "the first session/load was cut off on the way");
+        assert!(proxy.accepted().len() >= 2, "the bridge connected again");
+        let lost: Vec<_> = rec
+            .calls()
+            .into_iter()
+            .filter(|c| format!("{c:?}").contains("no longer has it"))
+            .collect();
+        assert!(lost.is_empty(), "not reported as lost: {lost:#?}");
+        assert_eq!(results(&rec, "✅ sleep 1; echo resumed-once"), 1, "the result shown once: {:#?}", rec.calls());
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls.len(), 1, "the result is stored once");
+        assert_eq!(calls[0].status, "completed");
+        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
+        assert_eq!(t.status, "ended", "the turn completed, not interrupted");
         drop(c);
         app.shutdown().await;
         agent.shutdown().await;

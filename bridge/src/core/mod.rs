@@ -252,6 +252,8 @@ pub(crate) enum ConvMsg {
     Resume(Box<store::turns::Turn>),
     /// The daemon connection went down (`false`) or came back (`true`) (L7).
     Connection(bool),
+    /// A failed load of a resumed turn's session is due to be tried again (D3).
+    LoadAgain,
     /// The chat's input ended (the console's stdin closed): nobody can answer an approval any more.
     InputEnded,
     /// The conversation has been idle since before this (Unix ms): its worktree is removed, as

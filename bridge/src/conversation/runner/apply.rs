@@ -44,9 +44,12 @@ impl Runner {
 
     /// The daemon connection went down or came back (L7).
     pub(super) async fn on_connection(&mut self, up: bool) -> Result<()> {
-        if up && std::mem::take(&mut self.resume_pending) {
-            // Taken back while the daemon was unreachable (L7, D3): its session is loaded now.
-            self.reload_resumed().await?;
+        if up && self.resume_pending {
+            // Taken back while the daemon was unreachable, or its load failed on the way (L7,
+            // D3): its session is loaded now. Pending until that is decided, database faults
+            // included.
+            let (id, stop) = (self.conv.id.clone(), self.core.shutdown.clone());
+            super::retrying!(id, stop, self.reload_resumed())?;
         }
         for effect in self.handle(Event::Connection(up)) {
             self.apply(effect).await?;

@@ -14,7 +14,7 @@ use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
 use crate::conversation::turn::{TurnState, stall_text};
 use crate::core::access::Act;
 use crate::core::keys::MessageKey;
-use crate::core::{Core, lock, render};
+use crate::core::{ConvMsg, Core, lock, render};
 use crate::store::turns::{self, Ending, Turn};
 use crate::store::{Result, conversations, now_ms, permissions, tool_calls};
 
@@ -382,16 +382,44 @@ impl Runner {
         self.reload_resumed().await
     }
 
-    /// Loads a resumed turn's session; when the daemon no longer has it, the turn ends as
-    /// interrupted (D3).
+    /// Loads a resumed turn's session; when the daemon answers that it no longer has it, the turn
+    /// ends as interrupted (D3). When the load itself fails on the way (the connection dropped, no
+    /// answer in time, the agent restarting), nothing is known of the session yet: the load is
+    /// tried again once the daemon is back, or after a pause while it seems up, and the turn is
+    /// bounded meanwhile by its stall limits — a command that finished while the bridge was away
+    /// is not reported as lost because the first attempt to ask met a fault.
     pub(super) async fn reload_resumed(&mut self) -> Result<()> {
+        self.resume_pending = false;
         if self.state.turn.is_none() {
             return Ok(());
         }
-        if self.reload_session().await && self.state.turn.is_some() {
-            tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
-            return Ok(());
+        match self.reload_session().await {
+            Reload::Loaded => {
+                self.resume_attempts = 0;
+                if self.state.turn.is_some() {
+                    tracing::info!(conversation = %self.conv.id, "open turn resumed after restart");
+                }
+                return Ok(());
+            }
+            Reload::NotNow(e) => {
+                self.resume_pending = true;
+                self.resume_attempts = self.resume_attempts.saturating_add(1);
+                let pause = daemon_client::client::backoff_delay(
+                    RELOAD_AGAIN_BASE,
+                    RELOAD_AGAIN_CAP,
+                    self.resume_attempts - 1,
+                );
+                tracing::warn!(conversation = %self.conv.id, error = %e, attempt = self.resume_attempts, ?pause, "could not load the session of the turn taken back after restart; trying again");
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(pause).await;
+                    let _ = tx.send(ConvMsg::LoadAgain).await;
+                });
+                return Ok(());
+            }
+            Reload::Gone => {}
         }
+        self.resume_attempts = 0;
         if self.state.turn.is_none() {
             return Ok(());
         }
@@ -412,25 +440,42 @@ impl Runner {
         self.end_turn(None, Some(TurnStatus::Interrupted)).await
     }
 
-    /// Loads the thread's session on the current connection after a restart; `false` when there is
-    /// none or the daemon no longer has it (then it is forgotten: the next message opens a new one).
-    async fn reload_session(&mut self) -> bool {
+    /// A pause after a failed load of a resumed turn's session is over: loaded again, unless the
+    /// daemon is down (then its return does it) or the turn was settled meanwhile.
+    pub(super) async fn on_load_again(&mut self) -> Result<()> {
+        let connected = self
+            .core
+            .daemon_connected
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if !self.resume_pending || !connected {
+            return Ok(());
+        }
+        self.reload_resumed().await
+    }
+
+    /// Loads the thread's session on the current connection after a restart. [`Reload::Gone`]
+    /// when there is none or the daemon answers that it does not have it (then it is forgotten:
+    /// the next message opens a new one).
+    async fn reload_session(&mut self) -> Reload {
         let Some(s) = self.state.session.clone() else {
-            return false;
+            return Reload::Gone;
         };
         lock(&self.core.sessions).insert(s.clone(), self.conv.id.clone());
         match self.core.client.load_session(&s, &self.conv.cwd).await {
             Ok(()) => {
                 self.state.session_ready = true;
-                true
+                Reload::Loaded
             }
-            Err(e) => {
+            Err(
+                e @ (daemon_client::Error::Rpc { .. } | daemon_client::Error::SessionLost { .. }),
+            ) => {
                 tracing::warn!(conversation = %self.conv.id, session = %s, error = %e, "the daemon no longer has this thread's session");
                 lock(&self.core.sessions).remove(&s);
                 self.state.session = None;
                 self.state.session_ready = false;
-                false
+                Reload::Gone
             }
+            Err(e) => Reload::NotNow(e),
         }
     }
 
@@ -503,6 +548,20 @@ impl Runner {
         Ok(())
     }
 }
+
+/// What became of loading a resumed turn's session.
+enum Reload {
+    Loaded,
+    /// The daemon answered that it does not have it (or there is none).
+    Gone,
+    /// The load failed on the way; nothing is known yet.
+    NotNow(daemon_client::Error),
+}
+
+/// The first pause before a failed load of a resumed turn's session is tried again, doubling up to
+/// [`RELOAD_AGAIN_CAP`].
+const RELOAD_AGAIN_BASE: std::time::Duration = std::time::Duration::from_millis(500);
+const RELOAD_AGAIN_CAP: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Releases one busy count when dropped — after any queued turn has been started and counted.
 struct BusyGuard(Arc<Core>);

@@ -49,6 +49,8 @@ pub(crate) struct Runner {
     /// A turn left open by the previous run, taken back while the daemon was unreachable: its
     /// session is loaded (or the turn closed as interrupted) once the daemon is reached (L7, D3).
     resume_pending: bool,
+    /// Failed loads of that turn's session in a row (they are tried again with a growing pause).
+    resume_attempts: u32,
     /// Whether the open transaction queued a chat action: its commit then wakes an outbox worker
     /// (a commit that queued nothing woke one to find nothing — P2).
     queued: std::sync::atomic::AtomicBool,
@@ -129,6 +131,7 @@ pub(crate) async fn run(
         tx,
         checkout: None,
         resume_pending: false,
+        resume_attempts: 0,
         queued: std::sync::atomic::AtomicBool::new(false),
     };
     r.load_unfinished().await;
@@ -275,6 +278,10 @@ impl Runner {
                 retrying_step!(id, stop, r.on_resume((*turn).clone()))
             }
             ConvMsg::Connection(up) => r.on_connection(up).await,
+            ConvMsg::LoadAgain => {
+                let (id, stop) = (r.conv.id.clone(), r.core.shutdown.clone());
+                retrying_step!(id, stop, r.on_load_again())
+            }
             ConvMsg::InputEnded => r.on_input_ended().await,
             ConvMsg::Expire(before) => {
                 let done = r.on_expire(before).await;
