@@ -519,7 +519,7 @@ async fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("chat-bridge: {e:#}");
+            eprintln!("chat-bridge: {}", chat_bridge::startup::error_text(&e));
             ExitCode::FAILURE
         }
     }

@@ -181,7 +181,7 @@ impl Application {
             (None, Some(Ok(Ok(()))) | None) => Ok(()),
         };
         if let Err(e) = &result {
-            tracing::error!(error = format!("{e:#}"), %platform, "stopping");
+            tracing::error!(error = error_text(e), %platform, "stopping");
         }
         listen_stop.cancel();
         // A listener that ignores its stop is abandoned by the bounded shutdown.
@@ -200,6 +200,24 @@ pub async fn run(cfg: &Config, stop: CancellationToken) -> anyhow::Result<()> {
         Some(app) => app.run_until_stopped().await,
         None => Ok(()),
     }
+}
+
+/// An error and its causes on one line, for the operator: each cause whose words the line already
+/// holds is left out (a database error wrapped twice otherwise reads three times over).
+#[must_use]
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let words = cause.to_string();
+        if text.contains(&words) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&words);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -393,5 +411,30 @@ mod tests {
             .expect("ends without a stop")
             .expect_err("exits 1 so that it is restarted");
         assert!(format!("{err:#}").contains("on its own"), "{err:#}");
+    }
+
+    /// A database error wrapped by the migrator and by the store is said once, its context kept.
+    #[test]
+    fn an_error_wrapped_twice_reads_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("terminating connection due to administrator command")]
+        struct Db;
+        #[derive(Debug, thiserror::Error)]
+        #[error("while executing migrations: {0}")]
+        struct Migrator(#[source] Db);
+        #[derive(Debug, thiserror::Error)]
+        #[error("migrating the database at postgres://db failed: {source}")]
+        struct Store {
+            source: Migrator,
+        }
+        let e = anyhow::Error::new(Store {
+            source: Migrator(Db),
+        })
+        .context("starting");
+        assert_eq!(
+            error_text(&e),
+            "starting: migrating the database at postgres://db failed: while executing migrations: terminating connection due to administrator command"
+        );
+        assert_eq!(format!("{e:#}").matches("terminating").count(), 3, "{e:#}");
     }
 }

@@ -2076,3 +2076,67 @@ async fn d2_messages_that_arrive_while_the_database_is_read_only_wait_for_it_and
     let app = Arc::into_inner(app).expect("the only owner");
     app.shutdown().await;
 }
+
+/// D2 (an outside tester's finding): a database connection cut while the bridge starts — here in
+/// the middle of its migrations, the likeliest place, as a failover or an operator's
+/// `pg_terminate_backend` does — is a fault of the moment: the step is taken again and the bridge
+/// starts. It used to exit (status 1) on that one cut connection, with the error repeated three
+/// times on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_connection_cut_while_the_bridge_migrates_is_taken_again_not_an_exit() {
+    use sqlx::Connection;
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+    let name = db.url.rsplit('/').next().expect("database name").to_owned();
+    let dir = tempfile::tempdir().expect("tmp");
+    // The migrations' table held: the starting bridge waits on it, where it can be seen and cut.
+    let mut holder = sqlx::AnyConnection::connect(&db.url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    sqlx::query("LOCK TABLE _sqlx_migrations IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .expect("lock");
+    let cfg = config(&db.url, dir.path());
+    let rec = Arc::new(Recorder::default());
+    let starting = tokio::spawn(async move { Application::build(&cfg, rec).await });
+
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    let waiting = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+            .fetch_all(admin.statements())
+            .await
+            .expect("terminate");
+        if !cut.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the starting bridge waited on the migrations' table"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.close().await;
+    sqlx::query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .expect("commit");
+    let app = tokio::time::timeout(Duration::from_secs(30), starting)
+        .await
+        .expect("started in time")
+        .expect("join")
+        .expect("the bridge starts after the cut connection");
+    app.shutdown().await;
+    holder.close().await.expect("close");
+    db.cleanup().await;
+}

@@ -250,7 +250,11 @@ impl Application {
         for (platform, _) in channel.each_connected() {
             crate::metrics::register(platform);
         }
-        let store = Store::open_with(&cfg.database.url, cfg.database.max_connections).await?;
+        let store = Store::connect_with(&cfg.database.url, cfg.database.max_connections).await?;
+        if let Err(e) = starting("migrating the database", || store.migrate()).await {
+            store.close().await;
+            return Err(e.into());
+        }
         let status = Arc::new(Status::default());
         status.set_requests_only_when_active(channel.capabilities().takes_requests);
         let tracker = TaskTracker::new();
@@ -328,8 +332,11 @@ impl Application {
     ) -> anyhow::Result<Option<Self>> {
         {
             // This process is the one active replica: claims left by a previous run are void.
-            let mut c = store.write_conn().await?;
-            let released = crate::store::outbox::release_claims(&mut c).await?;
+            let released = starting("releasing outbox claims", || async {
+                let mut c = store.write_conn().await?;
+                crate::store::outbox::release_claims(&mut c).await
+            })
+            .await?;
             if released > 0 {
                 tracing::info!(released, "released outbox claims left by a previous run");
             }
@@ -438,13 +445,18 @@ impl Application {
         };
         let mut resumed = 0;
         for core in &projects.cores {
-            resumed += core.resume_open_turns().await?;
+            let open = starting("reading open turns", || core.open_turns()).await?;
+            resumed += core.resume_open_turns(open).await;
         }
         if resumed > 0 {
             tracing::info!(resumed, "resuming open turns from the previous run");
         }
-        close_unserved_turns(&core, &projects, &store).await?;
-        let taken = take_unhandled(&core, &projects, &store).await?;
+        starting("closing turns of projects no longer served", || {
+            close_unserved_turns(&core, &projects, &store)
+        })
+        .await?;
+        let pending = starting("reading the inbox", || core.unhandled_inbound()).await?;
+        let taken = take_unhandled(&core, &projects, &store, pending).await;
         if taken > 0 {
             tracing::info!(
                 taken,
@@ -1072,6 +1084,32 @@ impl Shared<'_> {
     }
 }
 
+/// How many times a start-up step is tried again while the database fails for the moment (a
+/// connection cut, a server restarting, a failover): 0.2 s doubling, some 6 s in all. A database
+/// that stays away still ends the start, as one that cannot be reached at all does (Kubernetes
+/// starts the pod again); one cut connection no longer does.
+const STARTUP_RETRIES: u32 = 5;
+
+/// Runs a start-up step, again while the database fails for the moment ([`STARTUP_RETRIES`]).
+async fn starting<T, Fut>(
+    what: &'static str,
+    step: impl FnMut() -> Fut,
+) -> Result<T, crate::store::StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, crate::store::StoreError>>,
+{
+    let never = CancellationToken::new();
+    let told = |e: &crate::store::StoreError| {
+        tracing::warn!(error = %e, "{what}: the database failed for the moment; trying again");
+    };
+    match crate::store::retry_transient(STARTUP_RETRIES, &never, told, step).await {
+        Some(r) => r,
+        None => Err(crate::store::StoreError::Corrupt(format!(
+            "{what}: stopped"
+        ))),
+    }
+}
+
 /// After a restart: turns left open by a project no longer configured are closed as interrupted
 /// (the projects served resumed their own).
 async fn close_unserved_turns(
@@ -1100,8 +1138,8 @@ async fn take_unhandled(
     core: &Arc<Core>,
     projects: &Projects,
     store: &Store,
-) -> Result<usize, crate::store::StoreError> {
-    let pending = core.unhandled_inbound().await?;
+    pending: Vec<(String, String, String)>,
+) -> usize {
     let n = pending.len();
     for (platform, event_id, payload) in pending {
         let take = || async {
@@ -1129,5 +1167,5 @@ async fn take_unhandled(
             tracing::error!(%platform, event = %event_id, transient = e.is_transient(), "an inbox event could not be taken at start-up; it stays in the inbox");
         }
     }
-    Ok(n)
+    n
 }

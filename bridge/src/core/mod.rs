@@ -790,22 +790,15 @@ impl Core {
         }
     }
 
-    /// After a restart: every open turn is resumed with `session/load`, or closed with a visible
-    /// "interrupted" notice (D3).
-    ///
-    /// # Errors
-    /// Store errors.
-    pub async fn resume_open_turns(self: &Arc<Self>) -> Result<usize, store::StoreError> {
-        let mut c = self.store.conn().await?;
-        let open = store::turns::open(&mut c).await?;
+    /// After a restart: every open turn of [`Core::open_turns`] is handed to its conversation,
+    /// resumed with `session/load` or closed with a visible "interrupted" notice (D3). Returns how
+    /// many.
+    pub async fn resume_open_turns(
+        self: &Arc<Self>,
+        open: Vec<(store::turns::Turn, conversations::Conversation)>,
+    ) -> usize {
         let mut n = 0;
-        for turn in open {
-            let Some(conv) = conversations::get(&mut c, &turn.conversation_id).await? else {
-                continue;
-            };
-            if !self.serves(&conv.project) {
-                continue;
-            }
+        for (turn, conv) in open {
             n += 1;
             // Busy from now on, so nobody sees "idle" before the actor has taken the turn back.
             self.busy_add(1);
@@ -813,7 +806,28 @@ impl Core {
                 self.busy_add(-1);
             }
         }
-        Ok(n)
+        n
+    }
+
+    /// The turns the previous run left open in this core's projects, with their conversations
+    /// (only read: taken again whole when the database fails on the way).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn open_turns(
+        &self,
+    ) -> Result<Vec<(store::turns::Turn, conversations::Conversation)>, store::StoreError> {
+        let mut c = self.store.conn().await?;
+        let mut found = Vec::new();
+        for turn in store::turns::open(&mut c).await? {
+            let Some(conv) = conversations::get(&mut c, &turn.conversation_id).await? else {
+                continue;
+            };
+            if self.serves(&conv.project) {
+                found.push((turn, conv));
+            }
+        }
+        Ok(found)
     }
 
     pub(crate) fn target(conv: &conversations::Conversation) -> Target {

@@ -142,42 +142,52 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Unreachable { .. } => true,
-            Self::Query(e) => match e {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_)
-                | sqlx::Error::Tls(_) => true,
-                sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-                    // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
-                    // too many connections, a full disk (53100), a read-only database (25006: a
-                    // demoted primary during a failover, or `default_transaction_read_only`), a
-                    // serialization failure or deadlock (40001, 40P01); SQLite: busy (5), locked
-                    // (6), a full disk (13) or an I/O error (10 and its extended codes). A full or
-                    // read-only database is put right by an operator or a failover: what waits for
-                    // the database must not be dropped meanwhile.
-                    c.starts_with("08")
-                        || matches!(
-                            c.as_ref(),
-                            "57P01"
-                                | "57P02"
-                                | "57P03"
-                                | "53300"
-                                | "53100"
-                                | "25006"
-                                | "40001"
-                                | "40P01"
-                                | "5"
-                                | "6"
-                                | "13"
-                        )
-                        || c.parse::<i32>().is_ok_and(|n| n & 0xff == 10)
-                }),
-                _ => false,
-            },
+            Self::Query(e) => transient(e),
+            // A migration cut off by a lost connection (its transaction rolled back) runs again.
+            Self::Migrate {
+                source: MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _),
+                ..
+            } => transient(e),
             _ => false,
         }
+    }
+}
+
+/// Whether a driver error can pass by itself (see [`StoreError::is_transient`]).
+fn transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
+            // too many connections, a full disk (53100), a read-only database (25006: a demoted
+            // primary during a failover, or `default_transaction_read_only`), a serialization
+            // failure or deadlock (40001, 40P01); SQLite: busy (5), locked (6), a full disk (13)
+            // or an I/O error (10 and its extended codes). A full or read-only database is put
+            // right by an operator or a failover: what waits for the database must not be
+            // dropped meanwhile.
+            c.starts_with("08")
+                || matches!(
+                    c.as_ref(),
+                    "57P01"
+                        | "57P02"
+                        | "57P03"
+                        | "53300"
+                        | "53100"
+                        | "25006"
+                        | "40001"
+                        | "40P01"
+                        | "5"
+                        | "6"
+                        | "13"
+                )
+                || c.parse::<i32>().is_ok_and(|n| n & 0xff == 10)
+        }),
+        _ => false,
     }
 }
 
