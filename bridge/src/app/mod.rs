@@ -772,15 +772,25 @@ impl Application {
     /// `service.drain_timeout`), closes connections and gives the leader lease up. Every wait is
     /// bounded: whatever has not ended by `service.drain_timeout` plus the grace (a stuck platform
     /// task, a daemon that does not close) is abandoned, and the store is closed anyway.
+    ///
+    /// The grace is shared out so the whole of it holds even when every step runs to its bound
+    /// (the database down: each outbox step waits out a connection attempt): the outbox has
+    /// `service.drain_timeout`, the store's closing the last part of the grace (up to 1 s), the
+    /// rest what lies between.
     pub async fn shutdown(self) {
-        let deadline = Instant::now() + self.drain_timeout + self.grace;
+        let start = Instant::now();
+        let drained_by = start + self.drain_timeout;
+        let end = drained_by + self.grace;
+        let deadline = end - (self.grace / 3).min(Duration::from_secs(1));
         self.status.set_role(Role::Stopping);
         self.stop.cancel();
         self.tracker.close();
-        bounded("delivering the outbox", deadline, self.outbox).await;
+        bounded("delivering the outbox", drained_by, self.outbox).await;
         match bounded(
             "reading the outbox",
-            deadline,
+            drained_by
+                .max(Instant::now() + Duration::from_millis(200))
+                .min(deadline),
             outbox_worker::drained(&self.store),
         )
         .await
@@ -835,11 +845,11 @@ impl Application {
                 "tasks still running after service.drain_timeout and the grace; abandoning them"
             );
         }
-        // The store closes last, whatever was abandoned; a pool that does not close in a second
-        // is dropped.
+        // The store closes last, whatever was abandoned; a pool that does not close by the end of
+        // the grace is dropped.
         bounded(
             "closing the store",
-            Instant::now() + Duration::from_secs(1),
+            end.max(Instant::now() + Duration::from_millis(100)),
             self.store.close(),
         )
         .await;
