@@ -3,7 +3,9 @@
 //! database is away that is hundreds of lines a minute, and the lines an on-call needs — the bridge's
 //! own "database unavailable; retrying …" and "… is back" — drown in them. Each of sqlx's call sites
 //! may log [`PER_WINDOW`] lines a minute; the rest of that minute is dropped. The bridge's own lines
-//! are never counted.
+//! are never counted by it; the few of them that would come once per event while the database is
+//! away (an event answered 503, an outbox step retried) go through a [`Repeats`] instead: the first
+//! is logged, then one line every [`REPEAT_EVERY`] saying how many were left out.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,6 +21,54 @@ pub const PER_WINDOW: u32 = 3;
 
 /// The window the budget is counted over.
 pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// How often a line kept by [`Repeats`] is logged at most.
+pub const REPEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// One of the bridge's own lines that comes once per event or per retry while a fault lasts: logged
+/// the first time, then at most once every [`REPEAT_EVERY`], with how many occurrences were left
+/// out since the last line logged (`left_out`), so the log says how often it happens without
+/// saying it every time.
+#[derive(Debug)]
+pub struct Repeats {
+    state: Mutex<Option<(Instant, u64)>>,
+}
+
+impl Repeats {
+    /// A line not logged yet.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            state: Mutex::new(None),
+        }
+    }
+
+    /// `Some(left_out)` when this occurrence, at `now`, is to be logged (with how many were not
+    /// since the last one that was); `None` when it is left out.
+    pub fn due(&self, now: Instant) -> Option<u64> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &mut *state {
+            Some((at, left_out)) if now.saturating_duration_since(*at) < REPEAT_EVERY => {
+                *left_out += 1;
+                None
+            }
+            slot => {
+                let left_out = slot.map_or(0, |(_, n)| n);
+                *slot = Some((now, 0));
+                Some(left_out)
+            }
+        }
+    }
+}
+
+impl Default for Repeats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// The filter (see the module's documentation).
 #[derive(Debug, Default)]
@@ -145,5 +195,25 @@ mod tests {
         assert_eq!(first, [true, true, true, false, false]);
         assert!(!budget.allow(id.clone(), t0 + WINDOW - Duration::from_millis(1)));
         assert!(budget.allow(id, t0 + WINDOW), "a new window, a new budget");
+    }
+
+    /// On-call's log while the database is away: a line that would come once per event is logged
+    /// the first time, then once per REPEAT_EVERY with the count of those left out meanwhile.
+    #[test]
+    fn a_repeated_line_is_logged_once_per_interval_with_the_count_left_out() {
+        let r = Repeats::new();
+        let t0 = Instant::now();
+        assert_eq!(r.due(t0), Some(0), "the first is logged");
+        for i in 1..=4 {
+            assert_eq!(r.due(t0 + Duration::from_millis(i)), None);
+        }
+        assert_eq!(r.due(t0 + REPEAT_EVERY - Duration::from_millis(1)), None);
+        assert_eq!(
+            r.due(t0 + REPEAT_EVERY),
+            Some(5),
+            "the next line says five were left out"
+        );
+        assert_eq!(r.due(t0 + REPEAT_EVERY + Duration::from_millis(1)), None);
+        assert_eq!(r.due(t0 + REPEAT_EVERY * 3), Some(1));
     }
 }

@@ -704,6 +704,10 @@ impl Worker {
     }
 }
 
+/// Every worker's failed steps (each worker retries on its own while the database is away): one
+/// line every few seconds, with how many were left out.
+static STEP_FAILED: crate::log_budget::Repeats = crate::log_budget::Repeats::new();
+
 async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drain: Duration) {
     let name = format!("worker-{}", uuid::Uuid::new_v4().simple());
     loop {
@@ -718,7 +722,11 @@ async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drai
                 continue;
             }
             Ok(Step::Idle) => {}
-            Err(e) => tracing::warn!(error = %e, "outbox step failed; retrying"),
+            Err(e) => {
+                if let Some(left_out) = STEP_FAILED.due(std::time::Instant::now()) {
+                    tracing::warn!(error = %e, left_out, "outbox step failed; retrying");
+                }
+            }
         }
         tokio::select! {
             () = stop.cancelled() => break,
@@ -734,7 +742,11 @@ async fn worker_loop(w: Worker, wake: Arc<Notify>, stop: CancellationToken, drai
             Ok(Step::Delivered | Step::Failed | Step::Skipped) => continue,
             Ok(Step::Idle) if drained_at(&w.store, w.clock.now_ms()).await.unwrap_or(true) => break,
             Ok(Step::Idle) => {}
-            Err(e) => tracing::warn!(error = %e, "outbox step failed while draining"),
+            Err(e) => {
+                if let Some(left_out) = STEP_FAILED.due(std::time::Instant::now()) {
+                    tracing::warn!(error = %e, left_out, "outbox step failed while draining");
+                }
+            }
         }
         let next = tokio::time::Instant::now() + Duration::from_millis(100);
         tokio::select! {

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{self, Access, Decision};
 use super::signature;
 use crate::channel::Arrival;
+use crate::log_budget::Repeats;
 
 /// How long a request waits for its event to be recorded before answering: inside Slack's 3 s.
 const RECORD_WAIT: std::time::Duration = std::time::Duration::from_millis(2500);
@@ -95,9 +96,14 @@ async fn on_event(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             if hand_on(&shared, &json!({"type": "events_api", "payload": payload})).await {
                 StatusCode::OK.into_response()
             } else {
-                tracing::warn!(
-                    "a Slack event was not recorded in time; answering 503 so Slack retries it"
-                );
+                // Once per event while the database is away: kept to a line every few seconds.
+                static NOT_RECORDED: Repeats = Repeats::new();
+                if let Some(left_out) = NOT_RECORDED.due(std::time::Instant::now()) {
+                    tracing::warn!(
+                        left_out,
+                        "a Slack event was not recorded in time; answering 503 so Slack retries it"
+                    );
+                }
                 StatusCode::SERVICE_UNAVAILABLE.into_response()
             }
         }
