@@ -31,6 +31,7 @@
 //! Prints `INGEST_RESULT {json}` per round. Target: the bridge ≥ 50% of the bare reader's rate.
 //! `INGEST_ONLY=bridge` runs only the bridge's rounds (to profile it alone).
 
+use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -401,7 +402,7 @@ impl Bridge {
         let mut c = self.app.store.conn().await.expect("conn");
         let (sum,): (Option<i64>,) =
             sqlx::query_as("SELECT CAST(SUM(heartbeats) AS BIGINT) FROM tool_calls")
-                .fetch_one(&mut *c)
+                .only(&mut *c)
                 .await
                 .expect("sum");
         sum.unwrap_or(0)

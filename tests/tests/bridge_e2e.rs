@@ -1,6 +1,7 @@
 //! The bridge end to end, on real PostgreSQL and on SQLite, with the real shell-agent at short
 //! intervals (or a scripted daemon for silence), delivering to a recording chat platform.
 
+use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1548,7 +1549,7 @@ async fn d2_events_are_recorded_and_acknowledged_while_earlier_ones_wait_to_be_h
                 .expect("recorded");
         }
         let (opened,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM conversations")
-            .fetch_one(&mut blocker)
+            .only(&mut blocker)
             .await
             .expect("count");
         assert_eq!(opened, 0, "none was handed on yet");
@@ -1721,7 +1722,7 @@ async fn d2_queued_messages_taken_again_after_a_restart_run_in_the_order_sent(
     if fault {
         let mut c = db.store.conn().await.expect("conn");
         let (tries,): (i64,) = sqlx::query_as("SELECT last_value FROM inbox_faults")
-            .fetch_one(&mut *c)
+            .only(&mut *c)
             .await
             .expect("tries");
         assert!(tries >= 2, "the fault was met: {tries} tries");
@@ -1911,7 +1912,7 @@ async fn d2_a_queued_message_whose_turn_cannot_be_recorded_keeps_its_place_until
         .expect("arm");
     settle(&app).await;
     let (tries,): (i64,) = sqlx::query_as("SELECT last_value FROM turn_faults")
-        .fetch_one(&mut *c)
+        .only(&mut *c)
         .await
         .expect("tries");
     assert!(tries >= 3, "the faults were met: {tries} tries");

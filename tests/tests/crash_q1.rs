@@ -16,6 +16,7 @@
 //!
 //! `Q1_SEED` replays a run; `Q1_KILLS` changes the number of kills.
 
+use chat_bridge::store::bind::FetchExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -168,11 +169,11 @@ async fn counts(store: &Store) -> (usize, usize, usize, i64, usize) {
     let mut c = store.conn().await.expect("conn");
     let convs = conversations(&mut c).await;
     let open: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM turns WHERE status = 'open'")
-        .fetch_one(&mut *c)
+        .only(&mut *c)
         .await
         .expect("turns");
     let turns: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM turns")
-        .fetch_one(&mut *c)
+        .only(&mut *c)
         .await
         .expect("turns");
     let unhandled = chat_bridge::store::inbound::unhandled(&mut c)

@@ -1,6 +1,7 @@
 //! D1 through the worker: a channel's 429 (`Retry-After`) delays delivery and loses nothing; a
 //! temporary failure is retried; a permanent one is dead-lettered and stops blocking the thread.
 
+use chat_bridge::store::bind::FetchExt;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -208,7 +209,7 @@ on_both! {
         assert_eq!(*channel.delivered.lock().expect("lock"), ["one", "one, edited"]);
         let mut c = db.store.conn().await.expect("conn");
         let (id, updated): (String, i64) = sqlx::query_as("SELECT platform_id, updated_at FROM message_map WHERE conversation_id = $1 AND logical_key = 'k:one'")
-            .arg(&conv).fetch_one(&mut *c).await.expect("mapped");
+            .arg(&conv).only(&mut *c).await.expect("mapped");
         assert_eq!((id.as_str(), updated), ("id-one", posted_at), "the edit rewrote the mapping");
     }
 }
@@ -228,7 +229,7 @@ on_both! {
         assert!(deliver_step(&db.store, &channel, &cx).await.is_err(), "the map could not be read");
         sqlx::query("ALTER TABLE message_map_away RENAME TO message_map").execute(&mut *c).await.expect("rename back");
         let (claimed,): (Option<String>,) = sqlx::query_as("SELECT claimed_by FROM outbox WHERE conversation_id = $1")
-            .arg(&conv).fetch_one(&mut *c).await.expect("row");
+            .arg(&conv).only(&mut *c).await.expect("row");
         assert_eq!(claimed, None, "the claim was kept after the failed step");
         drop(c);
         assert_eq!(step_at(&db.store, &channel, &policy, &clock).await, Step::Delivered, "taken again at once, not after the lease");
@@ -249,7 +250,7 @@ on_both! {
         let due_at = || async {
             let mut c = db.store.conn().await.expect("conn");
             let (at,): (i64,) = sqlx::query_as("SELECT next_attempt_at FROM outbox WHERE conversation_id = $1 AND status = 'pending'")
-                .arg(&conv).fetch_one(&mut *c).await.expect("row");
+                .arg(&conv).only(&mut *c).await.expect("row");
             at
         };
         // Claimed as it was queued: no queue, no sibling woken.

@@ -3,6 +3,7 @@
 //! an inbound event that keeps failing — or that the bridge was handling each time it died — is set
 //! aside as a dead letter with a notice in its thread, never taken again.
 
+use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 
 use chat_bridge::app::Application;
@@ -276,7 +277,7 @@ on_both! {
         let attempts = || async {
             let (n,): (i64,) = sqlx::query_as("SELECT attempts FROM inbound_events WHERE event_id = $1")
                 .arg(second.event_id.as_str())
-                .fetch_one(db.store.statements())
+                .only(db.store.statements())
                 .await
                 .expect("attempts");
             n

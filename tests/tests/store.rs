@@ -1,6 +1,7 @@
 //! The store on a fresh real PostgreSQL database per test and on SQLite: every query exercised on
 //! both backends (D1, D2, D3, D4, D5, R6 and the history queries).
 
+use chat_bridge::store::bind::FetchExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,7 +43,7 @@ async fn rows(store: &Store, table: &str, conv: &str) -> i64 {
         "SELECT COUNT(*) FROM {table} WHERE conversation_id = $1"
     )))
     .arg(conv)
-    .fetch_one(&mut *c)
+    .only(&mut *c)
     .await
     .expect("count")
     .0
@@ -52,7 +53,7 @@ async fn outbox_status(store: &Store, id: i64) -> String {
     let mut c = store.conn().await.expect("conn");
     sqlx::query_as::<_, (String,)>("SELECT status FROM outbox WHERE id = $1")
         .arg(id)
-        .fetch_one(&mut *c)
+        .only(&mut *c)
         .await
         .expect("status")
         .0
@@ -985,7 +986,7 @@ async fn d1_after_a_full_disk_mid_transaction_the_sqlite_writer_takes_transactio
             .await
             .expect("a table to fill");
         let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
-            .fetch_one(&mut *c)
+            .only(&mut *c)
             .await
             .expect("page count");
         sqlx::query(sqlx::AssertSqlSafe(format!(

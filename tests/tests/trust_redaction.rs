@@ -2,6 +2,7 @@
 //! redacted before it is cut, so `/history` never shows half a token; with `redact.store = true` the
 //! history itself never holds the secret, and without it the history keeps what ran.
 
+use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 
 use chat_bridge::app::Application;
@@ -97,7 +98,7 @@ on_both! {
             assert!(!conv.title.contains("ghp_"), "{}", conv.title);
             drop(c);
             let (raw,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM inbound_events WHERE payload IS NOT NULL")
-                .fetch_one(app.store.statements())
+                .only(app.store.statements())
                 .await
                 .expect("count");
             assert_eq!(raw, 0, "a handled event's raw text does not stay in the inbox");

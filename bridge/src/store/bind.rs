@@ -159,6 +159,63 @@ impl<O> BindExt for sqlx::query::QueryScalar<'_, Any, O, AnyArguments> {
     }
 }
 
+/// A statement's first row, read once the statement has finished — its commit or its error
+/// included (D1). sqlx's `fetch_optional` and `fetch_one` on the `Any` driver return the first
+/// row as it arrives, and PostgreSQL sends a writing statement's row before the statement has
+/// finished; `clippy.toml` forbids them, and the store reads single rows through here, so a new
+/// `INSERT … RETURNING` cannot forget.
+pub trait FetchExt<O>: Sized {
+    /// The first row, if any, once the statement has finished.
+    fn first<'e, 'c: 'e, E>(
+        self,
+        executor: E,
+    ) -> impl std::future::Future<Output = Result<Option<O>, sqlx::Error>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+        Self: 'e;
+
+    /// The first row once the statement has finished; [`sqlx::Error::RowNotFound`] when there is
+    /// none.
+    fn only<'e, 'c: 'e, E>(
+        self,
+        executor: E,
+    ) -> impl std::future::Future<Output = Result<O, sqlx::Error>> + Send + 'e
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+        Self: 'e,
+    {
+        let first = self.first(executor);
+        async move { first.await?.ok_or(sqlx::Error::RowNotFound) }
+    }
+}
+
+impl<O> FetchExt<O> for sqlx::query::QueryAs<'_, Any, O, AnyArguments>
+where
+    O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow>,
+{
+    async fn first<'e, 'c: 'e, E>(self, executor: E) -> Result<Option<O>, sqlx::Error>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+        Self: 'e,
+    {
+        Ok(self.fetch_all(executor).await?.into_iter().next())
+    }
+}
+
+impl<O> FetchExt<O> for sqlx::query::QueryScalar<'_, Any, O, AnyArguments>
+where
+    O: Send + Unpin,
+    (O,): for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow>,
+{
+    async fn first<'e, 'c: 'e, E>(self, executor: E) -> Result<Option<O>, sqlx::Error>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Any>,
+        Self: 'e,
+    {
+        Ok(self.fetch_all(executor).await?.into_iter().next())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

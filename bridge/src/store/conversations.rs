@@ -4,7 +4,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::BindExt;
+use super::bind::{BindExt, FetchExt};
 use super::{Result, new_id, sql};
 
 /// A conversation's key, as the channel adapter sees it.
@@ -108,8 +108,8 @@ pub async fn find_or_create_in(
     .arg(key.workspace)
     .arg(key.channel)
     .arg(key.thread)
-    .fetch_all(&mut *c)
-    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
+    .only(&mut *c)
+    .await?;
     Ok((conv, inserted))
 }
 
@@ -125,7 +125,7 @@ pub async fn find(c: &mut AnyConnection, key: &Key<'_>) -> Result<Option<Convers
     .arg(key.workspace)
     .arg(key.channel)
     .arg(key.thread)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 
@@ -138,7 +138,7 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<Conversation>
         "SELECT {COLUMNS} FROM conversations WHERE id = $1"
     )))
     .arg(id)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 
@@ -151,7 +151,7 @@ pub async fn by_session(c: &mut AnyConnection, session: &str) -> Result<Option<C
         "SELECT {COLUMNS} FROM conversations WHERE daemon_session = $1"
     )))
     .arg(session)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 

@@ -10,7 +10,7 @@
 use sqlx::AnyConnection;
 
 use super::Result;
-use super::bind::{BindExt, Json};
+use super::bind::{BindExt, FetchExt, Json};
 
 /// Whether an inbound event is new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,7 +256,7 @@ pub async fn dead_letters(c: &mut AnyConnection, limit: i64) -> Result<Vec<DeadL
 pub async fn dead_count(c: &mut AnyConnection) -> Result<i64> {
     let (n,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM inbound_events WHERE dead_at IS NOT NULL")
-            .fetch_one(c)
+            .only(c)
             .await?;
     Ok(n)
 }

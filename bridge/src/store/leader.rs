@@ -5,7 +5,7 @@
 use sqlx::AnyConnection;
 use sqlx::Connection;
 
-use super::bind::BindExt;
+use super::bind::{BindExt, FetchExt};
 use super::{Backend, Result, Store};
 
 /// The advisory-lock key chat-bridge replicas contend for (`chatbrdg` in ASCII).
@@ -29,7 +29,7 @@ pub async fn try_acquire(store: &Store, key: i64) -> Result<Option<Lease>> {
     let mut conn = store.statements().acquire().await?.detach();
     let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
         .arg(key)
-        .fetch_one(&mut conn)
+        .only(&mut conn)
         .await?;
     if held {
         Ok(Some(Lease {

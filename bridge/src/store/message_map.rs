@@ -4,7 +4,7 @@
 use sqlx::AnyConnection;
 
 use super::Result;
-use super::bind::BindExt;
+use super::bind::{BindExt, FetchExt};
 
 /// The platform message id for `key`.
 ///
@@ -16,7 +16,7 @@ pub async fn get(c: &mut AnyConnection, conversation: &str, key: &str) -> Result
     )
     .arg(conversation)
     .arg(key)
-    .fetch_optional(c)
+    .first(c)
     .await?;
     Ok(row.map(|r| r.0))
 }

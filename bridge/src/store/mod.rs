@@ -6,8 +6,9 @@
 //! `migrations/sqlite`, embedded in the binary and run at start-up. Each table has its own module;
 //! no SQL lives outside this one.
 //!
-//! A statement that writes and returns rows (`RETURNING`, a data-modifying `WITH`) is read with
-//! `fetch_all`, never `fetch_optional` or `fetch_one`: the `Any` driver hands those the first row
+//! A statement that returns rows is read to its end — `fetch_all`, or for one row
+//! [`bind::FetchExt`]'s `first`/`only` — never with sqlx's `fetch_optional` or `fetch_one`
+//! (`clippy.toml` forbids them): the `Any` driver hands those the first row
 //! as it arrives, and PostgreSQL sends it before the statement has finished — on a connection of
 //! its own, before it has committed. A write reported as done could then be lost with its
 //! connection a moment later, or fail after its row (D1: a tool's result was shown as recorded
@@ -37,6 +38,7 @@ pub mod turns;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bind::FetchExt;
 use sqlx::AnyConnection;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -677,7 +679,7 @@ impl Store {
             // `SELECT 1` but takes no write: not ready.
             Backend::Postgres => {
                 sqlx::query_scalar::<_, String>("SELECT current_setting('transaction_read_only')")
-                    .fetch_one(&self.shared)
+                    .only(&self.shared)
                     .await
                     .is_ok_and(|ro| ro == "off")
             }

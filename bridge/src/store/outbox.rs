@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::{BindExt, Json};
+use super::bind::{BindExt, FetchExt, Json};
 use super::{Result, ms, sql};
 
 /// What kind of action a row holds; only edits coalesce.
@@ -103,8 +103,8 @@ pub async fn insert(c: &mut AnyConnection, a: &NewAction<'_>, now: i64) -> Resul
     .arg(a.coalesce_key)
     .arg(Json(a.action))
     .arg(now)
-    .fetch_all(c)
-    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
+    .only(c)
+    .await?;
     Ok(id)
 }
 
@@ -437,7 +437,7 @@ async fn lowest_pending(c: &mut AnyConnection) -> Result<i64> {
         "SELECT COALESCE((SELECT MIN(id) FROM outbox WHERE status = 'pending'),
                          (SELECT MAX(id) + 1 FROM outbox), 0)",
     )
-    .fetch_one(c)
+    .only(c)
     .await?;
     Ok(lowest)
 }
@@ -549,7 +549,7 @@ pub async fn retry(
 ) -> Result<Retry> {
     let (attempts,): (i64,) = sqlx::query_as("SELECT attempts FROM outbox WHERE id = $1")
         .arg(id)
-        .fetch_one(&mut *c)
+        .only(&mut *c)
         .await?;
     let (attempts, delay, error) = match failure {
         Failure::RateLimited { retry_after } => (
@@ -598,10 +598,10 @@ pub struct Stats {
 pub async fn stats(c: &mut AnyConnection, now: i64) -> Result<Stats> {
     let (pending, oldest): (i64, Option<i64>) =
         sqlx::query_as("SELECT COUNT(*), MIN(created_at) FROM outbox WHERE status = 'pending'")
-            .fetch_one(&mut *c)
+            .only(&mut *c)
             .await?;
     let (dead,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM outbox WHERE status = 'dead'")
-        .fetch_one(c)
+        .only(c)
         .await?;
     Ok(Stats {
         pending,

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::{BindExt, Json};
+use super::bind::{BindExt, FetchExt, Json};
 use super::{Result, new_id, sql};
 
 /// A stored permission request.
@@ -108,8 +108,8 @@ pub async fn resolve(
     .arg(decider)
     .arg(option_id)
     .arg(now)
-    .fetch_all(c)
-    .await?.into_iter().next())
+    .first(c)
+    .await?)
 }
 
 /// The requests of `conversation` still pending (asked before a restart, when resumed).
@@ -143,7 +143,7 @@ pub async fn unanswered_since(
     ))
     .arg(conversation)
     .arg(since)
-    .fetch_one(c)
+    .only(c)
     .await?;
     Ok(n > 0)
 }

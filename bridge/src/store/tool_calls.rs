@@ -5,7 +5,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::{BindExt, Json};
+use super::bind::{BindExt, FetchExt, Json};
 use super::{Result, new_id, sql};
 
 /// A stored tool call.
@@ -75,8 +75,8 @@ pub async fn start(
     .arg(title)
     .arg(kind)
     .arg(now)
-    .fetch_all(c)
-    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
+    .only(c)
+    .await?;
     Ok(id.0)
 }
 
@@ -107,8 +107,8 @@ pub async fn progress(
     .arg(heartbeats)
     .arg(last_progress.map(Json))
     .arg(now)
-    .fetch_all(c)
-    .await?.into_iter().next();
+    .first(c)
+    .await?;
     Ok(status.is_some_and(|(s,)| s == "running"))
 }
 
@@ -329,8 +329,8 @@ pub async fn finish_with_result(
     .arg(action.kind.as_str())
     .arg(action.coalesce_key)
     .arg(Json(action.action))
-    .fetch_all(c)
-    .await?.into_iter().next();
+    .first(c)
+    .await?;
     Ok(row.map(|r| r.0))
 }
 
@@ -343,7 +343,7 @@ pub async fn get(c: &mut AnyConnection, id: &str) -> Result<Option<ToolCall>> {
         "SELECT {COLUMNS} FROM tool_calls WHERE id = $1"
     )))
     .arg(id)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 
@@ -361,7 +361,7 @@ pub async fn by_call_id(
     )))
     .arg(conversation)
     .arg(call_id)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 

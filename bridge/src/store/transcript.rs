@@ -5,7 +5,7 @@ use serde::Serialize;
 use sqlx::AnyConnection;
 
 use super::Result;
-use super::bind::BindExt;
+use super::bind::{BindExt, FetchExt};
 
 /// One transcript entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -63,8 +63,8 @@ pub async fn append(
     .arg(e.body)
     .arg(e.tool_call_id)
     .arg(now)
-    .fetch_all(c)
-    .await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)?;
+    .only(c)
+    .await?;
     Ok(seq.0)
 }
 

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use sqlx::AnyConnection;
 
-use super::bind::BindExt;
+use super::bind::{BindExt, FetchExt};
 use super::{Result, new_id, sql};
 
 /// A stored turn.
@@ -115,7 +115,7 @@ pub async fn open_for_message(
     )))
     .arg(conversation)
     .arg(message_id)
-    .fetch_optional(c)
+    .first(c)
     .await?)
 }
 
@@ -171,7 +171,7 @@ pub async fn open(c: &mut AnyConnection) -> Result<Vec<Turn>> {
 pub async fn oldest_open_started_at(c: &mut AnyConnection) -> Result<Option<i64>> {
     let (oldest,): (Option<i64>,) =
         sqlx::query_as("SELECT MIN(started_at) FROM turns WHERE status = 'open'")
-            .fetch_one(c)
+            .only(c)
             .await?;
     Ok(oldest)
 }
