@@ -242,7 +242,15 @@ impl Runner {
             msg => Box::pin(self.step_other(msg)).await,
         };
         if let Err(e) = result {
-            tracing::error!(conversation = %self.conv.id, error = %e, "conversation step failed");
+            if self.core.shutdown.is_cancelled() && e.is_transient() {
+                // Stopping while the database is away: every conversation's pending step ends
+                // so. Nothing is lost — the inbox keeps the event and the next start takes the
+                // open turn back from the store and the agent — and it is not an error of this
+                // conversation.
+                tracing::info!(conversation = %self.conv.id, error = %e, "stopping with the database unavailable; this step is taken up again at the next start");
+            } else {
+                tracing::error!(conversation = %self.conv.id, error = %e, "conversation step failed");
+            }
         }
     }
 
