@@ -2141,3 +2141,78 @@ async fn d2_a_connection_cut_while_the_bridge_migrates_is_taken_again_not_an_exi
     holder.close().await.expect("close");
     db.cleanup().await;
 }
+
+/// D2: a message whose turn cannot be recorded for a moment — the connection writing it is cut
+/// (a failover, `pg_terminate_backend`) — runs once when the database answers again: the step is
+/// taken again as it was decided, not decided afresh from a state that already holds its turn
+/// (queued behind itself, or started in memory and never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answers() {
+    use sqlx::Connection;
+    let (db, _dir, rec, app) = on_postgres().await;
+    let name = db.url.rsplit('/').next().expect("database name").to_owned();
+    // The turns' table held: the turn's transaction waits on it, where it can be seen and cut.
+    let mut holder = sqlx::AnyConnection::connect(&db.url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    sqlx::query("LOCK TABLE turns IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .expect("lock");
+    app.core
+        .accept(console::inbound("echo once-only"))
+        .await
+        .expect("accept");
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    let waiting = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+            .fetch_all(admin.statements())
+            .await
+            .expect("terminate");
+        if !cut.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn's write waited on the turns' table"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.close().await;
+    sqlx::query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .expect("commit");
+    settle(&app).await;
+    let results = rec
+        .latest()
+        .iter()
+        .filter(|(_, m)| m.title.starts_with("✅ echo once-only"))
+        .count();
+    assert_eq!(results, 1, "the command ran once: {:#?}", rec.calls());
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let turns = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
+    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
+    assert_eq!(turns[0].status, "ended");
+    drop(c);
+    app.shutdown().await;
+    holder.close().await.expect("close");
+    db.cleanup().await;
+}
