@@ -2091,47 +2091,12 @@ async fn d2_a_connection_cut_while_the_bridge_migrates_is_taken_again_not_an_exi
     let name = db.url.rsplit('/').next().expect("database name").to_owned();
     let dir = tempfile::tempdir().expect("tmp");
     // The migrations' table held: the starting bridge waits on it, where it can be seen and cut.
-    let mut holder = sqlx::AnyConnection::connect(&db.url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    sqlx::query("LOCK TABLE _sqlx_migrations IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .expect("lock");
+    let mut holder = hold_table(&db.url, "_sqlx_migrations").await;
     let cfg = config(&db.url, dir.path());
     let rec = Arc::new(Recorder::default());
     let starting = tokio::spawn(async move { Application::build(&cfg, rec).await });
 
-    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
-        .await
-        .expect("admin");
-    let waiting = format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
-            .fetch_all(admin.statements())
-            .await
-            .expect("terminate");
-        if !cut.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the starting bridge waited on the migrations' table"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    admin.close().await;
-    sqlx::query("COMMIT")
-        .execute(&mut holder)
-        .await
-        .expect("commit");
+    cut_the_waiting(&name, &mut holder).await;
     let app = tokio::time::timeout(Duration::from_secs(30), starting)
         .await
         .expect("started in time")
@@ -2152,47 +2117,12 @@ async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answer
     let (db, _dir, rec, app) = on_postgres().await;
     let name = db.url.rsplit('/').next().expect("database name").to_owned();
     // The turns' table held: the turn's transaction waits on it, where it can be seen and cut.
-    let mut holder = sqlx::AnyConnection::connect(&db.url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    sqlx::query("LOCK TABLE turns IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .expect("lock");
+    let mut holder = hold_table(&db.url, "turns").await;
     app.core
         .accept(console::inbound("echo once-only"))
         .await
         .expect("accept");
-    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
-        .await
-        .expect("admin");
-    let waiting = format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
-            .fetch_all(admin.statements())
-            .await
-            .expect("terminate");
-        if !cut.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the turn's write waited on the turns' table"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    admin.close().await;
-    sqlx::query("COMMIT")
-        .execute(&mut holder)
-        .await
-        .expect("commit");
+    cut_the_waiting(&name, &mut holder).await;
     settle(&app).await;
     let results = rec
         .latest()
@@ -2215,4 +2145,51 @@ async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answer
     app.shutdown().await;
     holder.close().await.expect("close");
     db.cleanup().await;
+}
+
+/// A connection to `url` holding `table` locked in a transaction: what needs the table waits.
+async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
+    use sqlx::Connection;
+    let mut holder = sqlx::AnyConnection::connect(url).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    let lock = format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE");
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .execute(&mut holder)
+        .await
+        .expect("lock");
+    holder
+}
+
+/// Terminates the backends of database `name` that wait on a lock (as `pg_terminate_backend` by an
+/// operator or a failover does), once one does, then lets `holder`'s lock go.
+async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) {
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    let waiting = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+            .fetch_all(admin.statements())
+            .await
+            .expect("terminate");
+        if !cut.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "something waited on the held table"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.close().await;
+    sqlx::query("COMMIT")
+        .execute(&mut *holder)
+        .await
+        .expect("commit");
 }
