@@ -116,3 +116,66 @@ on_both! {
         agent.shutdown().await;
     }
 }
+
+// D3 (an outside tester's finding): a turn taken back after a restart, its session loaded, and
+// then the connection to the agent drops (a blip in the seconds after a rolling upgrade). The
+// client loads again on reconnecting only the sessions of prompts it sent itself; this turn's
+// prompt was sent by the previous process, so its frames went on to the closed connection, and
+// `liveness.reconnect_grace` later the thread was told the turn was interrupted "(the agent most
+// likely restarted)" — though the command finished, its result lost from the thread and the
+// store. The runner loads the session again itself once the daemon is back.
+on_both! {
+    async fn d3_a_resumed_turn_whose_connection_drops_after_its_load_is_loaded_again_and_its_result_shown(db) {
+        chat_bridge_tests::init_tracing();
+        let dir = tempfile::tempdir().expect("tmp");
+        let agent = ShellAgent::start("127.0.0.1:0".parse().expect("addr"), None, agent_config()).await.expect("agent");
+        let mut cfg = config(&db.url, dir.path());
+        cfg.daemon.url = Some(agent.url());
+        cfg.daemon.token = Some(agent.token().into());
+        cfg.liveness.idle = Duration::from_secs(10);
+        cfg.liveness.reconnect_grace = Duration::from_secs(2);
+        cfg.liveness.progress_flush = Duration::from_millis(100);
+        let rec = Arc::new(Recorder::default());
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        app.core.accept(console::inbound("sleep 4; echo after-the-cut")).await.expect("accept");
+        rec.wait_for("the running tool message", |r| !r.posts().is_empty()).await;
+        // Stopped mid-command: the turn stays open in the store; the agent runs the command on.
+        app.shutdown().await;
+        let beats = |store: chat_bridge::store::Store| async move {
+            let mut c = store.conn().await.expect("conn");
+            let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+            tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls")[0].heartbeats
+        };
+        let before = beats(db.store.clone()).await;
+
+        let proxy = Proxy::start(agent.addr()).await;
+        cfg.daemon.url = Some(format!("ws://{}/acp", proxy.addr));
+        let app = Application::build(&cfg, rec.clone()).await.expect("build");
+        // Loaded on the new connection: the command's heartbeats are counted again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while beats(app.store.clone()).await <= before {
+            assert!(Instant::now() < deadline, "the resumed turn's heartbeats were counted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        proxy.cut();
+        settle(&app).await;
+        assert!(proxy.accepted().len() >= 2, "the bridge connected again");
+        let interrupted: Vec<_> = rec
+            .calls()
+            .into_iter()
+            .filter(|c| format!("{c:?}").contains("interrupted"))
+            .collect();
+        assert!(interrupted.is_empty(), "not reported as interrupted: {interrupted:#?}");
+        assert_eq!(results(&rec, "✅ sleep 4; echo after-the-cut"), 1, "the result shown once: {:#?}", rec.calls());
+        let mut c = app.store.conn().await.expect("conn");
+        let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
+        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
+        assert_eq!(calls.len(), 1, "the result is stored once");
+        assert_eq!(calls[0].status, "completed");
+        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
+        assert_eq!(t.status, "ended", "the turn completed, not interrupted");
+        drop(c);
+        app.shutdown().await;
+        agent.shutdown().await;
+    }
+}

@@ -44,6 +44,17 @@ impl Runner {
 
     /// The daemon connection went down or came back (L7).
     pub(super) async fn on_connection(&mut self, up: bool) -> Result<()> {
+        if !up
+            && self.state.session.is_some()
+            && self.state.turn.as_ref().is_some_and(|t| t.resumed)
+        {
+            // A turn taken back after a restart has no prompt of this process in flight, so the
+            // client does not load its session again when it reconnects (it does for the prompts
+            // it sent): its frames would go on to the closed connection, and the turn would end as
+            // interrupted though its command finished. It is loaded again here once the daemon is
+            // back (D3).
+            self.resume_pending = true;
+        }
         if up && self.resume_pending {
             // Taken back while the daemon was unreachable, or its load failed on the way (L7,
             // D3): its session is loaded now. Pending until that is decided, database faults
