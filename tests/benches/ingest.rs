@@ -31,7 +31,6 @@
 //! Prints `INGEST_RESULT {json}` per round. Target: the bridge ≥ 50% of the bare reader's rate.
 //! `INGEST_ONLY=bridge` runs only the bridge's rounds (to profile it alone).
 
-use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +39,7 @@ use chat_bridge::app::Application;
 use chat_bridge::channel::{
     BoxFuture, Capabilities, Channel, DeliveryError, Inbound, InboundKind, Message, Target, Tone,
 };
+use chat_bridge::store::bind::FetchExt;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;

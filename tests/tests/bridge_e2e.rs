@@ -1,7 +1,6 @@
 //! The bridge end to end, on real PostgreSQL and on SQLite, with the real shell-agent at short
 //! intervals (or a scripted daemon for silence), delivering to a recording chat platform.
 
-use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +8,7 @@ use chat_bridge::app::Application;
 use chat_bridge::channel::{Tone, console};
 use chat_bridge::core::OnStall;
 use chat_bridge::store::bind::BindExt;
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::{tool_calls, turns};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::on_both;
@@ -2192,4 +2192,48 @@ async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) {
         .execute(&mut *holder)
         .await
         .expect("commit");
+}
+
+/// D6 (an outside tester's finding): a turn taken back after a restart whose session the agent no
+/// longer has (the agent restarted too: the real shell agent answers `unknown session`) ends as
+/// interrupted and the store lets go of the session with it, as after any interrupted turn — it
+/// kept it, so the next start tried the lost session again before opening a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_a_taken_back_turn_whose_session_the_agent_lost_lets_the_session_go_in_the_store() {
+    use chat_bridge::store::conversations;
+    chat_bridge_tests::init_tracing();
+    let dir = tempfile::tempdir().expect("tmp");
+    let url = format!("sqlite://{}", dir.path().join("d6.db").display());
+    let agent = shell_agent::ShellAgent::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        None,
+        shell_agent::AgentConfig::default(),
+    )
+    .await
+    .expect("agent");
+    let mut cfg = config(&url, dir.path());
+    cfg.daemon.url = Some(agent.url());
+    cfg.daemon.token = Some(agent.token().into());
+    // As a crash leaves it, with an agent that has restarted since: it does not know session s1.
+    let (store, conv) = crashed_mid_turn(&url, dir.path(), None).await;
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&cfg, rec.clone()).await.expect("build");
+    settle(&app).await;
+    app.shutdown().await;
+    let mut c = store.conn().await.expect("conn");
+    let turn = &turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns")[0];
+    assert_eq!(turn.status, "interrupted", "{:#?}", rec.calls());
+    let row = conversations::get(&mut c, &conv.id)
+        .await
+        .expect("get")
+        .expect("the conversation");
+    assert_eq!(
+        row.daemon_session, None,
+        "the session is let go in the store"
+    );
+    drop(c);
+    store.close().await;
+    agent.shutdown().await;
 }

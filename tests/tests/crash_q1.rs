@@ -16,12 +16,12 @@
 //!
 //! `Q1_SEED` replays a run; `Q1_KILLS` changes the number of kills.
 
-use chat_bridge::store::bind::FetchExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::{Store, history, tool_calls};
 use chat_bridge_tests::fake_slack::{FakeSlack, event_envelope};
 use rand::rngs::StdRng;

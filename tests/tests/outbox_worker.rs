@@ -1,7 +1,6 @@
 //! D1 through the worker: a channel's 429 (`Retry-After`) delays delivery and loses nothing; a
 //! temporary failure is retried; a permanent one is dead-lettered and stops blocking the thread.
 
-use chat_bridge::store::bind::FetchExt;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use chat_bridge::channel::{
 use chat_bridge::clock::{Clock, ManualClock};
 use chat_bridge::outbox_worker::{ProgressBudget, Step, StepContext, deliver_once, deliver_step};
 use chat_bridge::store::bind::BindExt;
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::conversations::{self, Key};
 use chat_bridge::store::outbox::{self, Kind, NewAction, RetryPolicy};
 use chat_bridge::store::{Store, now_ms};

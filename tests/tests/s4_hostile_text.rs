@@ -3,12 +3,12 @@
 //! an inbound event that keeps failing — or that the bridge was handling each time it died — is set
 //! aside as a dead letter with a notice in its thread, never taken again.
 
-use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::{Inbound, Tone, console};
 use chat_bridge::store::bind::BindExt;
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::{
     Backend, Store, conversations, inbound, now_ms, tool_calls, transcript, turns,
 };

@@ -1,12 +1,12 @@
 //! The store on a fresh real PostgreSQL database per test and on SQLite: every query exercised on
 //! both backends (D1, D2, D3, D4, D5, R6 and the history queries).
 
-use chat_bridge::store::bind::FetchExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chat_bridge::store::bind::BindExt;
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::conversations::{self, Key};
 use chat_bridge::store::history::{self, Filter, HistoryError};
 use chat_bridge::store::outbox::{self, Enqueued, Failure, Kind, NewAction, Retry, RetryPolicy};

@@ -2,11 +2,11 @@
 //! redacted before it is cut, so `/history` never shows half a token; with `redact.store = true` the
 //! history itself never holds the secret, and without it the history keeps what ran.
 
-use chat_bridge::store::bind::FetchExt;
 use std::sync::Arc;
 
 use chat_bridge::app::Application;
 use chat_bridge::channel::console;
+use chat_bridge::store::bind::FetchExt;
 use chat_bridge::store::{history, tool_calls, transcript, turns};
 use chat_bridge_tests::bridge::{config, settle};
 use chat_bridge_tests::on_both;

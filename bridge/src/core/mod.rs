@@ -708,10 +708,12 @@ impl Core {
                 self.daemon_connected.store(true, Ordering::SeqCst);
                 metrics::counter!("chatbridge_daemon_reconnects_total", self.labels(&[]))
                     .increment(1);
+                // The client reloads the sessions of the prompts it sent itself; turns taken back
+                // after a restart reload their own (each logs "open turn resumed after restart").
                 tracing::info!(
-                    resumed = resumed.len(),
-                    lost = lost.len(),
-                    "daemon reconnected"
+                    prompts_resumed = resumed.len(),
+                    prompts_lost = lost.len(),
+                    "daemon reconnected; sessions with a prompt of this process in flight loaded again (turns taken back at start-up load their own)"
                 );
                 self.tell_conversations(true).await;
                 return;

@@ -435,6 +435,9 @@ impl Runner {
             .map(|t| (t.call_id, t.title))
             .collect();
         drop(c);
+        // Let go of in the store with the turn (D6), as after any interrupted turn: a restart
+        // before the next message would otherwise try the lost session again.
+        self.state.abandon_session = true;
         self.interrupt_tools(running).await?;
         self.notice(Tone::Warning, "The bridge restarted during this turn and the agent no longer has it; the turn was interrupted. Send your message again if it still matters.").await?;
         self.end_turn(None, Some(TurnStatus::Interrupted)).await
