@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use secrecy::{ExposeSecret, SecretString};
 
@@ -82,6 +83,11 @@ struct Agent {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     next_conn: AtomicU64,
     shutdown: CancellationToken,
+    /// The running prompts: at shutdown their commands are cancelled and they are waited for, so
+    /// each client hears its turn end `cancelled` before the connection closes.
+    prompts: TaskTracker,
+    /// The connections, waited for at shutdown (bounded) so what they queued is written.
+    conns: TaskTracker,
 }
 
 /// A running shell-agent. Its `Debug` never shows the token (a [`SecretString`]).
@@ -138,6 +144,8 @@ impl ShellAgent {
             sessions: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutdown: shutdown.clone(),
+            prompts: TaskTracker::new(),
+            conns: TaskTracker::new(),
         });
         let task = tokio::spawn(accept_loop(listener, agent, token.clone()));
         tracing::info!(%addr, "shell-agent listening on /acp");
@@ -194,17 +202,31 @@ async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, expected: String)
             a = listener.accept() => a,
         };
         let Ok((tcp, peer)) = accepted else { continue };
-        let (agent, expected) = (agent.clone(), expected.clone());
-        tokio::spawn(async move {
-            if let Err(reason) = serve(tcp, agent, expected).await {
+        let (conn_agent, expected) = (agent.clone(), expected.clone());
+        agent.conns.spawn(async move {
+            if let Err(reason) = serve(tcp, conn_agent, expected).await {
                 tracing::info!(%peer, %reason, "connection refused");
             }
         });
     }
-    // Cancel every running command so their process groups end with us.
+    // Cancel every running command so their process groups end with us; each prompt then ends
+    // `cancelled` and its client hears so (as qwen does when stopped) before the connections close.
     for session in lock(&agent.sessions).values() {
         session.cancel();
     }
+    agent.prompts.close();
+    agent.conns.close();
+    let bound = agent.cfg.kill_grace + Duration::from_secs(1);
+    if tokio::time::timeout(bound, agent.prompts.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = agent.prompts.len(),
+            "stopping with prompts still running after the kill grace"
+        );
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), agent.conns.wait()).await;
 }
 
 async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<(), String> {
@@ -232,7 +254,13 @@ async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<()
     });
     loop {
         let frame = tokio::select! {
-            () = agent.shutdown.cancelled() => break,
+            () = agent.shutdown.cancelled() => {
+                // Stopping: the running prompts end cancelled first, and say so on this
+                // connection while it is still attached.
+                let bound = agent.cfg.kill_grace + Duration::from_secs(1);
+                let _ = tokio::time::timeout(bound, agent.prompts.wait()).await;
+                break;
+            }
             f = stream.next() => f,
         };
         match frame {
@@ -341,8 +369,9 @@ async fn handle(agent: &Arc<Agent>, conn: &Conn, bytes: &[u8]) {
                     session.keep(json!({"jsonrpc": "2.0", "method": "session/update", "params": {
                         "sessionId": session.id,
                         "update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}}}}));
-                    let (agent, conn) = (agent.clone(), conn.clone());
-                    tokio::spawn(async move {
+                    let (prompt_agent, conn) = (agent.clone(), conn.clone());
+                    agent.prompts.spawn(async move {
+                        let agent = prompt_agent;
                         let stop = run_prompt(&agent, &session, &text, cancel).await;
                         session.end_prompt();
                         let response = result(&id, json!({"stopReason": stop}));

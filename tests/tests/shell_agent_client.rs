@@ -115,6 +115,59 @@ async fn shell_agent_cancel_is_cancelled_and_the_turn_stops_cancelled_like_qwen(
     rig.agent.shutdown().await;
 }
 
+/// Stopped (SIGTERM, Ctrl-C, or the bridge's built-in agent at shutdown) while a command runs, the
+/// agent cancels it and tells the client before the connection closes — the call `cancelled`, the
+/// prompt ending `cancelled` — as qwen does when it is stopped. It used to close the connection
+/// first: the client heard nothing, and a bridge reported the turn as interrupted once it found the
+/// agent had lost the session (an outside tester's finding).
+#[tokio::test]
+async fn shell_agent_stopped_mid_command_reports_it_cancelled_before_closing_like_qwen() {
+    let Rig {
+        agent,
+        client,
+        mut events,
+        session,
+        _dir,
+    } = rig(200).await;
+    let prompt = tokio::spawn({
+        let (client, session) = (client.clone(), session.clone());
+        async move { client.prompt(&session, "sleep 30").await }
+    });
+    let mut seen = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("events within 10 s")
+            .expect("open");
+        let started = matches!(e, DaemonEvent::ToolProgress { .. });
+        seen.push(e);
+        if started {
+            break;
+        }
+    }
+    let stopping = tokio::spawn(agent.shutdown());
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("events within 10 s")
+            .expect("open");
+        let done = matches!(e, DaemonEvent::TurnEnded { .. });
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    let stop = tokio::time::timeout(Duration::from_secs(10), prompt)
+        .await
+        .expect("the prompt answered")
+        .expect("join")
+        .expect("the prompt ends with a stop reason, not a lost connection");
+    assert_eq!(stop, daemon_client::StopReason::Cancelled);
+    ToolRun::of(&seen).assert_cancelled();
+    stopping.await.expect("stopped");
+    client.close();
+}
+
 /// Runs a silent 1.5 s command with no command timeout under a 500 ms idle limit; returns the
 /// stalls the liveness clock reported.
 async fn stalls_for_silent_command(heartbeat_ms: u64) -> usize {
