@@ -100,6 +100,17 @@ pub struct ShellAgent {
     task: JoinHandle<()>,
 }
 
+impl Agent {
+    /// Waits, at shutdown, for the cancelled prompts to end (their process groups get the kill
+    /// grace, and a second more to say so); `false` when some are still running then.
+    async fn prompts_ended(&self) -> bool {
+        let bound = self.cfg.kill_grace + Duration::from_secs(1);
+        tokio::time::timeout(bound, self.prompts.wait())
+            .await
+            .is_ok()
+    }
+}
+
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
@@ -216,11 +227,7 @@ async fn accept_loop(listener: TcpListener, agent: Arc<Agent>, expected: String)
     }
     agent.prompts.close();
     agent.conns.close();
-    let bound = agent.cfg.kill_grace + Duration::from_secs(1);
-    if tokio::time::timeout(bound, agent.prompts.wait())
-        .await
-        .is_err()
-    {
+    if !agent.prompts_ended().await {
         tracing::warn!(
             running = agent.prompts.len(),
             "stopping with prompts still running after the kill grace"
@@ -257,8 +264,7 @@ async fn serve(tcp: TcpStream, agent: Arc<Agent>, expected: String) -> Result<()
             () = agent.shutdown.cancelled() => {
                 // Stopping: the running prompts end cancelled first, and say so on this
                 // connection while it is still attached.
-                let bound = agent.cfg.kill_grace + Duration::from_secs(1);
-                let _ = tokio::time::timeout(bound, agent.prompts.wait()).await;
+                agent.prompts_ended().await;
                 break;
             }
             f = stream.next() => f,

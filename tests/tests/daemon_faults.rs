@@ -31,6 +31,50 @@ fn results(rec: &Recorder, prefix: &str) -> usize {
         .count()
 }
 
+/// The chat actions whose text mentions `words` (a notice, a tool message's edit).
+fn mentioning(rec: &Recorder, words: &str) -> Vec<chat_bridge_tests::recorder::Call> {
+    rec.calls()
+        .into_iter()
+        .filter(|c| format!("{c:?}").contains(words))
+        .collect()
+}
+
+/// Starts `command` on a bridge built from `cfg` and stops that bridge once the command's message
+/// is posted: its turn stays open in the store, and the agent runs the command on.
+async fn stopped_mid_command(
+    cfg: &chat_bridge::config::Config,
+    rec: &Arc<Recorder>,
+    command: &str,
+) {
+    let app = Application::build(cfg, rec.clone()).await.expect("build");
+    app.core
+        .accept(console::inbound(command))
+        .await
+        .expect("accept");
+    rec.wait_for("the running tool message", |r| !r.posts().is_empty())
+        .await;
+    app.shutdown().await;
+}
+
+/// The store holds the one call, completed, and its turn ended.
+async fn stored_completed_once(store: &chat_bridge::store::Store) {
+    let mut c = store.conn().await.expect("conn");
+    let conv = history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    assert_eq!(calls.len(), 1, "the result is stored once");
+    assert_eq!(calls[0].status, "completed");
+    let t = &turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns")[0];
+    assert_eq!(t.status, "ended", "the turn completed, not interrupted");
+}
+
 on_both! {
     async fn q2_a_cut_connection_mid_command_reconnects_within_5s_and_delivers_the_result_once(db) {
         chat_bridge_tests::init_tracing();
@@ -57,14 +101,7 @@ on_both! {
         assert_eq!(results(&rec, "✅ sleep 2; echo once"), 1, "delivered once: {:#?}", rec.calls());
         assert!(rec.latest().iter().any(|(_, m)| m.code.as_deref().is_some_and(|c| c.contains("once"))));
         assert!(rec.with_tone(Tone::Error).is_empty(), "no error notice: {:#?}", rec.calls());
-        let mut c = app.store.conn().await.expect("conn");
-        let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
-        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
-        assert_eq!(calls.len(), 1, "the result is stored once");
-        assert_eq!(calls[0].status, "completed");
-        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
-        assert_eq!(t.status, "ended", "the turn completed normally");
-        drop(c);
+        stored_completed_once(&app.store).await;
         app.shutdown().await;
         agent.shutdown().await;
     }
@@ -85,11 +122,7 @@ on_both! {
         cfg.daemon.url = Some(agent.url());
         cfg.daemon.token = Some(agent.token().into());
         let rec = Arc::new(Recorder::default());
-        let app = Application::build(&cfg, rec.clone()).await.expect("build");
-        app.core.accept(console::inbound("sleep 1; echo resumed-once")).await.expect("accept");
-        rec.wait_for("the running tool message", |r| !r.posts().is_empty()).await;
-        // Stopped mid-command: the turn stays open in the store; the agent runs the command on.
-        app.shutdown().await;
+        stopped_mid_command(&cfg, &rec, "sleep 1; echo resumed-once").await;
 
         let proxy = Proxy::cutting_at(agent.addr(), "session/load").await;
         cfg.daemon.url = Some(format!("ws://{}/acp", proxy.addr));
@@ -97,21 +130,10 @@ on_both! {
         settle(&app).await;
         assert!(proxy.has_cut(), "the first session/load was cut off on the way");
         assert!(proxy.accepted().len() >= 2, "the bridge connected again");
-        let lost: Vec<_> = rec
-            .calls()
-            .into_iter()
-            .filter(|c| format!("{c:?}").contains("no longer has it"))
-            .collect();
+        let lost = mentioning(&rec, "no longer has it");
         assert!(lost.is_empty(), "not reported as lost: {lost:#?}");
         assert_eq!(results(&rec, "✅ sleep 1; echo resumed-once"), 1, "the result shown once: {:#?}", rec.calls());
-        let mut c = app.store.conn().await.expect("conn");
-        let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
-        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
-        assert_eq!(calls.len(), 1, "the result is stored once");
-        assert_eq!(calls[0].status, "completed");
-        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
-        assert_eq!(t.status, "ended", "the turn completed, not interrupted");
-        drop(c);
+        stored_completed_once(&app.store).await;
         app.shutdown().await;
         agent.shutdown().await;
     }
@@ -136,11 +158,7 @@ on_both! {
         cfg.liveness.reconnect_grace = Duration::from_secs(2);
         cfg.liveness.progress_flush = Duration::from_millis(100);
         let rec = Arc::new(Recorder::default());
-        let app = Application::build(&cfg, rec.clone()).await.expect("build");
-        app.core.accept(console::inbound("sleep 4; echo after-the-cut")).await.expect("accept");
-        rec.wait_for("the running tool message", |r| !r.posts().is_empty()).await;
-        // Stopped mid-command: the turn stays open in the store; the agent runs the command on.
-        app.shutdown().await;
+        stopped_mid_command(&cfg, &rec, "sleep 4; echo after-the-cut").await;
         let beats = |store: chat_bridge::store::Store| async move {
             let mut c = store.conn().await.expect("conn");
             let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
@@ -160,21 +178,10 @@ on_both! {
         proxy.cut();
         settle(&app).await;
         assert!(proxy.accepted().len() >= 2, "the bridge connected again");
-        let interrupted: Vec<_> = rec
-            .calls()
-            .into_iter()
-            .filter(|c| format!("{c:?}").contains("interrupted"))
-            .collect();
+        let interrupted = mentioning(&rec, "interrupted");
         assert!(interrupted.is_empty(), "not reported as interrupted: {interrupted:#?}");
         assert_eq!(results(&rec, "✅ sleep 4; echo after-the-cut"), 1, "the result shown once: {:#?}", rec.calls());
-        let mut c = app.store.conn().await.expect("conn");
-        let conv = history::list(&mut c, &Default::default()).await.expect("list").items.remove(0);
-        let calls = tool_calls::of_conversation(&mut c, &conv.id).await.expect("calls");
-        assert_eq!(calls.len(), 1, "the result is stored once");
-        assert_eq!(calls[0].status, "completed");
-        let t = &turns::of_conversation(&mut c, &conv.id).await.expect("turns")[0];
-        assert_eq!(t.status, "ended", "the turn completed, not interrupted");
-        drop(c);
+        stored_completed_once(&app.store).await;
         app.shutdown().await;
         agent.shutdown().await;
     }

@@ -115,6 +115,25 @@ async fn shell_agent_cancel_is_cancelled_and_the_turn_stops_cancelled_like_qwen(
     rig.agent.shutdown().await;
 }
 
+/// The events up to and including the first that `last` picks (10 s for each).
+async fn events_until(
+    events: &mut EventStream,
+    last: impl Fn(&DaemonEvent) -> bool,
+) -> Vec<DaemonEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("events within 10 s")
+            .expect("open");
+        let done = last(&e);
+        seen.push(e);
+        if done {
+            return seen;
+        }
+    }
+}
+
 /// Stopped (SIGTERM, Ctrl-C, or the bridge's built-in agent at shutdown) while a command runs, the
 /// agent cancels it and tells the client before the connection closes — the call `cancelled`, the
 /// prompt ending `cancelled` — as qwen does when it is stopped. It used to close the connection
@@ -133,30 +152,12 @@ async fn shell_agent_stopped_mid_command_reports_it_cancelled_before_closing_lik
         let (client, session) = (client.clone(), session.clone());
         async move { client.prompt(&session, "sleep 30").await }
     });
-    let mut seen = Vec::new();
-    loop {
-        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("events within 10 s")
-            .expect("open");
-        let started = matches!(e, DaemonEvent::ToolProgress { .. });
-        seen.push(e);
-        if started {
-            break;
-        }
-    }
+    let mut seen = events_until(&mut events, |e| {
+        matches!(e, DaemonEvent::ToolProgress { .. })
+    })
+    .await;
     let stopping = tokio::spawn(agent.shutdown());
-    loop {
-        let e = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("events within 10 s")
-            .expect("open");
-        let done = matches!(e, DaemonEvent::TurnEnded { .. });
-        seen.push(e);
-        if done {
-            break;
-        }
-    }
+    seen.extend(events_until(&mut events, |e| matches!(e, DaemonEvent::TurnEnded { .. })).await);
     let stop = tokio::time::timeout(Duration::from_secs(10), prompt)
         .await
         .expect("the prompt answered")
