@@ -2147,6 +2147,124 @@ async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answer
     db.cleanup().await;
 }
 
+/// P2, D1: a command's turn ends with its result — the shell agent sends the result and the
+/// prompt's end back to back — and when both wait in the conversation's mailbox they are written
+/// as one statement (one commit, not two: at 10,000 sessions the commits bound the results'
+/// latency). Cut while it waits, that statement leaves nothing written, and the result and the
+/// turn's end are then written one by one, each once: one result in the thread, one transcript
+/// line, the turn ended. (A `/status` held at its write keeps the conversation busy while the
+/// command finishes, so both frames are waiting when it takes the result.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_that_is_cut() {
+    use chat_bridge::store::transcript;
+    use sqlx::Connection;
+    let (db, dir, rec, app) = on_postgres().await;
+    let name = db.url.rsplit('/').next().expect("database name").to_owned();
+    let ran = dir.path().join("ran");
+    let command = format!("sleep 1; touch {}; echo paired-once", ran.display());
+    app.core
+        .accept(console::inbound(&command))
+        .await
+        .expect("accept");
+    rec.wait_for("the command's running message", |r| {
+        r.posts().iter().any(|(_, m)| m.tone == Tone::Running)
+    })
+    .await;
+    // The conversation busy with a `/status` that waits for the transcript's table while the
+    // command finishes: its result and the prompt's end queue behind it.
+    let mut transcript_held = hold_table(&db.url, "transcript").await;
+    app.core
+        .accept(console::inbound("/status"))
+        .await
+        .expect("accept");
+    waits_on_a_lock(&name).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ran.exists() {
+        assert!(std::time::Instant::now() < deadline, "the command ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The agent sends the result and the prompt's end as the command exits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Writes to the turns' table held (reads pass), then the `/status` let go: the statement
+    // that ends the turn waits where it can be seen and cut.
+    let mut turns_held = sqlx::AnyConnection::connect(&db.url)
+        .await
+        .expect("connect");
+    for statement in ["BEGIN", "LOCK TABLE turns IN EXCLUSIVE MODE"] {
+        sqlx::query(statement)
+            .execute(&mut turns_held)
+            .await
+            .expect("hold the turns' writes");
+    }
+    sqlx::query("COMMIT")
+        .execute(&mut transcript_held)
+        .await
+        .expect("let the transcript go");
+    let cut = cut_the_waiting(&name, &mut turns_held).await;
+    assert!(
+        cut.iter()
+            .any(|q| q.contains("UPDATE tool_calls") && q.contains("UPDATE turns")),
+        "the result and the turn's end were one statement: {cut:#?}"
+    );
+    settle(&app).await;
+    let results = rec
+        .latest()
+        .iter()
+        .filter(|(_, m)| m.tone == Tone::Success && m.title.contains("paired-once"))
+        .count();
+    assert_eq!(results, 1, "one result: {:#?}", rec.calls());
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let turns = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
+    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
+    assert_eq!(turns[0].status, "ended");
+    let finished = transcript::list(&mut c, &conv.id)
+        .await
+        .expect("transcript")
+        .into_iter()
+        .filter(|e| e.kind == "tool_finished")
+        .count();
+    assert_eq!(finished, 1, "the result recorded once");
+    drop(c);
+    app.shutdown().await;
+    for held in [transcript_held, turns_held] {
+        held.close().await.expect("close");
+    }
+    db.cleanup().await;
+}
+
+/// Waits until a backend of database `name` waits on a lock.
+async fn waits_on_a_lock(name: &str) {
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    let waiting = format!(
+        "SELECT pid FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let found: Vec<(i32,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+            .fetch_all(admin.statements())
+            .await
+            .expect("pg_stat_activity");
+        if !found.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "something waited on the held table"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.close().await;
+}
+
 /// A connection to `url` holding `table` locked in a transaction: what needs the table waits.
 async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
     use sqlx::Connection;
@@ -2164,34 +2282,36 @@ async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
 }
 
 /// Terminates the backends of database `name` that wait on a lock (as `pg_terminate_backend` by an
-/// operator or a failover does), once one does, then lets `holder`'s lock go.
-async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) {
+/// operator or a failover does), once one does, then lets `holder`'s lock go. Returns the
+/// statements they were running.
+async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) -> Vec<String> {
     let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
         .await
         .expect("admin");
     let waiting = format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+        "SELECT query, pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let cut: Vec<(bool,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+    let cut = loop {
+        let cut: Vec<(String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
             .fetch_all(admin.statements())
             .await
             .expect("terminate");
         if !cut.is_empty() {
-            break;
+            break cut;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "something waited on the held table"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
     admin.close().await;
     sqlx::query("COMMIT")
         .execute(&mut *holder)
         .await
         .expect("commit");
+    cut.into_iter().map(|(query, _)| query).collect()
 }
 
 /// D6 (an outside tester's finding): a turn taken back after a restart whose session the agent no

@@ -290,7 +290,7 @@ on_both! {
         let edit = NewAction { conversation_id: &conv, kind: Kind::Edit, coalesce_key: Some("tool:s/call_1"), action: r#"{"edit":1}"# };
         macro_rules! write {
             ($row:expr) => {
-                tool_calls::finish_with_result(&mut c, &conv, "s/call_1", &$row, &finish, 3, Some(r#"{"lines":2}"#), &entry, &edit, T0 + 10).await
+                tool_calls::finish_with_result(&mut c, &conv, "s/call_1", &$row, &finish, 3, Some(r#"{"lines":2}"#), &entry, &edit, None, T0 + 10).await
             };
         }
         if db.store.backend() == Backend::Sqlite {
@@ -317,6 +317,41 @@ on_both! {
         assert_eq!((rows(&db.store, "transcript", &conv).await, rows(&db.store, "outbox", &conv).await), (2, 1));
         let untouched = tool_calls::get(&mut c, &other).await.expect("get").expect("row");
         assert_eq!(untouched.status, "running");
+    }
+
+    async fn p2_a_result_and_its_turns_end_are_one_statement_the_end_only_with_the_result(db) {
+        // A command's turn that ends with its result: the result's one statement closes the turn
+        // too (one commit for both) — and only when it writes the result: a replay, or a row it
+        // does not name, leaves the turn as it was.
+        if db.store.backend() == Backend::Sqlite {
+            return; // SQLite's WITH takes no UPDATE: the runner writes both in one transaction there.
+        }
+        let conv = conversation(&db.store, "1.1").await;
+        let mut c = db.store.conn().await.expect("conn");
+        let turn = turns::start(&mut c, &conv, "make", "U1", T0).await.expect("turn");
+        let id = tool_calls::start(&mut c, &conv, Some(&turn.id), "s/call_1", "make", Some("execute"), T0).await.expect("start");
+        let other = tool_calls::start(&mut c, &conv, None, "s/call_9", "ls", None, T0).await.expect("start");
+        let finish = tool_calls::Finish { outcome: "completed", summary: Some("exit 0"), output: "built\n", exit_code: Some(0), signal: None };
+        let entry = NewEntry { turn_id: Some(&turn.id), kind: "tool_finished", actor: Some("agent"), body: "exit 0", tool_call_id: Some(&id) };
+        let edit = NewAction { conversation_id: &conv, kind: Kind::Edit, coalesce_key: Some("tool:s/call_1"), action: r#"{"edit":1}"# };
+        let end = turns::Ending { status: "ended", stop_reason: Some("end_turn"), end_cause: None, answer: None };
+        macro_rules! write {
+            ($row:expr, $call:expr) => {
+                tool_calls::finish_with_result(&mut c, &conv, $call, &$row, &finish, 0, None, &entry, &edit, Some((&turn.id, &end)), T0 + 10).await
+            };
+        }
+        let status = |turns: Vec<turns::Turn>| turns.into_iter().map(|t| (t.status, t.stop_reason, t.ended_at)).collect::<Vec<_>>();
+        // Nothing to write (a row the id does not name): the turn stays open.
+        assert_eq!(write!(other, "s/call_1").expect("write"), None);
+        assert_eq!(status(turns::of_conversation(&mut c, &conv).await.expect("turns")), [("open".to_owned(), None, None)]);
+        assert_eq!(write!(id, "s/call_1").expect("write").as_deref(), Some(id.as_str()));
+        let row = tool_calls::get(&mut c, &id).await.expect("get").expect("row");
+        assert_eq!(row.status, "completed");
+        assert_eq!(status(turns::of_conversation(&mut c, &conv).await.expect("turns")), [("ended".to_owned(), Some("end_turn".to_owned()), Some(T0 + 10))]);
+        assert_eq!((rows(&db.store, "transcript", &conv).await, rows(&db.store, "outbox", &conv).await), (1, 1));
+        // A replay writes nothing, and an ended turn is not ended again.
+        assert_eq!(write!(id, "s/call_1").expect("write"), None);
+        assert_eq!((rows(&db.store, "transcript", &conv).await, rows(&db.store, "outbox", &conv).await), (1, 1));
     }
 
     async fn p2_a_delivery_is_recorded_with_the_next_claim_as_one_statement_on_postgres(db) {
@@ -1212,6 +1247,7 @@ async fn d1_a_write_that_returns_a_row_is_done_only_once_the_statement_has_finis
         None,
         &entry,
         &edit,
+        None,
         T0 + 10,
     )
     .await;

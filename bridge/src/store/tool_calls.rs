@@ -286,8 +286,10 @@ impl<T: BindExt> FinishArgs for T {}
 /// `tool_call_id` is the call's) and the chat `action` queued — what the result's transaction
 /// wrote in five round trips (`BEGIN`, three statements, `COMMIT`), with the same atomicity: one
 /// statement commits whole or not at all. Returns the id; `None` when that row is not running (a
-/// replay, or not the row `id` names) and nothing was written. PostgreSQL only: SQLite's `WITH`
-/// takes no `UPDATE`/`INSERT`.
+/// replay, or not the row `id` names) and nothing was written. With `ending`, the turn it names is
+/// closed in the same statement as [`super::turns::finish`] closes it — only when the result is
+/// written (a command's turn that ends with its result: one commit for both). PostgreSQL only:
+/// SQLite's `WITH` takes no `UPDATE`/`INSERT`.
 ///
 /// # Errors
 /// Database errors.
@@ -302,9 +304,48 @@ pub async fn finish_with_result(
     last_progress: Option<&str>,
     entry: &super::transcript::NewEntry<'_>,
     action: &super::outbox::NewAction<'_>,
+    ending: Option<(&str, &super::turns::Ending<'_>)>,
     now: i64,
 ) -> Result<Option<String>> {
-    let row: Option<(String,)> = sqlx::query_as(
+    let query = if ending.is_some() {
+        result_sql!(
+            ", e AS (
+             UPDATE turns SET status = $20, stop_reason = $21, end_cause = $22, answer = $23, ended_at = $8
+             WHERE id = $19 AND status = 'open' AND EXISTS (SELECT 1 FROM f)
+         )"
+        )
+    } else {
+        result_sql!("")
+    };
+    let statement = sqlx::query_as::<_, (String,)>(query)
+        .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
+        .arg(id)
+        .arg(entry.turn_id)
+        .arg(entry.kind)
+        .arg(entry.actor)
+        .arg(entry.body)
+        .arg(action.kind.as_str())
+        .arg(action.coalesce_key)
+        .arg(Json(action.action));
+    let row: Option<(String,)> = match ending {
+        Some((turn, end)) => {
+            statement
+                .arg(turn)
+                .arg(end.status)
+                .arg(end.stop_reason)
+                .arg(end.end_cause)
+                .arg(end.answer)
+                .first(c)
+                .await?
+        }
+        None => statement.first(c).await?,
+    };
+    Ok(row.map(|r| r.0))
+}
+
+/// [`finish_with_result`]'s statement, with `$also` (more common table expressions) after its own.
+macro_rules! result_sql {
+    ($also:literal) => {
         concat!(
             "WITH f AS (",
             finish_sql!(" AND id = $11"),
@@ -316,23 +357,13 @@ pub async fn finish_with_result(
          ), o AS (
              INSERT INTO outbox (conversation_id, kind, coalesce_key, action, status, attempts, next_attempt_at, created_at)
              SELECT $1, $16, $17, $18, 'pending', 0, $8, $8 FROM f
-         )
-         SELECT id FROM f"
-        ),
-    )
-    .args_finish(conversation, call_id, f, now, heartbeats, last_progress)
-    .arg(id)
-    .arg(entry.turn_id)
-    .arg(entry.kind)
-    .arg(entry.actor)
-    .arg(entry.body)
-    .arg(action.kind.as_str())
-    .arg(action.coalesce_key)
-    .arg(Json(action.action))
-    .first(c)
-    .await?;
-    Ok(row.map(|r| r.0))
+         )",
+            $also,
+            " SELECT id FROM f"
+        )
+    };
 }
+use result_sql;
 
 /// One call by our id, with its full output.
 ///

@@ -14,6 +14,7 @@ use crate::conversation::tools::{ToolState, Tools};
 use crate::core::keys::{ButtonValue, MessageKey};
 use crate::core::{ProgressWrite, render, write_progress};
 use crate::store::transcript::NewEntry;
+use crate::store::turns::Ending;
 use crate::store::{Result, StoreError, Tx, now_ms, permissions, tool_calls};
 
 /// What a tool's result writes to its call's row and transcript, whichever way it is written.
@@ -146,6 +147,12 @@ impl Runner {
             self.state.tool_undone(call, tool);
             return Err(e);
         }
+        self.tool_took(&result, took);
+        Ok(())
+    }
+
+    /// A finished call's duration, for the histogram.
+    pub(super) fn tool_took(&self, result: &ToolResult, took: Option<std::time::Duration>) {
         if let Some(took) = took {
             metrics::histogram!(
                 "chatbridge_tool_duration_seconds",
@@ -153,7 +160,6 @@ impl Runner {
             )
             .record(took.as_secs_f64());
         }
-        Ok(())
     }
 
     /// Calls of this conversation's ended turns that the store still has running (the turn ended
@@ -223,6 +229,27 @@ impl Runner {
         tool: Option<&ToolState>,
         took: Option<std::time::Duration>,
     ) -> Result<()> {
+        self.write_tool_result_in(None, None, call, turn_id, result, tool, took)
+            .await
+            .map(|_| ())
+    }
+
+    /// [`Runner::write_tool_result`], in `within` when given: then nothing is committed (the
+    /// caller commits it with the rest of its step and counts the result written) and the call's
+    /// stored id is returned, `None` when it was recorded already (a replay). With `ending` (and
+    /// no `within`) the result is written only as one statement that also closes its turn
+    /// (`turn_id`) so: `None` when that does not apply, and then nothing is written.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn write_tool_result_in(
+        &mut self,
+        within: Option<&mut Tx>,
+        ending: Option<&Ending<'_>>,
+        call: &ToolCallId,
+        turn_id: &str,
+        result: &ToolResult,
+        tool: Option<&ToolState>,
+        took: Option<std::time::Duration>,
+    ) -> Result<Option<String>> {
         let scoped = self.state.scoped(call);
         let title = tool.map_or_else(|| "tool".to_owned(), |t| t.title.clone());
         let kept_summary = result.summary.as_deref().map(|s| self.kept(s));
@@ -249,13 +276,23 @@ impl Runner {
             progress: progress.as_deref(),
             line: &self.kept(&summary),
         };
-        if self
-            .write_tool_result_at_once(&scoped, turn_id, result, tool, took, &row)
-            .await?
-        {
-            return Ok(());
-        }
-        let mut tx = self.begin().await?;
+        let mut own = None;
+        let tx = match within {
+            Some(tx) => tx,
+            None => {
+                let ending = ending.map(|e| (turn_id, e));
+                if self
+                    .write_tool_result_at_once(&scoped, turn_id, result, tool, took, &row, ending)
+                    .await?
+                {
+                    return Ok(tool.and_then(|t| t.stored_id.clone()));
+                }
+                if ending.is_some() {
+                    return Ok(None);
+                }
+                own.insert(self.begin().await?)
+            }
+        };
         if tool.is_none() {
             // Started before a restart, or never announced: make sure the row exists.
             tool_calls::start(
@@ -281,7 +318,7 @@ impl Runner {
         .await?
         else {
             // Already recorded (a replay): the thread already shows it.
-            return Ok(());
+            return Ok(None);
         };
         let title = match tool {
             Some(_) => title,
@@ -290,7 +327,7 @@ impl Runner {
                 .map_or(title, |t| t.title),
         };
         self.record(
-            &mut tx,
+            tx,
             Some(turn_id),
             "tool_finished",
             "agent",
@@ -303,15 +340,13 @@ impl Runner {
         // No edit of the message can wait in the outbox when none was queued since its post in
         // this process: the result's edit is queued without looking for one to replace.
         let replaces = tool.is_none_or(|t| t.edits_queued);
-        self.enqueue_as(
-            &mut tx,
-            &effects::edit(&self.target, &key, msg, false),
-            replaces,
-        )
-        .await?;
-        self.commit(tx).await?;
-        self.result_written(result, &db_id);
-        Ok(())
+        self.enqueue_as(tx, &effects::edit(&self.target, &key, msg, false), replaces)
+            .await?;
+        if let Some(tx) = own {
+            self.commit(tx).await?;
+            self.result_written(result, &db_id);
+        }
+        Ok(Some(db_id))
     }
 
     /// [`Runner::write_tool_result`] as one statement on PostgreSQL, for the usual result: a call
@@ -320,6 +355,7 @@ impl Runner {
     /// CPU goes more to round trips than to the statements' work (P2). `false` when it does not
     /// apply or wrote nothing (a replay of a finished call): the transaction then does what it
     /// always did.
+    #[allow(clippy::too_many_arguments)]
     async fn write_tool_result_at_once(
         &mut self,
         scoped: &str,
@@ -328,6 +364,7 @@ impl Runner {
         tool: Option<&ToolState>,
         took: Option<std::time::Duration>,
         row: &ResultRow<'_>,
+        ending: Option<(&str, &Ending<'_>)>,
     ) -> Result<bool> {
         let Some(t) = tool else { return Ok(false) };
         let Some(db_id) = t.stored_id.as_deref() else {
@@ -366,6 +403,7 @@ impl Runner {
             row.progress,
             &entry,
             &queued,
+            ending,
             now_ms(),
         )
         .await?;
@@ -403,7 +441,7 @@ impl Runner {
     }
 
     /// Counted and logged once a tool's result is written.
-    fn result_written(&self, result: &ToolResult, db_id: &str) {
+    pub(super) fn result_written(&self, result: &ToolResult, db_id: &str) {
         metrics::counter!(
             "chatbridge_tool_results_total",
             self.core.labels(&[("outcome", result.outcome.as_str())])

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use daemon_client::{PermissionOutcome, Stall, StopReason};
+use daemon_client::{PermissionOutcome, Stall, StopReason, ToolCallId, ToolResult};
 use tokio::time::Instant;
 
 use super::Runner;
@@ -11,12 +11,13 @@ use crate::channel::{ChatAction, Tone};
 use crate::conversation::approvals::{self, Pending};
 use crate::conversation::effects;
 use crate::conversation::event::{Event, PromptEnd, ToolOutcome, TurnStatus};
+use crate::conversation::tools::ToolState;
 use crate::conversation::turn::{TurnState, stall_text};
 use crate::core::access::Act;
 use crate::core::keys::MessageKey;
 use crate::core::{ConvMsg, Core, lock, render};
 use crate::store::turns::{self, Ending, Turn};
-use crate::store::{Result, conversations, now_ms, permissions, tool_calls};
+use crate::store::{Result, Tx, conversations, now_ms, permissions, tool_calls};
 
 /// Why approvals are closed unanswered: the outcome stored, the heading and line their message
 /// shows.
@@ -54,7 +55,7 @@ impl Runner {
         let ending = turn.ending(stop.as_ref(), forced);
         let status = ending.status.as_str();
         if let Err(e) = self
-            .write_ending(&turn, &ending, stop.as_ref(), &unanswered)
+            .write_ending(None, &turn, &ending, stop.as_ref(), &unanswered)
             .await
         {
             // Nothing of the ending was written: the turn and its questions stay as they were, so
@@ -64,6 +65,150 @@ impl Runner {
             self.state.approvals.ask_again(unanswered);
             return Err(e);
         }
+        self.turn_ended(turn, status, unanswered).await
+    }
+
+    /// A tool's result and its turn's end, taken from the mailbox together (the daemon sent them
+    /// back to back: a command's turn ends with its result), written in ONE transaction — one
+    /// commit, not two, for the usual end of a command's turn (P2: at 10,000 sessions the
+    /// commits' WAL flushes bound the results' latency). `None`, with nothing changed, when it
+    /// does not apply (the result is not the turn's) or the transaction failed: the caller then
+    /// carries out the two steps one after the other as always, each retried on its own (D1–D3;
+    /// a commit whose outcome is unknown is found done by those steps, as by their own retries).
+    /// Otherwise what became of what follows the written ending (the next queued prompt's start),
+    /// which the caller retries as `end_turn`'s retry would.
+    pub(super) async fn finish_and_end(
+        &mut self,
+        call: &ToolCallId,
+        result: &ToolResult,
+        stop: &StopReason,
+    ) -> Option<Result<()>> {
+        if !self
+            .state
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.tools.contains_key(call))
+        {
+            return None;
+        }
+        let tool = self
+            .state
+            .tool_done(call, ToolOutcome::from(result.outcome));
+        let took = tool.as_ref().and_then(ToolState::took);
+        // As `end_turn`: the counts of calls still running go to the progress writer first.
+        self.flush_progress(true);
+        let turn = self.state.turn.take()?;
+        let unanswered = self.state.approvals.take_all();
+        let ending = turn.ending(Some(stop), None);
+        let turn_id = turn.row.id.clone();
+        // The usual end of a command's turn changes only the turn's row: on PostgreSQL the result's
+        // one statement closes it too.
+        let marks = self.ending_marks(&turn, &ending);
+        if self.core.store.backend() == crate::store::Backend::Postgres
+            && self.only_the_row(&turn, &marks, &unanswered)
+        {
+            let row = Ending {
+                status: ending.status.as_str(),
+                stop_reason: Some(stop.as_str()),
+                end_cause: ending.end_cause,
+                answer: None,
+            };
+            let once = self
+                .write_tool_result_in(
+                    None,
+                    Some(&row),
+                    call,
+                    &turn_id,
+                    result,
+                    tool.as_ref(),
+                    took,
+                )
+                .await;
+            match once {
+                // Counted and logged as written by the statement's own path.
+                Ok(Some(_)) => {
+                    self.tool_took(result, took);
+                    return Some(
+                        self.turn_ended(turn, ending.status.as_str(), unanswered)
+                            .await,
+                    );
+                }
+                // It does not apply here: the transaction below.
+                Ok(None) => {}
+                Err(e) => {
+                    self.put_back(e, turn, unanswered, call, tool);
+                    return None;
+                }
+            }
+        }
+        let written = match self.begin().await {
+            Ok(mut tx) => {
+                let db_id = self
+                    .write_tool_result_in(
+                        Some(&mut tx),
+                        None,
+                        call,
+                        &turn_id,
+                        result,
+                        tool.as_ref(),
+                        took,
+                    )
+                    .await;
+                match db_id {
+                    Ok(db_id) => match self
+                        .write_ending(Some(&mut tx), &turn, &ending, Some(stop), &unanswered)
+                        .await
+                    {
+                        Ok(()) => self.commit(tx).await.map(|()| db_id),
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(db_id) => {
+                self.tool_took(result, took);
+                if let Some(db_id) = db_id {
+                    self.result_written(result, &db_id);
+                }
+                Some(
+                    self.turn_ended(turn, ending.status.as_str(), unanswered)
+                        .await,
+                )
+            }
+            Err(e) => {
+                self.put_back(e, turn, unanswered, call, tool);
+                None
+            }
+        }
+    }
+
+    /// [`Runner::finish_and_end`] wrote nothing: the state is put back as it was before both
+    /// steps, for them to be carried out one by one.
+    fn put_back(
+        &mut self,
+        e: crate::store::StoreError,
+        turn: TurnState,
+        unanswered: Vec<Pending>,
+        call: &ToolCallId,
+        tool: Option<ToolState>,
+    ) {
+        tracing::debug!(conversation = %self.conv.id, error = %e, "result and turn end not written together; writing them one by one");
+        self.state.turn = Some(turn);
+        self.state.approvals.ask_again(unanswered);
+        self.state.tool_undone(call.clone(), tool);
+    }
+
+    /// What follows a turn's ending once it is written: its questions answered "cancelled", its
+    /// calls still running kept, and the next queued prompt started.
+    pub(super) async fn turn_ended(
+        &mut self,
+        turn: TurnState,
+        status: &str,
+        unanswered: Vec<Pending>,
+    ) -> Result<()> {
         self.answer_cancelled(unanswered).await;
         tracing::info!(conversation = %self.conv.id, turn = %turn.row.id, %status, "turn ended");
         // Calls it never saw finish may still: their results then finish their messages.
@@ -80,9 +225,11 @@ impl Runner {
     }
 
     /// The turn's ending, in one transaction: the row, its unanswered questions' messages, the
-    /// answer (recorded and posted) and the person's mark.
-    async fn write_ending(
+    /// answer (recorded and posted) and the person's mark. In `within` when given, uncommitted:
+    /// the caller commits it with the rest of its step.
+    pub(super) async fn write_ending(
         &mut self,
+        within: Option<&mut Tx>,
         turn: &TurnState,
         ending: &crate::conversation::turn::Ending,
         stop: Option<&StopReason>,
@@ -96,18 +243,8 @@ impl Runner {
             end_cause: ending.end_cause,
             answer: (!answer.is_empty()).then_some(&*kept_answer),
         };
-        let marks: Vec<ChatAction> = turn
-            .user_message
-            .iter()
-            .chain(&turn.merged_messages)
-            .flat_map(|id| effects::outcome_marks(&self.target, id, ending.mark))
-            .collect();
-        if answer.is_empty()
-            && marks.is_empty()
-            && unanswered.is_empty()
-            && !self.state.abandon_session
-            && self.state.marks.is_empty()
-        {
+        let marks = self.ending_marks(turn, ending);
+        if within.is_none() && self.only_the_row(turn, &marks, unanswered) {
             // Only the turn's row changes: one statement, atomic on its own, not a transaction's
             // three round trips (P2: a command's turn that ends without text, on a chat without
             // reactions).
@@ -115,7 +252,11 @@ impl Runner {
             turns::finish(&mut c, &turn.row.id, &row, now_ms()).await?;
             return Ok(());
         }
-        let mut tx = self.begin().await?;
+        let mut own = None;
+        let tx = match within {
+            Some(tx) => tx,
+            None => own.insert(self.begin().await?),
+        };
         turns::finish(tx.conn(), &turn.row.id, &row, now_ms()).await?;
         if self.state.abandon_session {
             // D6: the session holds the interrupted prompt, which the daemon would fold into the
@@ -123,11 +264,10 @@ impl Runner {
             // new session too.
             conversations::forget_session(tx.conn(), &self.conv.id, now_ms()).await?;
         }
-        self.close_unanswered(&mut tx, unanswered, TURN_ENDED)
-            .await?;
+        self.close_unanswered(tx, unanswered, TURN_ENDED).await?;
         if !answer.is_empty() {
             self.record(
-                &mut tx,
+                tx,
                 Some(&turn.row.id),
                 "answer",
                 "agent",
@@ -161,12 +301,38 @@ impl Runner {
                     (0, None) => MessageKey::Answer(turn.row.id.clone()),
                     (n, _) => MessageKey::AnswerPart(turn.row.id.clone(), n + 1),
                 };
-                self.enqueue(&mut tx, &effects::post(&self.target, &key, msg))
+                self.enqueue(tx, &effects::post(&self.target, &key, msg))
                     .await?;
             }
         }
-        self.enqueue_all(&mut tx, &marks).await?;
-        self.commit(tx).await
+        self.enqueue_all(tx, &marks).await?;
+        match own {
+            Some(tx) => self.commit(tx).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The marks a turn's ending puts on the person's messages.
+    fn ending_marks(
+        &self,
+        turn: &TurnState,
+        ending: &crate::conversation::turn::Ending,
+    ) -> Vec<ChatAction> {
+        turn.user_message
+            .iter()
+            .chain(&turn.merged_messages)
+            .flat_map(|id| effects::outcome_marks(&self.target, id, ending.mark))
+            .collect()
+    }
+
+    /// Whether a turn's ending changes only its row: no answer, no marks, no questions to close,
+    /// no session to let go and no inbox entry to mark.
+    fn only_the_row(&self, turn: &TurnState, marks: &[ChatAction], unanswered: &[Pending]) -> bool {
+        turn.answer.trim().is_empty()
+            && marks.is_empty()
+            && unanswered.is_empty()
+            && !self.state.abandon_session
+            && self.state.marks.is_empty()
     }
 
     /// Starts the first queued prompt whose author may still prompt here (its busy count, taken

@@ -27,6 +27,7 @@ use daemon_client::{DaemonEvent, SessionId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::effects::Effect;
 use super::state::State;
 use crate::channel::Target;
 use crate::core::live::{LiveTool, LiveTurn};
@@ -195,15 +196,36 @@ pub(crate) async fn run(
         };
         active = Instant::now();
         let Some(msg) = msg else { break };
-        let mut beats_only = is_heartbeat(&msg);
-        r.step(msg).await;
         // What is already waiting (a burst of heartbeats) is taken without going back through the
         // timers: one wake-up for the burst.
-        while !stop.is_cancelled()
-            && let Ok(msg) = rx.try_recv()
-        {
+        let mut beats_only = true;
+        let mut next = Some(msg);
+        while let Some(msg) = next.take() {
             beats_only &= is_heartbeat(&msg);
-            r.step(msg).await;
+            match msg {
+                // A command's turn ends with its result: when the turn's end is already waiting
+                // behind it, the two are written together (one commit).
+                ConvMsg::Daemon(first) if matches!(*first, DaemonEvent::ToolFinished { .. }) => {
+                    match rx.try_recv() {
+                        Ok(ConvMsg::Daemon(then))
+                            if matches!(*then, DaemonEvent::TurnEnded { .. }) =>
+                        {
+                            Box::pin(r.step_pair(*first, *then)).await;
+                        }
+                        Ok(other) => {
+                            r.step(ConvMsg::Daemon(first)).await;
+                            next = Some(other);
+                            continue;
+                        }
+                        Err(_) => r.step(ConvMsg::Daemon(first)).await,
+                    }
+                }
+                msg => r.step(msg).await,
+            }
+            if stop.is_cancelled() {
+                break;
+            }
+            next = rx.try_recv().ok();
         }
         // The board is told at once of anything but heartbeats; heartbeats (a count and a time) at
         // most every LIVE_HEARTBEATS_EVERY, so a conversation flooded with them does not rebuild
@@ -241,6 +263,12 @@ impl Runner {
             ConvMsg::Daemon(e) => self.on_daemon_msg(*e).await,
             msg => Box::pin(self.step_other(msg)).await,
         };
+        self.step_done(result);
+    }
+
+    /// A step's outcome: an error logged (the step itself retried what the database's absence
+    /// let it).
+    fn step_done(&self, result: crate::store::Result<()>) {
         if let Err(e) = result {
             if self.core.shutdown.is_cancelled() && e.is_transient() {
                 // Stopping while the database is away: every conversation's pending step ends
@@ -251,6 +279,37 @@ impl Runner {
             } else {
                 tracing::error!(conversation = %self.conv.id, error = %e, "conversation step failed");
             }
+        }
+    }
+
+    /// A tool's result and the turn's end that was waiting behind it: each decided once, in
+    /// order, and — when the result finishes a call of the turn that ends — written in one
+    /// transaction ([`Runner::finish_and_end`]); otherwise carried out one after the other, as two
+    /// steps would be.
+    async fn step_pair(&mut self, first: DaemonEvent, then: DaemonEvent) {
+        let first = self.decide_daemon_event(first);
+        let then = self.decide_daemon_event(then);
+        if let (Some([Effect::FinishTool(call, result)]), Some([Effect::EndTurn(stop)])) =
+            (first.as_deref(), then.as_deref())
+        {
+            let (call, result, stop) = (call.clone(), result.clone(), stop.clone());
+            if let Some(done) = Box::pin(self.finish_and_end(&call, &result, &stop)).await {
+                let done = match done {
+                    Err(e) if e.is_transient() => {
+                        // The ending is written; what follows it is retried as `end_turn`'s retry
+                        // does (it finds the turn ended and starts the next queued prompt).
+                        let (id, stop_all) = (self.conv.id.clone(), self.core.shutdown.clone());
+                        retrying!(id, stop_all, self.end_turn(Some(stop.clone()), None))
+                    }
+                    done => done,
+                };
+                self.step_done(done);
+                return;
+            }
+        }
+        for effects in [first, then].into_iter().flatten() {
+            let done = Box::pin(self.apply_daemon_effects(effects)).await;
+            self.step_done(done);
         }
     }
 
