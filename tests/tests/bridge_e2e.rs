@@ -2239,6 +2239,88 @@ async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_t
     db.cleanup().await;
 }
 
+/// D2 (an outside tester's finding): a statement cut short by the database — `lock_timeout` while
+/// another session holds a table, `statement_timeout`, an operator's `pg_cancel_backend` — leaves
+/// nothing written and can pass, like a lost connection. Taken as refused for good, a command's
+/// result was dropped: its message stayed "running", its call `running` in the store, and the turn
+/// ended ✅ right after, so no restart put it right. The result now waits for the lock and is
+/// written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_is_let_go() {
+    use chat_bridge::store::transcript;
+    use sqlx::Connection;
+    chat_bridge_tests::init_tracing();
+    let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
+    let name = db.url.rsplit('/').next().expect("database name").to_owned();
+    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
+        .await
+        .expect("admin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE {name} SET lock_timeout = '100ms'"
+    )))
+    .execute(admin.statements())
+    .await
+    .expect("lock_timeout");
+    admin.close().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let rec = Arc::new(Recorder::default());
+    let app = Application::build(&config(&db.url, dir.path()), rec.clone())
+        .await
+        .expect("build");
+    app.core
+        .accept(console::inbound("sleep 0.5; echo timed-once"))
+        .await
+        .expect("accept");
+    rec.wait_for("the command's running message", |r| {
+        r.posts().iter().any(|(_, m)| m.tone == Tone::Running)
+    })
+    .await;
+    // The transcript's table held well past the command's end: the result's write meets the
+    // lock timeout again and again.
+    let mut holder = hold_table(&db.url, "transcript").await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .expect("let go");
+    settle(&app).await;
+    let results = rec
+        .latest()
+        .iter()
+        .filter(|(_, m)| m.tone == Tone::Success && m.title.contains("timed-once"))
+        .count();
+    assert_eq!(results, 1, "the result shown once: {:#?}", rec.calls());
+    let mut c = app.store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("calls");
+    assert_eq!(
+        calls.iter().map(|t| t.status.as_str()).collect::<Vec<_>>(),
+        ["completed"]
+    );
+    let finished = transcript::list(&mut c, &conv.id)
+        .await
+        .expect("transcript")
+        .into_iter()
+        .filter(|e| e.kind == "tool_finished")
+        .count();
+    assert_eq!(finished, 1, "the result recorded once");
+    let turns = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
+    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
+    assert_eq!(turns[0].status, "ended");
+    drop(c);
+    app.shutdown().await;
+    holder.close().await.expect("close");
+    db.cleanup().await;
+}
+
 /// Waits until a backend of database `name` waits on a lock.
 async fn waits_on_a_lock(name: &str) {
     let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())

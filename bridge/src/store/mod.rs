@@ -168,10 +168,12 @@ fn transient(e: &sqlx::Error) -> bool {
             // Postgres: connection exceptions (08…), shutting down or starting (57P01–57P03),
             // too many connections, a full disk (53100), a read-only database (25006: a demoted
             // primary during a failover, or `default_transaction_read_only`), a serialization
-            // failure or deadlock (40001, 40P01); SQLite: busy (5), locked (6), a full disk (13)
-            // or an I/O error (10 and its extended codes). A full or read-only database is put
-            // right by an operator or a failover: what waits for the database must not be
-            // dropped meanwhile.
+            // failure or deadlock (40001, 40P01), a statement cancelled — by `statement_timeout`
+            // or an operator's `pg_cancel_backend` (57014) — or a lock not had in `lock_timeout`
+            // (55P03); SQLite: busy (5), locked (6), a full disk (13) or an I/O error (10 and its
+            // extended codes). Each leaves nothing of the statement written. A full or read-only
+            // database is put right by an operator or a failover, a lock by its holder: what
+            // waits for the database must not be dropped meanwhile.
             c.starts_with("08")
                 || matches!(
                     c.as_ref(),
@@ -183,6 +185,8 @@ fn transient(e: &sqlx::Error) -> bool {
                         | "25006"
                         | "40001"
                         | "40P01"
+                        | "57014"
+                        | "55P03"
                         | "5"
                         | "6"
                         | "13"
