@@ -2156,7 +2156,6 @@ async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answer
 /// command finishes, so both frames are waiting when it takes the result.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_that_is_cut() {
-    use chat_bridge::store::transcript;
     use sqlx::Connection;
     let (db, dir, rec, app) = on_postgres().await;
     let name = db.url.rsplit('/').next().expect("database name").to_owned();
@@ -2213,25 +2212,7 @@ async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_t
         .filter(|(_, m)| m.tone == Tone::Success && m.title.contains("paired-once"))
         .count();
     assert_eq!(results, 1, "one result: {:#?}", rec.calls());
-    let mut c = app.store.conn().await.expect("conn");
-    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
-        .await
-        .expect("list")
-        .items
-        .remove(0);
-    let turns = turns::of_conversation(&mut c, &conv.id)
-        .await
-        .expect("turns");
-    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
-    assert_eq!(turns[0].status, "ended");
-    let finished = transcript::list(&mut c, &conv.id)
-        .await
-        .expect("transcript")
-        .into_iter()
-        .filter(|e| e.kind == "tool_finished")
-        .count();
-    assert_eq!(finished, 1, "the result recorded once");
-    drop(c);
+    one_result_stored(&app.store).await;
     app.shutdown().await;
     for held in [transcript_held, turns_held] {
         held.close().await.expect("close");
@@ -2247,7 +2228,6 @@ async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_t
 /// written once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_is_let_go() {
-    use chat_bridge::store::transcript;
     use sqlx::Connection;
     chat_bridge_tests::init_tracing();
     let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
@@ -2290,61 +2270,19 @@ async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_i
         .filter(|(_, m)| m.tone == Tone::Success && m.title.contains("timed-once"))
         .count();
     assert_eq!(results, 1, "the result shown once: {:#?}", rec.calls());
+    let conv = one_result_stored(&app.store).await;
     let mut c = app.store.conn().await.expect("conn");
-    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
-        .await
-        .expect("list")
-        .items
-        .remove(0);
-    let calls = tool_calls::of_conversation(&mut c, &conv.id)
+    let calls = tool_calls::of_conversation(&mut c, &conv)
         .await
         .expect("calls");
     assert_eq!(
         calls.iter().map(|t| t.status.as_str()).collect::<Vec<_>>(),
         ["completed"]
     );
-    let finished = transcript::list(&mut c, &conv.id)
-        .await
-        .expect("transcript")
-        .into_iter()
-        .filter(|e| e.kind == "tool_finished")
-        .count();
-    assert_eq!(finished, 1, "the result recorded once");
-    let turns = turns::of_conversation(&mut c, &conv.id)
-        .await
-        .expect("turns");
-    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
-    assert_eq!(turns[0].status, "ended");
     drop(c);
     app.shutdown().await;
     holder.close().await.expect("close");
     db.cleanup().await;
-}
-
-/// Waits until a backend of database `name` waits on a lock.
-async fn waits_on_a_lock(name: &str) {
-    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
-        .await
-        .expect("admin");
-    let waiting = format!(
-        "SELECT pid FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let found: Vec<(i32,)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
-            .fetch_all(admin.statements())
-            .await
-            .expect("pg_stat_activity");
-        if !found.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "something waited on the held table"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    admin.close().await;
 }
 
 /// A connection to `url` holding `table` locked in a transaction: what needs the table waits.
@@ -2363,24 +2301,65 @@ async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
     holder
 }
 
+/// The store's one conversation holds one turn, ended, and its result's `tool_finished` line once.
+/// Returns the conversation's id.
+async fn one_result_stored(store: &chat_bridge::store::Store) -> String {
+    use chat_bridge::store::transcript;
+    let mut c = store.conn().await.expect("conn");
+    let conv = chat_bridge::store::history::list(&mut c, &Default::default())
+        .await
+        .expect("list")
+        .items
+        .remove(0);
+    let turns = turns::of_conversation(&mut c, &conv.id)
+        .await
+        .expect("turns");
+    assert_eq!(turns.len(), 1, "one turn: {turns:#?}");
+    assert_eq!(turns[0].status, "ended");
+    let finished = transcript::list(&mut c, &conv.id)
+        .await
+        .expect("transcript")
+        .into_iter()
+        .filter(|e| e.kind == "tool_finished")
+        .count();
+    assert_eq!(finished, 1, "the result recorded once");
+    conv.id
+}
+
 /// Terminates the backends of database `name` that wait on a lock (as `pg_terminate_backend` by an
 /// operator or a failover does), once one does, then lets `holder`'s lock go. Returns the
 /// statements they were running.
 async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) -> Vec<String> {
+    let cut = lock_waiters(name, true).await;
+    sqlx::query("COMMIT")
+        .execute(&mut *holder)
+        .await
+        .expect("commit");
+    cut
+}
+
+/// Waits until a backend of database `name` waits on a lock.
+async fn waits_on_a_lock(name: &str) {
+    lock_waiters(name, false).await;
+}
+
+/// The statements of database `name`'s backends that wait on a lock, once one does (within 20 s);
+/// with `terminate`, those backends are terminated.
+async fn lock_waiters(name: &str, terminate: bool) -> Vec<String> {
     let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
         .await
         .expect("admin");
     let waiting = format!(
-        "SELECT query, pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+        "SELECT query, CASE WHEN {terminate} THEN pg_terminate_backend(pid) ELSE false END FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let cut = loop {
-        let cut: Vec<(String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
+    let found = loop {
+        let found: Vec<(String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(waiting.clone()))
             .fetch_all(admin.statements())
             .await
-            .expect("terminate");
-        if !cut.is_empty() {
-            break cut;
+            .expect("pg_stat_activity");
+        if !found.is_empty() {
+            break found;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -2389,11 +2368,7 @@ async fn cut_the_waiting(name: &str, holder: &mut sqlx::AnyConnection) -> Vec<St
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     admin.close().await;
-    sqlx::query("COMMIT")
-        .execute(&mut *holder)
-        .await
-        .expect("commit");
-    cut.into_iter().map(|(query, _)| query).collect()
+    found.into_iter().map(|(query, _)| query).collect()
 }
 
 /// D6 (an outside tester's finding): a turn taken back after a restart whose session the agent no

@@ -100,79 +100,21 @@ impl Runner {
         let turn = self.state.turn.take()?;
         let unanswered = self.state.approvals.take_all();
         let ending = turn.ending(Some(stop), None);
-        let turn_id = turn.row.id.clone();
-        // The usual end of a command's turn changes only the turn's row: on PostgreSQL the result's
-        // one statement closes it too.
-        let marks = self.ending_marks(&turn, &ending);
-        if self.core.store.backend() == crate::store::Backend::Postgres
-            && self.only_the_row(&turn, &marks, &unanswered)
+        match self
+            .write_result_and_ending(
+                call,
+                result,
+                tool.as_ref(),
+                took,
+                &turn,
+                &ending,
+                stop,
+                &unanswered,
+            )
+            .await
         {
-            let row = Ending {
-                status: ending.status.as_str(),
-                stop_reason: Some(stop.as_str()),
-                end_cause: ending.end_cause,
-                answer: None,
-            };
-            let once = self
-                .write_tool_result_in(
-                    None,
-                    Some(&row),
-                    call,
-                    &turn_id,
-                    result,
-                    tool.as_ref(),
-                    took,
-                )
-                .await;
-            match once {
-                // Counted and logged as written by the statement's own path.
-                Ok(Some(_)) => {
-                    self.tool_took(result, took);
-                    return Some(
-                        self.turn_ended(turn, ending.status.as_str(), unanswered)
-                            .await,
-                    );
-                }
-                // It does not apply here: the transaction below.
-                Ok(None) => {}
-                Err(e) => {
-                    self.put_back(e, turn, unanswered, call, tool);
-                    return None;
-                }
-            }
-        }
-        let written = match self.begin().await {
-            Ok(mut tx) => {
-                let db_id = self
-                    .write_tool_result_in(
-                        Some(&mut tx),
-                        None,
-                        call,
-                        &turn_id,
-                        result,
-                        tool.as_ref(),
-                        took,
-                    )
-                    .await;
-                match db_id {
-                    Ok(db_id) => match self
-                        .write_ending(Some(&mut tx), &turn, &ending, Some(stop), &unanswered)
-                        .await
-                    {
-                        Ok(()) => self.commit(tx).await.map(|()| db_id),
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(db_id) => {
+            Ok(()) => {
                 self.tool_took(result, took);
-                if let Some(db_id) = db_id {
-                    self.result_written(result, &db_id);
-                }
                 Some(
                     self.turn_ended(turn, ending.status.as_str(), unanswered)
                         .await,
@@ -183,6 +125,48 @@ impl Runner {
                 None
             }
         }
+    }
+
+    /// [`Runner::finish_and_end`]'s write: the result (counted as written once committed) and the
+    /// turn's ending, in one commit. The usual end of a command's turn changes only the turn's row:
+    /// on PostgreSQL the result's one statement closes it too; otherwise, or when that statement
+    /// does not apply, one transaction takes both.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_result_and_ending(
+        &mut self,
+        call: &ToolCallId,
+        result: &ToolResult,
+        tool: Option<&ToolState>,
+        took: Option<std::time::Duration>,
+        turn: &TurnState,
+        ending: &crate::conversation::turn::Ending,
+        stop: &StopReason,
+        unanswered: &[Pending],
+    ) -> Result<()> {
+        let turn_id = &turn.row.id;
+        let marks = self.ending_marks(turn, ending);
+        if self.core.store.backend() == crate::store::Backend::Postgres
+            && self.only_the_row(turn, &marks, unanswered)
+        {
+            let row = ending_row(ending, Some(stop), None);
+            let once = self
+                .write_tool_result_in(None, Some(&row), call, turn_id, result, tool, took)
+                .await?;
+            if once.is_some() {
+                return Ok(());
+            }
+        }
+        let mut tx = self.begin().await?;
+        let db_id = self
+            .write_tool_result_in(Some(&mut tx), None, call, turn_id, result, tool, took)
+            .await?;
+        self.write_ending(Some(&mut tx), turn, ending, Some(stop), unanswered)
+            .await?;
+        self.commit(tx).await?;
+        if let Some(db_id) = db_id {
+            self.result_written(result, &db_id);
+        }
+        Ok(())
     }
 
     /// [`Runner::finish_and_end`] wrote nothing: the state is put back as it was before both
@@ -237,12 +221,7 @@ impl Runner {
     ) -> Result<()> {
         let answer = turn.answer.trim().to_owned();
         let kept_answer = self.kept(&answer).into_owned();
-        let row = Ending {
-            status: ending.status.as_str(),
-            stop_reason: stop.map(StopReason::as_str),
-            end_cause: ending.end_cause,
-            answer: (!answer.is_empty()).then_some(&*kept_answer),
-        };
+        let row = ending_row(ending, stop, (!answer.is_empty()).then_some(&*kept_answer));
         let marks = self.ending_marks(turn, ending);
         if within.is_none() && self.only_the_row(turn, &marks, unanswered) {
             // Only the turn's row changes: one statement, atomic on its own, not a transaction's
@@ -738,5 +717,19 @@ struct BusyGuard(Arc<Core>);
 impl Drop for BusyGuard {
     fn drop(&mut self) {
         self.0.busy_add(-1);
+    }
+}
+
+/// A turn's ending as its row stores it.
+fn ending_row<'a>(
+    ending: &crate::conversation::turn::Ending,
+    stop: Option<&'a StopReason>,
+    answer: Option<&'a str>,
+) -> Ending<'a> {
+    Ending {
+        status: ending.status.as_str(),
+        stop_reason: stop.map(StopReason::as_str),
+        end_cause: ending.end_cause,
+        answer,
     }
 }
