@@ -1,8 +1,9 @@
 //! A budget for the database driver's own log lines. sqlx warns once per pooled connection it finds
 //! broken when it is handed back and once per acquire that waited past its threshold: while the
-//! database is away that is hundreds of lines a minute, and the lines an on-call needs — the bridge's
-//! own "database unavailable; retrying …" and "… is back" — drown in them. Each of sqlx's call sites
-//! may log [`PER_WINDOW`] lines a minute; the rest of that minute is dropped. The bridge's own lines
+//! database is away that is hundreds of lines a minute, and the lines an on-call needs — the
+//! bridge's own "the database failed this step for the moment; retrying it …" and "… went through"
+//! — drown in them. Each of sqlx's call sites may log [`PER_WINDOW`] lines a minute; the rest of
+//! that minute is dropped. The bridge's own lines
 //! are never counted by it; the few of them that would come once per event while the database is
 //! away (an event answered 503, an outbox step retried) go through a [`Repeats`] instead: the first
 //! is logged, then one line every [`REPEAT_EVERY`] saying how many were left out.
@@ -152,7 +153,7 @@ mod tests {
             for _ in 0..50 {
                 tracing::warn!(target: "sqlx::pool::acquire", "acquired connection, but time to acquire exceeded slow threshold");
                 tracing::warn!(target: "sqlx_core::pool::connection", "error occurred while testing the connection on-release");
-                tracing::warn!(target: "chat_bridge::conversation", "database unavailable; retrying this step until it answers");
+                tracing::warn!(target: "chat_bridge::conversation", "the database failed this step for the moment; retrying it until it goes through");
             }
         });
         let seen = seen.0.lock().expect("lock").clone();

@@ -248,6 +248,18 @@ pub const FAMILIES: &[Family] = &[
         help: "Conversations held in memory",
         labels: &[("project", Values::Project)],
     },
+    Family {
+        name: "chatbridge_store_step_retries_total",
+        kind: Kind::Counter,
+        help: "Conversation steps taken again after the database failed them for the moment",
+        labels: &[],
+    },
+    Family {
+        name: "chatbridge_store_steps_waiting",
+        kind: Kind::Gauge,
+        help: "Conversation steps waiting for the database to take them after a failure",
+        labels: &[],
+    },
 ];
 
 /// Counts a message or click refused by the access rules (A1, A2) on `platform`.

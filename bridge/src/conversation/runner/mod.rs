@@ -75,14 +75,21 @@ const STORE_RETRIES: u32 = 130;
 /// transaction, and applying a result twice is refused by the store). Gives up when the core stops.
 macro_rules! retrying_step {
     ($conversation:expr, $stop:expr, $step:expr) => {{
-        let mut attempt = 0u32;
+        let mut retry: Option<$crate::conversation::runner::StepRetry<'_>> = None;
         loop {
             match $step.await {
-                Err(e) if e.is_transient() && attempt < $crate::conversation::runner::STORE_RETRIES && !$stop.is_cancelled() => {
-                    attempt += 1;
-                    if attempt == 1 {
-                        tracing::warn!(conversation = %$conversation, error = %e, "database unavailable; retrying this step until it answers");
-                    }
+                Err(e)
+                    if e.is_transient()
+                        && retry.as_ref().map_or(0, |r| r.attempts)
+                            < $crate::conversation::runner::STORE_RETRIES
+                        && !$stop.is_cancelled() =>
+                {
+                    let attempt = retry
+                        .get_or_insert_with(|| {
+                            $crate::conversation::runner::StepRetry::new(&$conversation)
+                        })
+                        .failed(&e)
+                        .0;
                     let pause = daemon_client::client::backoff_delay(
                         ::std::time::Duration::from_millis(100),
                         ::std::time::Duration::from_secs(5),
@@ -93,10 +100,97 @@ macro_rules! retrying_step {
                         () = $stop.cancelled() => break Err(e),
                     }
                 }
-                r => break r,
+                r => {
+                    if let (Some(retry), Ok(_)) = (&retry, &r) {
+                        retry.went_through();
+                    }
+                    break r;
+                }
             }
         }
     }};
+}
+
+/// How often a step that keeps failing for the moment says so again in the log.
+const STILL_FAILING_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A conversation's step that the database failed for the moment (unreachable, a connection cut,
+/// a lock or statement timeout) and that is being retried ([`retrying_step`]): what on-call sees of
+/// it. The log says so at the first failure, again every [`STILL_FAILING_EVERY`] while it lasts
+/// (with the attempts and the time so far), and once the step went through; the metrics count the
+/// retries (`chatbridge_store_step_retries_total`) and the steps waiting right now
+/// (`chatbridge_store_steps_waiting`: up from the first failure until the step went through, gave up
+/// or was stopped).
+pub(crate) struct StepRetry<'a> {
+    conversation: &'a str,
+    /// Failures so far.
+    pub(crate) attempts: u32,
+    since: Instant,
+    said: Instant,
+}
+
+impl<'a> StepRetry<'a> {
+    pub(crate) fn new(conversation: &'a str) -> Self {
+        metrics::gauge!("chatbridge_store_steps_waiting").increment(1.0);
+        let now = Instant::now();
+        Self {
+            conversation,
+            attempts: 0,
+            since: now,
+            said: now,
+        }
+    }
+
+    /// One more failure: the attempt's number (1 for the first), and what the log said of it.
+    pub(crate) fn failed(&mut self, e: &crate::store::StoreError) -> (u32, Said) {
+        self.attempts += 1;
+        metrics::counter!("chatbridge_store_step_retries_total").increment(1);
+        let now = Instant::now();
+        let said = if self.attempts == 1 {
+            tracing::warn!(conversation = %self.conversation, error = %e, "the database failed this step for the moment; retrying it until it goes through");
+            Said::First
+        } else if now.duration_since(self.said) >= STILL_FAILING_EVERY {
+            self.said = now;
+            tracing::warn!(
+                conversation = %self.conversation,
+                error = %e,
+                attempts = self.attempts,
+                waiting_secs = now.duration_since(self.since).as_secs(),
+                "this step still fails for the moment; still retrying it"
+            );
+            Said::Still
+        } else {
+            Said::Nothing
+        };
+        (self.attempts, said)
+    }
+
+    /// The step went through after its failures.
+    pub(crate) fn went_through(&self) {
+        tracing::info!(
+            conversation = %self.conversation,
+            retries = self.attempts,
+            waited_ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "the step the database failed went through; the conversation goes on"
+        );
+    }
+}
+
+/// What the log said of a step's failure ([`StepRetry::failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// The first failure's line.
+    First,
+    /// The line that it still fails, every [`STILL_FAILING_EVERY`].
+    Still,
+    /// Nothing: said not long ago.
+    Nothing,
+}
+
+impl Drop for StepRetry<'_> {
+    fn drop(&mut self) {
+        metrics::gauge!("chatbridge_store_steps_waiting").decrement(1.0);
+    }
 }
 
 use retrying_step as retrying;
@@ -494,5 +588,33 @@ mod tests {
     fn p2_a_conversation_message_is_small_so_an_idle_mailbox_costs_little() {
         let size = std::mem::size_of::<crate::core::ConvMsg>();
         assert!(size <= 16, "a conversation message is {size} bytes");
+    }
+    /// What on-call reads while a step waits for the database (a lock held past `lock_timeout`, say):
+    /// the first failure, a line every 30 s while it lasts, and (`d2_lock_wait_metrics.rs`) one once
+    /// the step went through.
+    #[tokio::test(start_paused = true)]
+    async fn d2_a_step_the_database_keeps_failing_is_said_at_first_then_every_30_s() {
+        use super::{Said, StepRetry};
+        let e = crate::store::StoreError::Query(sqlx::Error::PoolTimedOut);
+        let mut retry = StepRetry::new("c-1");
+        let mut said = Vec::new();
+        // A failure every second for 100 s.
+        for second in 0..100 {
+            let (attempt, s) = retry.failed(&e);
+            assert_eq!(attempt, second + 1);
+            if s != Said::Nothing {
+                said.push((second, s));
+            }
+            tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        }
+        assert_eq!(
+            said,
+            [
+                (0, Said::First),
+                (30, Said::Still),
+                (60, Said::Still),
+                (90, Said::Still)
+            ]
+        );
     }
 }
