@@ -255,6 +255,12 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
     },
     Family {
+        name: "chatbridge_store_steps_given_up_total",
+        kind: Kind::Counter,
+        help: "Conversation steps given up after the database failed them for longer than their retries last (about 8 minutes)",
+        labels: &[],
+    },
+    Family {
         name: "chatbridge_store_steps_waiting",
         kind: Kind::Gauge,
         help: "Conversation steps waiting for the database to take them after a failure",

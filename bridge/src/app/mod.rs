@@ -671,7 +671,7 @@ impl Application {
         let r = crate::store::retry_transient(
             u32::MAX,
             stop,
-            |e| tracing::warn!(error = %e, %platform, "database unavailable; holding a chat event until it answers"),
+            |e| tracing::warn!(error = %e, %platform, "the database failed to take a chat event for the moment; holding it until it goes through"),
             step,
         )
         .await;

@@ -66,8 +66,8 @@ impl Drop for Runner {
 /// How much of a prompt or a title the live view gets (it shows the start of one line).
 const LIVE_TEXT: usize = 200;
 
-/// How many times a step is retried while the database is unreachable (100 ms doubling to 5 s:
-/// about ten minutes).
+/// How many times a step is retried while the database is unreachable (100 ms doubling to 5 s,
+/// with jitter: about eight minutes).
 const STORE_RETRIES: u32 = 130;
 
 /// A step that fails because the database is unreachable is taken again once it answers, so an
@@ -101,8 +101,12 @@ macro_rules! retrying_step {
                     }
                 }
                 r => {
-                    if let (Some(retry), Ok(_)) = (&retry, &r) {
-                        retry.went_through();
+                    if let Some(retry) = &retry {
+                        match &r {
+                            Ok(_) => retry.went_through(),
+                            Err(e) if e.is_transient() && !$stop.is_cancelled() => retry.gave_up(e),
+                            Err(_) => {}
+                        }
                     }
                     break r;
                 }
@@ -117,10 +121,11 @@ const STILL_FAILING_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// A conversation's step that the database failed for the moment (unreachable, a connection cut,
 /// a lock or statement timeout) and that is being retried ([`retrying_step`]): what on-call sees of
 /// it. The log says so at the first failure, again every [`STILL_FAILING_EVERY`] while it lasts
-/// (with the attempts and the time so far), and once the step went through; the metrics count the
-/// retries (`chatbridge_store_step_retries_total`) and the steps waiting right now
+/// (with the attempts and the time so far), and once the step went through — or, at ERROR, that it
+/// gave up after [`STORE_RETRIES`] attempts; the metrics count the retries
+/// (`chatbridge_store_step_retries_total`), the steps waiting right now
 /// (`chatbridge_store_steps_waiting`: up from the first failure until the step went through, gave up
-/// or was stopped).
+/// or was stopped) and the steps given up (`chatbridge_store_steps_given_up_total`).
 pub(crate) struct StepRetry<'a> {
     conversation: &'a str,
     /// Failures so far.
@@ -185,6 +190,20 @@ pub(crate) enum Said {
     Still,
     /// Nothing: said not long ago.
     Nothing,
+}
+
+impl StepRetry<'_> {
+    /// The step failed for the moment once more with its attempts spent: given up.
+    pub(crate) fn gave_up(&self, e: &crate::store::StoreError) {
+        metrics::counter!("chatbridge_store_steps_given_up_total").increment(1);
+        tracing::error!(
+            conversation = %self.conversation,
+            error = %e,
+            retries = self.attempts,
+            waited_secs = self.since.elapsed().as_secs(),
+            "the database failed this step for too long; gave up on it: what it carried (a message, a command's result, a turn's end) may not be shown"
+        );
+    }
 }
 
 impl Drop for StepRetry<'_> {
@@ -589,6 +608,47 @@ mod tests {
         let size = std::mem::size_of::<crate::core::ConvMsg>();
         assert!(size <= 16, "a conversation message is {size} bytes");
     }
+    /// A step the database fails for longer than the retries last is given up: the error comes
+    /// back, the retries and the given-up step are counted, and nothing is left counted as waiting.
+    #[test]
+    fn d2_a_step_failing_past_its_retries_is_given_up_counted_and_no_longer_waiting() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let r: crate::store::Result<()> = metrics::with_local_recorder(&recorder, || {
+            rt.block_on(async {
+                let (id, stop) = ("c-1".to_owned(), tokio_util::sync::CancellationToken::new());
+                retrying_step!(
+                    id,
+                    stop,
+                    std::future::ready(Err(crate::store::StoreError::Query(
+                        sqlx::Error::PoolTimedOut
+                    )))
+                )
+            })
+        });
+        assert!(r.is_err_and(|e| e.is_transient()), "the error comes back");
+        let text = handle.render();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(name)
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                })
+                .unwrap_or_else(|| panic!("{name} in:\n{text}"))
+        };
+        assert_eq!(
+            value("chatbridge_store_step_retries_total "),
+            f64::from(super::STORE_RETRIES)
+        );
+        assert_eq!(value("chatbridge_store_steps_given_up_total "), 1.0);
+        assert_eq!(value("chatbridge_store_steps_waiting "), 0.0);
+    }
+
     /// What on-call reads while a step waits for the database (a lock held past `lock_timeout`, say):
     /// the first failure, a line every 30 s while it lasts, and (`d2_lock_wait_metrics.rs`) one once
     /// the step went through.
