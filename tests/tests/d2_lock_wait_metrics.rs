@@ -36,7 +36,9 @@ fn d2_a_step_waiting_on_a_lock_shows_in_the_metrics_and_the_log_until_it_went_th
     let first = lines("the database failed this step for the moment");
     assert_eq!(first.len(), 1, "said once, at the first failure:\n{log}");
     assert!(
-        first[0].contains("WARN") && first[0].contains("lock timeout"),
+        first[0].contains("WARN")
+            && first[0].contains("lock timeout")
+            && first[0].contains("code=55P03"),
         "{log}"
     );
     let through = lines("the step the database failed went through");

@@ -138,6 +138,17 @@ where
 }
 
 impl StoreError {
+    /// The database's own code for the error (PostgreSQL's SQLSTATE, e.g. `55P03` for a lock not had
+    /// within `lock_timeout`; SQLite's result code), when the database answered with one; `-` when
+    /// it did not (unreachable, a cut connection, …). For the log.
+    #[must_use]
+    pub fn code(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::Query(sqlx::Error::Database(db)) => db.code().unwrap_or("-".into()),
+            _ => "-".into(),
+        }
+    }
+
     /// Whether retrying later can succeed: the database is unreachable, restarting, busy, or its
     /// disk is full.
     #[must_use]

@@ -152,12 +152,13 @@ impl<'a> StepRetry<'a> {
         metrics::counter!("chatbridge_store_step_retries_total").increment(1);
         let now = Instant::now();
         let said = if self.attempts == 1 {
-            tracing::warn!(conversation = %self.conversation, error = %e, "the database failed this step for the moment; retrying it until it goes through");
+            tracing::warn!(conversation = %self.conversation, code = %e.code(), error = %e, "the database failed this step for the moment; retrying it until it goes through");
             Said::First
         } else if now.duration_since(self.said) >= STILL_FAILING_EVERY {
             self.said = now;
             tracing::warn!(
                 conversation = %self.conversation,
+                code = %e.code(),
                 error = %e,
                 attempts = self.attempts,
                 waiting_secs = now.duration_since(self.since).as_secs(),
@@ -198,6 +199,7 @@ impl StepRetry<'_> {
         metrics::counter!("chatbridge_store_steps_given_up_total").increment(1);
         tracing::error!(
             conversation = %self.conversation,
+            code = %e.code(),
             error = %e,
             retries = self.attempts,
             waited_secs = self.since.elapsed().as_secs(),
