@@ -180,20 +180,7 @@ impl<'a> StepRetry<'a> {
             "the step the database failed went through; the conversation goes on"
         );
     }
-}
 
-/// What the log said of a step's failure ([`StepRetry::failed`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Said {
-    /// The first failure's line.
-    First,
-    /// The line that it still fails, every [`STILL_FAILING_EVERY`].
-    Still,
-    /// Nothing: said not long ago.
-    Nothing,
-}
-
-impl StepRetry<'_> {
     /// The step failed for the moment once more with its attempts spent: given up.
     pub(crate) fn gave_up(&self, e: &crate::store::StoreError) {
         metrics::counter!("chatbridge_store_steps_given_up_total").increment(1);
@@ -206,6 +193,17 @@ impl StepRetry<'_> {
             "the database failed this step for too long; gave up on it: what it carried (a message, a command's result, a turn's end) may not be shown"
         );
     }
+}
+
+/// What the log said of a step's failure ([`StepRetry::failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// The first failure's line.
+    First,
+    /// The line that it still fails, every [`STILL_FAILING_EVERY`].
+    Still,
+    /// Nothing: said not long ago.
+    Nothing,
 }
 
 impl Drop for StepRetry<'_> {
@@ -610,6 +608,7 @@ mod tests {
         let size = std::mem::size_of::<crate::core::ConvMsg>();
         assert!(size <= 16, "a conversation message is {size} bytes");
     }
+
     /// A step the database fails for longer than the retries last is given up: the error comes
     /// back, the retries and the given-up step are counted, and nothing is left counted as waiting.
     #[test]
