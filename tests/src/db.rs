@@ -82,6 +82,23 @@ impl TestDb {
         }
     }
 
+    /// Sets `lock_timeout` on this PostgreSQL database: connections opened after it (the bridge's)
+    /// give up a lock wait after `timeout` (e.g. `100ms`) with 55P03.
+    ///
+    /// # Panics
+    /// On SQLite, or when the database refuses.
+    pub async fn set_lock_timeout(&self, timeout: &str) {
+        let (admin, name) = self.admin.as_ref().expect("a PostgreSQL database");
+        let admin_store = Store::connect(admin).await.expect("admin connection");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {name} SET lock_timeout = '{timeout}'"
+        )))
+        .execute(admin_store.statements())
+        .await
+        .expect("lock_timeout");
+        admin_store.close().await;
+    }
+
     /// Closes the store and drops the database.
     pub async fn cleanup(self) {
         self.store.close().await;
@@ -95,6 +112,26 @@ impl TestDb {
             admin_store.close().await;
         }
     }
+}
+
+/// A connection to `url` holding `table` locked (ACCESS EXCLUSIVE) in a transaction: what needs the
+/// table waits until the connection commits or closes.
+///
+/// # Panics
+/// When it cannot connect or lock.
+pub async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
+    use sqlx::Connection;
+    let mut holder = sqlx::AnyConnection::connect(url).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    let lock = format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE");
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .execute(&mut holder)
+        .await
+        .expect("lock");
+    holder
 }
 
 /// Runs each test body once on PostgreSQL and once on SQLite: `mod NAME { fn postgres, fn sqlite }`.

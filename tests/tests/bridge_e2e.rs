@@ -2091,7 +2091,7 @@ async fn d2_a_connection_cut_while_the_bridge_migrates_is_taken_again_not_an_exi
     let name = db.url.rsplit('/').next().expect("database name").to_owned();
     let dir = tempfile::tempdir().expect("tmp");
     // The migrations' table held: the starting bridge waits on it, where it can be seen and cut.
-    let mut holder = hold_table(&db.url, "_sqlx_migrations").await;
+    let mut holder = chat_bridge_tests::db::hold_table(&db.url, "_sqlx_migrations").await;
     let cfg = config(&db.url, dir.path());
     let rec = Arc::new(Recorder::default());
     let starting = tokio::spawn(async move { Application::build(&cfg, rec).await });
@@ -2117,7 +2117,7 @@ async fn d2_a_message_whose_turn_write_is_cut_runs_once_when_the_database_answer
     let (db, _dir, rec, app) = on_postgres().await;
     let name = db.url.rsplit('/').next().expect("database name").to_owned();
     // The turns' table held: the turn's transaction waits on it, where it can be seen and cut.
-    let mut holder = hold_table(&db.url, "turns").await;
+    let mut holder = chat_bridge_tests::db::hold_table(&db.url, "turns").await;
     app.core
         .accept(console::inbound("echo once-only"))
         .await
@@ -2171,7 +2171,7 @@ async fn p2_a_result_and_its_turns_end_are_written_together_and_once_each_when_t
     .await;
     // The conversation busy with a `/status` that waits for the transcript's table while the
     // command finishes: its result and the prompt's end queue behind it.
-    let mut transcript_held = hold_table(&db.url, "transcript").await;
+    let mut transcript_held = chat_bridge_tests::db::hold_table(&db.url, "transcript").await;
     app.core
         .accept(console::inbound("/status"))
         .await
@@ -2231,17 +2231,7 @@ async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_i
     use sqlx::Connection;
     chat_bridge_tests::init_tracing();
     let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
-    let name = db.url.rsplit('/').next().expect("database name").to_owned();
-    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
-        .await
-        .expect("admin");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET lock_timeout = '100ms'"
-    )))
-    .execute(admin.statements())
-    .await
-    .expect("lock_timeout");
-    admin.close().await;
+    db.set_lock_timeout("100ms").await;
     let dir = tempfile::tempdir().expect("tmp");
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&config(&db.url, dir.path()), rec.clone())
@@ -2257,7 +2247,7 @@ async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_i
     .await;
     // The transcript's table held well past the command's end: the result's write meets the
     // lock timeout again and again.
-    let mut holder = hold_table(&db.url, "transcript").await;
+    let mut holder = chat_bridge_tests::db::hold_table(&db.url, "transcript").await;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     sqlx::query("COMMIT")
         .execute(&mut holder)
@@ -2283,22 +2273,6 @@ async fn d2_a_result_whose_write_meets_a_lock_timeout_is_written_once_the_lock_i
     app.shutdown().await;
     holder.close().await.expect("close");
     db.cleanup().await;
-}
-
-/// A connection to `url` holding `table` locked in a transaction: what needs the table waits.
-async fn hold_table(url: &str, table: &str) -> sqlx::AnyConnection {
-    use sqlx::Connection;
-    let mut holder = sqlx::AnyConnection::connect(url).await.expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    let lock = format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE");
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .execute(&mut holder)
-        .await
-        .expect("lock");
-    holder
 }
 
 /// The store's one conversation holds one turn, ended, and its result's `tool_finished` line once.

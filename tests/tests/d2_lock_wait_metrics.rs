@@ -62,17 +62,7 @@ async fn run() {
     assert_eq!(value(&before, retries), 0.0, "registered at 0");
 
     let db = chat_bridge_tests::db::TestDb::new(chat_bridge::store::Backend::Postgres).await;
-    let name = db.url.rsplit('/').next().expect("database name").to_owned();
-    let admin = chat_bridge::store::Store::connect(&chat_bridge_tests::db::admin_url())
-        .await
-        .expect("admin");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET lock_timeout = '100ms'"
-    )))
-    .execute(admin.statements())
-    .await
-    .expect("lock_timeout");
-    admin.close().await;
+    db.set_lock_timeout("100ms").await;
     let dir = tempfile::tempdir().expect("tmp");
     let rec = Arc::new(Recorder::default());
     let app = Application::build(&config(&db.url, dir.path()), rec.clone())
@@ -89,17 +79,7 @@ async fn run() {
 
     // The transcript's table held past the command's end: the result's write meets the lock
     // timeout again and again.
-    let mut holder = sqlx::AnyConnection::connect(&db.url)
-        .await
-        .expect("connect");
-    sqlx::query("BEGIN")
-        .execute(&mut holder)
-        .await
-        .expect("begin");
-    sqlx::query("LOCK TABLE transcript IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut holder)
-        .await
-        .expect("lock");
+    let mut holder = chat_bridge_tests::db::hold_table(&db.url, "transcript").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let seen = loop {
         let now = metrics.render();
